@@ -1,0 +1,29 @@
+# Two entry points: `make demo` and `make test`. Both build the venv when it is missing.
+# pyenv resolves `python3.12` through the committed .python-version file.
+PY ?= python3.12
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/toolkit demo
+
+test: $(STAMP)
+	$(BIN)/ruff check toolkit tests graphs benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test,bench]"
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

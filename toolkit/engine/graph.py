@@ -1,0 +1,176 @@
+"""Compile a Plan into graph nodes (no dask here: the executors consume this).
+
+Per stage: a `done` node (what exists already, observed once, after the previous gate),
+work nodes (one per task, or one per worker stripe), an optional combine tree of bounded fan-in,
+and a gate node that depends on all of them. Every node of stage k+1 depends on gate k.
+Keys are deterministic: `<stage>-<plan hash>` plus an index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.plan import Gate, NodeResult, Plan, Stage
+from toolkit.tasks import remaining, stripe
+
+Key = str | tuple[str, int] | tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class Node:
+    key: Key
+    stage: str
+    kind: str  # "done" | "work" | "combine" | "gate"
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    deps: tuple[Key, ...]  # keys whose results are appended to args, in order
+    retries: int = 0
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A folded slice of a stage: counts and the combined value so far."""
+
+    written: int
+    skipped: int
+    started: float
+    finished: float
+    value: Any
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    stage: str
+    tasks: int
+    written: int
+    skipped: int
+    started: float
+    finished: float
+    gate_have: int | None
+    gate_want: int | None
+    value: Any
+
+
+# ----------------------------------------------------------------------------- node functions
+# Module-level so they pickle by reference; they receive only what one node needs.
+
+
+def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozenset[str]:
+    return observe()
+
+
+def run_task(service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any) -> NodeResult:
+    started = time.time()
+    if task.key in done:
+        return NodeResult(0, 1, (), started, time.time())
+    value = service(task)
+    return NodeResult(1, 0, (value,), started, time.time())
+
+
+def run_each(service: Callable[[Any], Any], block: list[Any], done: frozenset[str], *_after: Any) -> NodeResult:
+    """A stripe whose service takes one task at a time."""
+    started = time.time()
+    todo = remaining(block, done)
+    values = tuple(service(t) for t in todo)
+    return NodeResult(len(todo), len(block) - len(todo), values, started, time.time())
+
+
+def run_block(
+    service: Callable[[list[Any]], Any],
+    block: list[Any],
+    done: frozenset[str],
+    *_after: Any,
+) -> NodeResult:
+    """One worker's stripe: the stripe was cut from the stable list; now drop what is done."""
+    started = time.time()
+    todo = remaining(block, done)
+    values = (service(todo),) if todo else ()
+    return NodeResult(len(todo), len(block) - len(todo), values, started, time.time())
+
+
+def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partial) -> Partial:
+    values: list[Any] = []
+    for p in parts:
+        if isinstance(p, NodeResult):
+            values.extend(p.values)
+        elif p.value is not None:
+            values.append(p.value)
+    value = combine(values) if (combine is not None and values) else None
+    return Partial(
+        written=sum(p.written for p in parts),
+        skipped=sum(p.skipped for p in parts),
+        started=min((p.started for p in parts), default=time.time()),
+        finished=max((p.finished for p in parts), default=time.time()),
+        value=value,
+    )
+
+
+def check_gate(stage: str, tasks: int, gate: Gate | None, combine: Any, *parts: Any) -> StageSummary:
+    folded = fold(combine, *parts) if parts else Partial(0, 0, time.time(), time.time(), None)
+    have = want = None
+    if gate is not None:
+        result = gate.check(stage, folded.value)
+        have, want = result.have, result.want
+    return StageSummary(
+        stage, tasks, folded.written, folded.skipped, folded.started, folded.finished,
+        have, want, folded.value,
+    )
+
+
+# ----------------------------------------------------------------------------- compiler
+
+
+def _blocks(stage: Stage) -> list[list[Any]]:
+    n = stage.node_count
+    return [stripe(stage.tasks, i, n, stage.stripe_mode) for i in range(n)]
+
+
+def compile_plan(plan: Plan) -> list[Node]:
+    """Nodes in a valid execution order."""
+    digest = plan.digest
+    nodes: list[Node] = []
+    previous_gate: tuple[Key, ...] = ()
+    for stage in plan.stages:
+        base = f"{stage.name}-{digest}"
+        done_key: Key = f"{stage.name}-done-{digest}"
+        nodes.append(
+            Node(done_key, stage.name, "done", observe_done, (stage.observe_done,), previous_gate,
+                 stage.retries)
+        )
+        work_keys: list[Key] = []
+        if stage.workers is None:
+            for i, task in enumerate(stage.tasks):
+                key = (base, i)
+                nodes.append(Node(key, stage.name, "work", run_task, (stage.service, task),
+                                  (done_key,), stage.retries))
+                work_keys.append(key)
+        else:
+            for i, block in enumerate(_blocks(stage)):
+                key = (base, i)
+                fn = run_each if stage.per_task else run_block
+                nodes.append(Node(key, stage.name, "work", fn, (stage.service, block),
+                                  (done_key,), stage.retries))
+                work_keys.append(key)
+        level_keys = work_keys
+        if stage.combine is not None:
+            level = 0
+            fan_in = max(2, stage.fan_in)
+            while len(level_keys) > 1:
+                next_keys: list[Key] = []
+                for j in range(0, len(level_keys), fan_in):
+                    key = (f"{stage.name}-combine-{digest}", level, j // fan_in)
+                    nodes.append(Node(key, stage.name, "combine", fold, (stage.combine,),
+                                      tuple(level_keys[j : j + fan_in]), stage.retries))
+                    next_keys.append(key)
+                level_keys, level = next_keys, level + 1
+        gate_key: Key = f"{stage.name}-gate-{digest}"
+        nodes.append(
+            Node(gate_key, stage.name, "gate", check_gate,
+                 (stage.name, len(stage.tasks), stage.gate, stage.combine),
+                 tuple(level_keys), 0)
+        )
+        previous_gate = (gate_key,)
+    return nodes

@@ -1,0 +1,1 @@
+"""Numba reducers for pyramids (pure, nogil, cached)."""

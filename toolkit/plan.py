@@ -1,0 +1,201 @@
+"""Plans as data (pure): stages, gates, and what a run reports.
+
+A job builds a `Plan` without importing dask; `toolkit.engine.run` compiles it into one graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.tasks import StableTasks, StripeMode
+
+__all__ = [
+    "Gate",
+    "GateResult",
+    "IncompleteStageError",
+    "NodeResult",
+    "Plan",
+    "Report",
+    "Stage",
+    "StageReport",
+]
+
+
+class IncompleteStageError(RuntimeError):
+    """A gate counted fewer (or other) objects than its stage must have written."""
+
+    def __init__(self, stage: str, have: int, want: int, missing: list[str], extra: str = "") -> None:
+        self.stage, self.have, self.want, self.missing = stage, have, want, missing
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        msg = f"stage {stage!r} incomplete: have {have}/{want} objects"
+        if missing:
+            msg += f"; first missing: {shown}"
+        if extra:
+            msg += f"; {extra}"
+        msg += ". Rerun the plan: it resumes from what exists."
+        super().__init__(msg)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (IncompleteStageError, (self.stage, self.have, self.want, self.missing))
+
+
+@dataclass(frozen=True)
+class GateResult:
+    stage: str
+    have: int
+    want: int
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What must exist once a stage is done, and how to observe it.
+
+    `observe()` returns the keys that exist now (a listing or manifest probes). The target is
+    `want` (keys), or `want_count`, or `expect(combined)` derived from the stage's combined result.
+    Keys are compared as sets, so observe and want must use the same naming.
+    """
+
+    observe: Callable[[], Iterable[str]]
+    want: tuple[str, ...] | None = None
+    want_count: int | None = None
+    expect: Callable[[Any], Iterable[str]] | None = None
+
+    def check(self, stage: str, combined: Any = None) -> GateResult:
+        have = set(self.observe())
+        if self.expect is not None:
+            wanted = list(self.expect(combined))
+        elif self.want is not None:
+            wanted = list(self.want)
+        else:
+            wanted = []
+        if wanted:
+            missing = [k for k in wanted if k not in have]
+            if missing:
+                raise IncompleteStageError(stage, len(wanted) - len(missing), len(wanted), missing)
+            count = len(wanted)
+        else:
+            count = len(have)
+        if self.want_count is not None and len(have) != self.want_count:
+            raise IncompleteStageError(stage, len(have), self.want_count, [])
+        return GateResult(stage, count, count if not wanted else len(wanted))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One level of work.
+
+    `service(task)` runs one task (one node per task), or with `workers=N`
+    `service(list_of_tasks)` runs one worker's stripe (N nodes; with `per_task=True` the stripe's
+    tasks are passed to `service` one at a time). Before running, a node drops
+    the tasks whose keys `done()` (default: the gate's `observe`) reports, *after* striping.
+    `combine(values)` folds node results in a tree of fan-in `fan_in` into one final node,
+    whose value the gate and the report see.
+    """
+
+    name: str
+    tasks: StableTasks[Any]
+    service: Callable[..., Any]
+    gate: Gate | None = None
+    workers: int | None = None
+    stripe_mode: StripeMode = "contiguous"
+    per_task: bool = False
+    done: Callable[[], Iterable[str]] | None = None
+    resume: bool = True
+    combine: Callable[[list[Any]], Any] | None = None
+    fan_in: int = 8
+    retries: int = 2
+
+    def observe_done(self) -> frozenset[str]:
+        if not self.resume:
+            return frozenset()
+        source = self.done or (self.gate.observe if self.gate else None)
+        return frozenset(source()) if source else frozenset()
+
+    @property
+    def node_count(self) -> int:
+        if self.workers is None:
+            return len(self.tasks)
+        return min(self.workers, len(self.tasks)) or (1 if self.tasks else 0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    stages: tuple[Stage, ...]
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"plan {self.name!r} has duplicate stage names: {names}")
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256(self.name.encode())
+        for s in self.stages:
+            h.update(f"\0{s.name}\0{s.tasks.digest}\0{s.workers}\0{s.stripe_mode}".encode())
+        return h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What one node did: counts, its service's return values, when it ran."""
+
+    written: int
+    skipped: int
+    values: tuple[Any, ...]
+    started: float
+    finished: float
+
+
+@dataclass(frozen=True)
+class StageReport:
+    name: str
+    tasks: int
+    skipped: int
+    written: int
+    seconds: float
+    gate_have: int | None = None
+    gate_want: int | None = None
+    result: Any = field(default=None, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.name,
+            "tasks": self.tasks,
+            "skipped": self.skipped,
+            "written": self.written,
+            "seconds": round(self.seconds, 4),
+            "gate_have": self.gate_have,
+            "gate_want": self.gate_want,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    plan: str
+    digest: str
+    executor: str
+    stages: tuple[StageReport, ...]
+    seconds: float
+
+    def stage(self, name: str) -> StageReport:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def written(self) -> int:
+        return sum(s.written for s in self.stages)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "digest": self.digest,
+            "executor": self.executor,
+            "seconds": round(self.seconds, 4),
+            "stages": [s.as_dict() for s in self.stages],
+        }

@@ -1,0 +1,485 @@
+"""Object storage edge: the only module that imports obstore.
+
+Every other module talks to storage through `Store` (a picklable handle that knows its URL and
+its non-secret options) and the functions below, which turn obstore's errors into toolkit
+errors naming the store, the key and the cause.
+
+Credentials never travel: a `Store` pickles as (url, options, credential provider reference) and
+reopens on the other side, where obstore reads the environment / instance metadata or calls the
+provider, which refreshes. Explicit secret options are refused when pickling.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import obstore
+from obstore import exceptions as obx
+from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
+
+__all__ = [
+    "AccessDenied",
+    "AlreadyExists",
+    "Blob",
+    "NotFound",
+    "ObjectInfo",
+    "PreconditionFailed",
+    "StorageError",
+    "Store",
+    "Unreachable",
+    "Version",
+    "delete",
+    "delete_prefix",
+    "exists",
+    "get",
+    "get_range",
+    "head",
+    "list_keys",
+    "list_objects",
+    "open_store",
+    "put",
+]
+
+SECRET_OPTIONS = frozenset(
+    {
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "token",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "service_account_key",
+        "account_key",
+        "client_secret",
+        "sas_key",
+    }
+)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StorageError(Exception):
+    """A storage operation failed; names the store, the key and the cause."""
+
+    cause = "storage error"
+
+    def __init__(self, store: str, key: str | None, detail: str = "") -> None:
+        self.store = store
+        self.key = key
+        self.detail = detail
+        where = f"{store.rstrip('/')}/{key}" if key else store
+        msg = f"{self.cause}: {where}"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+
+
+class NotFound(StorageError):
+    cause = "not found"
+
+
+class AlreadyExists(StorageError):
+    cause = "already exists"
+
+
+class PreconditionFailed(StorageError):
+    cause = "precondition failed (the object changed since it was read; re-read and retry)"
+
+
+class AccessDenied(StorageError):
+    cause = "access denied (check credentials / anonymous access)"
+
+
+class Unreachable(StorageError):
+    cause = "store unreachable (check the endpoint URL and network)"
+
+
+_UNREACHABLE_HINTS = (
+    "connect",
+    "connection",
+    "dns",
+    "timed out",
+    "error sending request",
+    "tcp",
+    "refused",
+    "no such host",
+)
+
+
+def _translate(err: BaseException, store: Store, key: str | None) -> StorageError:
+    detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    if isinstance(err, (obx.NotFoundError, FileNotFoundError)):
+        return NotFound(store.url, key, detail)
+    if isinstance(err, obx.AlreadyExistsError):
+        return AlreadyExists(store.url, key, detail)
+    if isinstance(err, (obx.PreconditionError, obx.NotModifiedError)):
+        return PreconditionFailed(store.url, key, detail)
+    if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError, PermissionError)):
+        return AccessDenied(store.url, key, detail)
+    text = str(err).lower()
+    if "403" in text or "forbidden" in text or "access denied" in text:
+        return AccessDenied(store.url, key, detail)
+    if any(h in text for h in _UNREACHABLE_HINTS):
+        return Unreachable(store.url, key, detail)
+    return StorageError(store.url, key, detail)
+
+
+# --------------------------------------------------------------------------- types
+
+
+@dataclass(frozen=True)
+class Version:
+    """What a conditional update must match: the etag/version from the GET that read the body."""
+
+    etag: str | None = None
+    version: str | None = None
+
+    def as_mode(self) -> dict[str, str]:
+        mode: dict[str, str] = {}
+        if self.etag is not None:
+            mode["e_tag"] = self.etag
+        if self.version is not None:
+            mode["version"] = self.version
+        if not mode:
+            raise ValueError("Version needs an etag or a version to condition on")
+        return mode
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    last_modified: datetime
+    version: Version
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A body and the version it was read at (same GET), for conditional updates."""
+
+    key: str
+    data: bytes
+    version: Version
+    last_modified: datetime
+
+
+# --------------------------------------------------------------------------- the handle
+
+_MEMORY: dict[str, MemoryStore] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+class Store:
+    """A picklable handle on an object store: URL + non-secret options.
+
+    `memory://NAME` stores are shared by name inside one process (and only there).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any] | None = None,
+        credential_provider: Callable[[], Any] | None = None,
+    ) -> None:
+        self.url = _normalise_url(url)
+        self.options = dict(options or {})
+        self.credential_provider = credential_provider
+        self.scheme = urlparse(self.url).scheme
+        self._inner: Any = None
+        self._lock = threading.Lock()
+
+    # The obstore store is built lazily so a handle can cross processes cheaply.
+    @property
+    def inner(self) -> Any:
+        if self._inner is None:
+            with self._lock:
+                if self._inner is None:
+                    self._inner = _build(self)
+        return self._inner
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    @property
+    def is_memory(self) -> bool:
+        return self.scheme == "memory"
+
+    @property
+    def local_path(self) -> Path:
+        if not self.is_local:
+            raise ValueError(f"{self.url} is not a local store")
+        return Path(urlparse(self.url).path)
+
+    def child(self, prefix: str) -> Store:
+        """The same store rooted one prefix deeper."""
+        return Store(
+            f"{self.url.rstrip('/')}/{prefix.strip('/')}",
+            self.options,
+            self.credential_provider,
+        )
+
+    def zarr(self, read_only: bool = False) -> Any:
+        """A zarr v3 store over this object store (zarr's own ObjectStore adapter)."""
+        from zarr.storage import ObjectStore
+
+        return ObjectStore(self.inner, read_only=read_only)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        secrets = SECRET_OPTIONS.intersection(self.options)
+        if secrets:
+            raise TypeError(
+                f"refusing to pickle store {self.url} with explicit secrets {sorted(secrets)}: "
+                "pass a credential_provider or use the environment so workers refresh their own"
+            )
+        if self.is_memory:
+            raise TypeError(
+                f"memory store {self.url} lives in one process; use executor='sync' or a "
+                "file:// or s3:// store for a multi-process cluster"
+            )
+        return (Store, (self.url, self.options, self.credential_provider))
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Store) and (self.url, self.options) == (other.url, other.options)
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+
+def _normalise_url(url: str) -> str:
+    if "://" not in url:
+        return Path(url).expanduser().resolve().as_uri()
+    return url
+
+
+def _split_bucket(url: str) -> tuple[str, str]:
+    parsed = urlparse(url)
+    return parsed.netloc, parsed.path.strip("/")
+
+
+def _build(store: Store) -> Any:
+    url, opts = store.url, dict(store.options)
+    scheme = store.scheme
+    if scheme == "memory":
+        with _MEMORY_LOCK:
+            return _MEMORY.setdefault(url, MemoryStore())
+    if scheme == "file":
+        path = Path(urlparse(url).path)
+        path.mkdir(parents=True, exist_ok=True)
+        return LocalStore(path)
+    bucket, prefix = _split_bucket(url)
+    client_options: dict[str, Any] = {}
+    if opts.pop("allow_http", False):
+        client_options["allow_http"] = True
+    if "timeout" in opts:
+        client_options["timeout"] = opts.pop("timeout")
+    if "connect_timeout" in opts:
+        client_options["connect_timeout"] = opts.pop("connect_timeout")
+    kwargs: dict[str, Any] = {"prefix": prefix or None}
+    if client_options:
+        kwargs["client_options"] = client_options
+    if store.credential_provider is not None:
+        kwargs["credential_provider"] = store.credential_provider
+    if scheme == "s3":
+        if opts.pop("anonymous", False):
+            opts["skip_signature"] = True
+        if "path_style" in opts:
+            opts["virtual_hosted_style_request"] = not opts.pop("path_style")
+        return S3Store(bucket, **kwargs, **opts)
+    if scheme in ("gs", "gcs"):
+        if opts.pop("anonymous", False):
+            opts["skip_signature"] = True
+        return GCSStore(bucket, **kwargs, **opts)
+    if scheme in ("az", "azure", "abfs"):
+        if opts.pop("anonymous", False):
+            opts["skip_signature"] = True
+        return AzureStore(bucket, **kwargs, **opts)
+    raise ValueError(
+        f"unsupported store URL {url!r}: use a path, file://, memory://, s3://, gs:// or az://"
+    )
+
+
+def open_store(
+    url: str | Store,
+    *,
+    credential_provider: Callable[[], Any] | None = None,
+    **options: Any,
+) -> Store:
+    """Open a store by URL.
+
+    `memory://name`, `file:///abs/path` or a plain path, `s3://bucket/prefix` (options:
+    `endpoint`, `region`, `anonymous`, `allow_http`, `path_style`), `gs://bucket/prefix`,
+    `az://container/prefix`. Nothing is contacted until the first operation.
+    """
+    if isinstance(url, Store):
+        return url
+    store = Store(url, options, credential_provider)
+    try:
+        store.inner  # noqa: B018 - validate the configuration now, not on a worker later
+    except (ValueError, obx.BaseError) as err:
+        raise StorageError(store.url, None, f"cannot open: {err}") from err
+    return store
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def _meta_info(meta: Any) -> ObjectInfo:
+    return ObjectInfo(
+        key=meta["path"],
+        size=int(meta["size"]),
+        last_modified=meta["last_modified"],
+        version=Version(meta.get("e_tag"), meta.get("version")),
+    )
+
+
+def list_objects(store: Store, prefix: str = "") -> list[ObjectInfo]:
+    """Every object under `prefix` (whole path segments), sorted by key."""
+    try:
+        pages = obstore.list(store.inner, prefix=prefix.strip("/") or None).collect()
+    except Exception as err:
+        raise _translate(err, store, prefix or None) from err
+    infos = [_meta_info(m) for m in pages]
+    infos.sort(key=lambda i: i.key)
+    return infos
+
+
+def list_keys(store: Store, prefix: str = "") -> list[str]:
+    """Keys under `prefix`, sorted (LocalStore lists in arbitrary order)."""
+    return [i.key for i in list_objects(store, prefix)]
+
+
+def iter_keys(store: Store, prefix: str = "") -> Iterator[str]:
+    """Keys under `prefix` page by page, unsorted: for counting huge prefixes."""
+    try:
+        for page in obstore.list(store.inner, prefix=prefix.strip("/") or None):
+            for meta in page:
+                yield meta["path"]
+    except Exception as err:
+        raise _translate(err, store, prefix or None) from err
+
+
+def get(store: Store, key: str) -> Blob:
+    """Body and version from one GET."""
+    try:
+        result = obstore.get(store.inner, key)
+        data = bytes(result.bytes())
+        meta = result.meta
+    except Exception as err:
+        raise _translate(err, store, key) from err
+    return Blob(key, data, Version(meta.get("e_tag"), meta.get("version")), meta["last_modified"])
+
+
+def get_range(store: Store, key: str, start: int, length: int) -> bytes:
+    """Bytes [start, start + length) of one object."""
+    try:
+        return bytes(obstore.get_range(store.inner, key, start=start, length=length))
+    except Exception as err:
+        raise _translate(err, store, key) from err
+
+
+def head(store: Store, key: str) -> ObjectInfo:
+    try:
+        return _meta_info(obstore.head(store.inner, key))
+    except Exception as err:
+        raise _translate(err, store, key) from err
+
+
+def exists(store: Store, key: str) -> bool:
+    try:
+        head(store, key)
+    except NotFound:
+        return False
+    return True
+
+
+PutMode = Literal["overwrite", "create"] | Version
+
+
+def put(store: Store, key: str, data: bytes, mode: PutMode = "overwrite") -> Version:
+    """Write one object.
+
+    `mode="create"` fails with AlreadyExists if the key exists; a `Version` (from the GET that
+    read the body) fails with PreconditionFailed if the object changed since.
+    """
+    if isinstance(mode, Version):
+        if store.is_local:
+            return _local_conditional_update(store, key, data, mode)
+        obmode: Any = mode.as_mode()
+    elif mode in ("overwrite", "create"):
+        obmode = mode
+    else:
+        raise ValueError(f"put mode must be 'overwrite', 'create' or a Version, not {mode!r}")
+    try:
+        result = obstore.put(store.inner, key, data, mode=obmode)
+    except obx.AlreadyExistsError as err:
+        # S3 reports a lost If-Match race as 409 on some servers: a conflict either way.
+        if isinstance(mode, Version):
+            raise PreconditionFailed(store.url, key, str(err).splitlines()[0]) from err
+        raise _translate(err, store, key) from err
+    except Exception as err:
+        raise _translate(err, store, key) from err
+    return Version(result.get("e_tag"), result.get("version"))
+
+
+_LOCK_STALE_S = 30.0
+
+
+def _local_conditional_update(store: Store, key: str, data: bytes, expected: Version) -> Version:
+    """LocalStore has no if-match: serialise writers with a create-mode lock object."""
+    lock = f"{key}.toolkit-lock"
+    deadline = time.monotonic() + _LOCK_STALE_S
+    while True:
+        try:
+            obstore.put(store.inner, lock, str(os.getpid()).encode(), mode="create")
+            break
+        except obx.AlreadyExistsError:
+            if time.monotonic() > deadline:
+                raise PreconditionFailed(
+                    store.url, key, f"lock {lock} held for {_LOCK_STALE_S:.0f}s; remove it if stale"
+                ) from None
+            time.sleep(0.01)
+    try:
+        current = head(store, key)
+        if expected.etag is not None and current.version.etag != expected.etag:
+            raise PreconditionFailed(
+                store.url, key, f"etag is {current.version.etag}, expected {expected.etag}"
+            )
+        result = obstore.put(store.inner, key, data, mode="overwrite")
+        return Version(result.get("e_tag"), result.get("version"))
+    except NotFound as err:
+        raise PreconditionFailed(store.url, key, "object no longer exists") from err
+    finally:
+        obstore.delete(store.inner, lock)
+
+
+def delete(store: Store, key: str) -> None:
+    try:
+        obstore.delete(store.inner, key)
+    except Exception as err:
+        raise _translate(err, store, key) from err
+
+
+def delete_prefix(store: Store, prefix: str) -> int:
+    """Delete every object under `prefix`; returns how many."""
+    keys = list_keys(store, prefix)
+    for start in range(0, len(keys), 1000):
+        batch = keys[start : start + 1000]
+        try:
+            obstore.delete(store.inner, batch)
+        except Exception as err:
+            raise _translate(err, store, prefix) from err
+    return len(keys)

@@ -1,0 +1,106 @@
+"""Stable task lists and striping (pure).
+
+A task is a frozen dataclass with a string `key`. A worker's share is always computed from the
+stable list first (`stripe`) and only then narrowed by what it sees done (`remaining`): workers
+observe "done" at different moments, and filtering first would give them lists of different
+lengths, whose stripes overlap and leave tasks unclaimed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar, runtime_checkable
+
+__all__ = [
+    "StableTasks",
+    "Task",
+    "block_bounds",
+    "remaining",
+    "stable",
+    "stripe",
+]
+
+
+@runtime_checkable
+class Task(Protocol):
+    @property
+    def key(self) -> str: ...
+
+
+T = TypeVar("T", bound=Task)
+
+StripeMode = Literal["strided", "contiguous"]
+
+
+@dataclass(frozen=True)
+class StableTasks(Sequence[T]):
+    """A sorted, duplicate-free task list and the hash of its keys."""
+
+    tasks: tuple[T, ...]
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.tasks[i]
+
+    def __iter__(self):
+        return iter(self.tasks)
+
+    @property
+    def keys(self) -> list[str]:
+        return [t.key for t in self.tasks]
+
+    @property
+    def short_hash(self) -> str:
+        return self.digest[:12]
+
+
+def stable(tasks: Iterable[T]) -> StableTasks[T]:
+    """Sort by key, reject duplicate keys, hash the key list."""
+    items = sorted(tasks, key=lambda t: t.key)
+    h = hashlib.sha256()
+    previous: str | None = None
+    for t in items:
+        key = t.key
+        if not isinstance(key, str):
+            raise TypeError(f"task key must be a str, got {type(key).__name__} in {t!r}")
+        if key == previous:
+            raise ValueError(f"duplicate task key {key!r}: every task must own one object")
+        previous = key
+        h.update(key.encode())
+        h.update(b"\0")
+    return StableTasks(tuple(items), h.hexdigest())
+
+
+def block_bounds(n: int, index: int, count: int) -> tuple[int, int]:
+    """[start, stop) of contiguous block `index` of `count` over n items (sizes differ by <= 1)."""
+    if count < 1:
+        raise ValueError(f"stripe count must be >= 1, got {count}")
+    if not 0 <= index < count:
+        raise ValueError(f"stripe index {index} outside 0..{count - 1}")
+    base, extra = divmod(n, count)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def stripe(
+    tasks: Sequence[T], index: int, count: int, mode: StripeMode = "strided"
+) -> list[T]:
+    """Worker `index`'s share of the stable list: strided (i::n) or a contiguous block."""
+    if mode == "strided":
+        block_bounds(len(tasks), index, count)  # validates index/count
+        return list(tasks[index::count])
+    if mode == "contiguous":
+        start, stop = block_bounds(len(tasks), index, count)
+        return list(tasks[start:stop])
+    raise ValueError(f"stripe mode must be 'strided' or 'contiguous', not {mode!r}")
+
+
+def remaining(mine: Iterable[T], done: Collection[str]) -> list[T]:
+    """The tasks of one stripe whose objects are not yet there. Apply after `stripe`."""
+    done_set = done if isinstance(done, (set, frozenset)) else set(done)
+    return [t for t in mine if t.key not in done_set]

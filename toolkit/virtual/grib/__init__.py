@@ -1,0 +1,1 @@
+"""GRIB2 sources: index parsing, message boundaries, decoding."""
