@@ -62,6 +62,8 @@ def local_cluster() -> Iterator[object]:
     """One LocalCluster with spawned process workers for the whole session."""
     from distributed import LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     yield cluster
     cluster.close()

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from toolkit import storage
 from toolkit.archive.cli import app as archive_app
+from toolkit.engine import ClusterUnreachable
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
@@ -55,8 +56,11 @@ def _version(value: bool) -> None:
 def _main(
     cluster: Annotated[
         str | None,
-        typer.Option("--cluster", envvar="TOOLKIT_CLUSTER",
-                     help="Dask scheduler address; default: an embedded LocalCluster."),
+        typer.Option(
+            "--cluster",
+            envvar="TOOLKIT_CLUSTER",
+            help="Dask scheduler address; default: an embedded LocalCluster.",
+        ),
     ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
@@ -72,8 +76,12 @@ def _main(
 def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress bar per stage, driven by the engine's progress callback."""
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as bars:
         ids: dict[str, Any] = {}
 
@@ -86,12 +94,16 @@ def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
 
 
 def print_report(report: Report, json_path: Path | None = None) -> None:
-    table = Table(title=f"{report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)")
+    table = Table(
+        title=f"{report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
+    )
     for col in ("stage", "tasks", "skipped", "written", "seconds", "gate have/want"):
         table.add_column(col, justify="left" if col == "stage" else "right")
     for s in report.stages:
         gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
-        table.add_row(s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate)
+        table.add_row(
+            s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate
+        )
     out.print(table)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
@@ -108,6 +120,9 @@ def exit_codes() -> Iterator[None]:
     except (storage.Unreachable, storage.AccessDenied) as err:
         console.print(f"[red]store error:[/red] {err}")
         raise typer.Exit(2) from None
+    except ClusterUnreachable as err:
+        console.print(f"[red]cluster error:[/red] {err}")
+        raise typer.Exit(2) from None
     except storage.StorageError as err:
         console.print(f"[red]store error:[/red] {err}")
         raise typer.Exit(1) from None
@@ -119,7 +134,9 @@ def demo(
         Path | None, typer.Option(help="Where to write the demo stores (default: a temp dir).")
     ] = None,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
-    report_json: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON.")] = None,
+    report_json: Annotated[
+        Path | None, typer.Option("--json", help="Write the report as JSON.")
+    ] = None,
 ) -> None:
     """Run the demo jobs on the embedded default (LocalCluster + local store)."""
     from toolkit.demo import run_demo

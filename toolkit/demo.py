@@ -55,7 +55,9 @@ def foundation_plan(store: storage.Store, tiles: int = 64, levels: int = 3) -> P
     for level in range(levels):
         tasks = stable(Tile(level, i) for i in range(max(1, tiles >> level)))
         gate = Gate(ListedKeys(store, f"level{level}"), want=tuple(tasks.keys))
-        stages.append(Stage(f"level{level}", tasks, WriteTile(store), gate, workers=4, per_task=True))
+        stages.append(
+            Stage(f"level{level}", tasks, WriteTile(store), gate, workers=4, per_task=True)
+        )
     return Plan("demo-foundation", tuple(stages))
 
 

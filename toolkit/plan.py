@@ -27,7 +27,9 @@ __all__ = [
 class IncompleteStageError(RuntimeError):
     """A gate counted fewer (or other) objects than its stage must have written."""
 
-    def __init__(self, stage: str, have: int, want: int, missing: list[str], extra: str = "") -> None:
+    def __init__(
+        self, stage: str, have: int, want: int, missing: list[str], extra: str = ""
+    ) -> None:
         self.stage, self.have, self.want, self.missing = stage, have, want, missing
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
         msg = f"stage {stage!r} incomplete: have {have}/{want} objects"
@@ -91,8 +93,9 @@ class Stage:
     `service(list_of_tasks)` runs one worker's stripe (N nodes; with `per_task=True` the stripe's
     tasks are passed to `service` one at a time). Before running, a node drops
     the tasks whose keys `done()` (default: the gate's `observe`) reports, *after* striping.
-    `combine(values)` folds node results in a tree of fan-in `fan_in` into one final node,
-    whose value the gate and the report see.
+    `combine(values)` folds service results in a tree of fan-in `fan_in` into one final node,
+    whose value the gate and the report see; it receives its own outputs at the upper levels, so
+    it must be associative over one value type (lists concatenated, forks merged).
     """
 
     name: str

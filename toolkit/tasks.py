@@ -59,7 +59,7 @@ class StableTasks(Sequence[T]):
         return self.digest[:12]
 
 
-def stable(tasks: Iterable[T]) -> StableTasks[T]:
+def stable[T: Task](tasks: Iterable[T]) -> StableTasks[T]:
     """Sort by key, reject duplicate keys, hash the key list."""
     items = sorted(tasks, key=lambda t: t.key)
     h = hashlib.sha256()
@@ -87,7 +87,7 @@ def block_bounds(n: int, index: int, count: int) -> tuple[int, int]:
     return start, start + base + (1 if index < extra else 0)
 
 
-def stripe(
+def stripe[T: Task](
     tasks: Sequence[T], index: int, count: int, mode: StripeMode = "strided"
 ) -> list[T]:
     """Worker `index`'s share of the stable list: strided (i::n) or a contiguous block."""
@@ -100,7 +100,7 @@ def stripe(
     raise ValueError(f"stripe mode must be 'strided' or 'contiguous', not {mode!r}")
 
 
-def remaining(mine: Iterable[T], done: Collection[str]) -> list[T]:
+def remaining[T: Task](mine: Iterable[T], done: Collection[str]) -> list[T]:
     """The tasks of one stripe whose objects are not yet there. Apply after `stripe`."""
     done_set = done if isinstance(done, (set, frozenset)) else set(done)
     return [t for t in mine if t.key not in done_set]

@@ -12,6 +12,10 @@ from distributed import Client, LocalCluster
 ClusterLike = None | str | Client | Any
 
 
+class ClusterUnreachable(ConnectionError):
+    """No Dask scheduler answered at the given address."""
+
+
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -38,7 +42,12 @@ def connect(cluster: ClusterLike = None, *, n_workers: int | None = None) -> Ite
             client.close()
             local.close()
     elif isinstance(cluster, str):
-        client = Client(cluster)
+        try:
+            client = Client(cluster)
+        except OSError as err:
+            raise ClusterUnreachable(
+                f"no Dask scheduler reachable at {cluster} ({err}); check --cluster / TOOLKIT_CLUSTER"
+            ) from err
         try:
             yield client
         finally:

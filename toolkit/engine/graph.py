@@ -62,7 +62,9 @@ def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozens
     return observe()
 
 
-def run_task(service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any) -> NodeResult:
+def run_task(
+    service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any
+) -> NodeResult:
     started = time.time()
     if task.key in done:
         return NodeResult(0, 1, (), started, time.time())
@@ -70,7 +72,9 @@ def run_task(service: Callable[[Any], Any], task: Any, done: frozenset[str], *_a
     return NodeResult(1, 0, (value,), started, time.time())
 
 
-def run_each(service: Callable[[Any], Any], block: list[Any], done: frozenset[str], *_after: Any) -> NodeResult:
+def run_each(
+    service: Callable[[Any], Any], block: list[Any], done: frozenset[str], *_after: Any
+) -> NodeResult:
     """A stripe whose service takes one task at a time."""
     started = time.time()
     todo = remaining(block, done)
@@ -108,15 +112,24 @@ def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partia
     )
 
 
-def check_gate(stage: str, tasks: int, gate: Gate | None, combine: Any, *parts: Any) -> StageSummary:
+def check_gate(
+    stage: str, tasks: int, gate: Gate | None, combine: Any, *parts: Any
+) -> StageSummary:
     folded = fold(combine, *parts) if parts else Partial(0, 0, time.time(), time.time(), None)
     have = want = None
     if gate is not None:
         result = gate.check(stage, folded.value)
         have, want = result.have, result.want
     return StageSummary(
-        stage, tasks, folded.written, folded.skipped, folded.started, folded.finished,
-        have, want, folded.value,
+        stage,
+        tasks,
+        folded.written,
+        folded.skipped,
+        folded.started,
+        folded.finished,
+        have,
+        want,
+        folded.value,
     )
 
 
@@ -137,22 +150,47 @@ def compile_plan(plan: Plan) -> list[Node]:
         base = f"{stage.name}-{digest}"
         done_key: Key = f"{stage.name}-done-{digest}"
         nodes.append(
-            Node(done_key, stage.name, "done", observe_done, (stage.observe_done,), previous_gate,
-                 stage.retries)
+            Node(
+                done_key,
+                stage.name,
+                "done",
+                observe_done,
+                (stage.observe_done,),
+                previous_gate,
+                stage.retries,
+            )
         )
         work_keys: list[Key] = []
         if stage.workers is None:
             for i, task in enumerate(stage.tasks):
                 key = (base, i)
-                nodes.append(Node(key, stage.name, "work", run_task, (stage.service, task),
-                                  (done_key,), stage.retries))
+                nodes.append(
+                    Node(
+                        key,
+                        stage.name,
+                        "work",
+                        run_task,
+                        (stage.service, task),
+                        (done_key,),
+                        stage.retries,
+                    )
+                )
                 work_keys.append(key)
         else:
             for i, block in enumerate(_blocks(stage)):
                 key = (base, i)
                 fn = run_each if stage.per_task else run_block
-                nodes.append(Node(key, stage.name, "work", fn, (stage.service, block),
-                                  (done_key,), stage.retries))
+                nodes.append(
+                    Node(
+                        key,
+                        stage.name,
+                        "work",
+                        fn,
+                        (stage.service, block),
+                        (done_key,),
+                        stage.retries,
+                    )
+                )
                 work_keys.append(key)
         level_keys = work_keys
         if stage.combine is not None:
@@ -162,15 +200,30 @@ def compile_plan(plan: Plan) -> list[Node]:
                 next_keys: list[Key] = []
                 for j in range(0, len(level_keys), fan_in):
                     key = (f"{stage.name}-combine-{digest}", level, j // fan_in)
-                    nodes.append(Node(key, stage.name, "combine", fold, (stage.combine,),
-                                      tuple(level_keys[j : j + fan_in]), stage.retries))
+                    nodes.append(
+                        Node(
+                            key,
+                            stage.name,
+                            "combine",
+                            fold,
+                            (stage.combine,),
+                            tuple(level_keys[j : j + fan_in]),
+                            stage.retries,
+                        )
+                    )
                     next_keys.append(key)
                 level_keys, level = next_keys, level + 1
         gate_key: Key = f"{stage.name}-gate-{digest}"
         nodes.append(
-            Node(gate_key, stage.name, "gate", check_gate,
-                 (stage.name, len(stage.tasks), stage.gate, stage.combine),
-                 tuple(level_keys), 0)
+            Node(
+                gate_key,
+                stage.name,
+                "gate",
+                check_gate,
+                (stage.name, len(stage.tasks), stage.gate, stage.combine),
+                tuple(level_keys),
+                0,
+            )
         )
         previous_gate = (gate_key,)
     return nodes

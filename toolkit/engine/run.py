@@ -17,9 +17,14 @@ Executor = Literal["dask", "sync"]
 def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float) -> Report:
     stages = tuple(
         StageReport(
-            name=s.stage, tasks=s.tasks, skipped=s.skipped, written=s.written,
+            name=s.stage,
+            tasks=s.tasks,
+            skipped=s.skipped,
+            written=s.written,
             seconds=max(0.0, s.finished - s.started) if s.written or s.skipped else 0.0,
-            gate_have=s.gate_have, gate_want=s.gate_want, result=s.value,
+            gate_have=s.gate_have,
+            gate_want=s.gate_want,
+            result=s.value,
         )
         for s in summaries
     )
@@ -55,7 +60,9 @@ def _run_sync(nodes: list[Node], progress: Progress | None) -> list[StageSummary
     return summaries
 
 
-def _run_dask(nodes: list[Node], cluster: ClusterLike, progress: Progress | None) -> list[StageSummary]:
+def _run_dask(
+    nodes: list[Node], cluster: ClusterLike, progress: Progress | None
+) -> list[StageSummary]:
     from distributed import as_completed
 
     totals, seen = _totals(nodes), {}

@@ -1,0 +1,84 @@
+"""Services for engine tests; importable by spawned worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+from toolkit import storage
+
+
+@dataclass(frozen=True)
+class Item:
+    stage: str
+    n: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.stage}/{self.n:04d}"
+
+
+@dataclass(frozen=True)
+class Write:
+    """Writes the task's object; optionally 'succeeds' without writing some keys (the bug a gate catches)."""
+
+    store: storage.Store
+    skip_writing: frozenset[str] = frozenset()
+
+    def __call__(self, item: Item) -> str:
+        if item.key not in self.skip_writing:
+            storage.put(self.store, item.key, item.key.encode())
+        return item.key
+
+
+@dataclass(frozen=True)
+class KillOnce:
+    """Kills its own worker process (SIGKILL) the first time it meets `victim`, then writes."""
+
+    store: storage.Store
+    victim: str
+
+    def __call__(self, item: Item) -> str:
+        if item.key == self.victim:
+            try:
+                storage.put(self.store, "markers/killed", b"1", mode="create")
+            except storage.AlreadyExists:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        storage.put(self.store, item.key, b"x")
+        return item.key
+
+
+@dataclass(frozen=True)
+class FailOnce:
+    """Raises the first time per key (a transient error), succeeds on retry."""
+
+    store: storage.Store
+
+    def __call__(self, item: Item) -> str:
+        try:
+            storage.put(self.store, f"markers/{item.key}", b"1", mode="create")
+        except storage.AlreadyExists:
+            storage.put(self.store, item.key, b"x")
+            return item.key
+        raise RuntimeError(f"transient failure on {item.key}")
+
+
+def write_block(store: storage.Store, items: list[Item]) -> list[str]:
+    for item in items:
+        storage.put(store, item.key, b"x")
+    return [i.key for i in items]
+
+
+@dataclass(frozen=True)
+class BlockWriter:
+    store: storage.Store
+
+    def __call__(self, items: list[Item]) -> list[str]:
+        return write_block(self.store, items)
+
+
+def concat(values: list[list[str]]) -> list[str]:
+    return sorted(k for v in values for k in v)

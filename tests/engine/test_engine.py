@@ -1,0 +1,165 @@
+"""The gated engine on a real LocalCluster with process workers, and in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from distributed import Client
+
+from tests.engine.services import BlockWriter, FailOnce, Item, KillOnce, Write, concat
+from toolkit import storage
+from toolkit.engine import (
+    Gate,
+    IncompleteStageError,
+    ListedKeys,
+    Plan,
+    Stage,
+    compile_plan,
+    connect,
+    run,
+)
+from toolkit.tasks import stable
+
+
+def three_stages(store: storage.Store, service_for=None, sizes=(20, 10, 5), **stage_kw) -> Plan:
+    stages = []
+    for name, size in zip(("a", "b", "c"), sizes, strict=True):
+        tasks = stable(Item(name, i) for i in range(size))
+        service = service_for(name) if service_for else Write(store)
+        gate = Gate(ListedKeys(store, name), want=tuple(tasks.keys))
+        stages.append(Stage(name, tasks, service, gate, **stage_kw))
+    return Plan("three", tuple(stages))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> storage.Store:
+    return storage.open_store(str(tmp_path / "objects"))
+
+
+def test_compiled_graph_shape_and_deterministic_keys(store) -> None:
+    plan = three_stages(store)
+    nodes = compile_plan(plan)
+    again = compile_plan(three_stages(store))
+    assert [n.key for n in nodes] == [n.key for n in again]
+    by_key = {n.key: n for n in nodes}
+    gate_a = f"a-gate-{plan.digest}"
+    assert set(by_key[gate_a].deps) == {(f"a-{plan.digest}", i) for i in range(20)}
+    done_b = by_key[f"b-done-{plan.digest}"]
+    assert done_b.deps == (gate_a,)
+    assert all(n.deps == (done_b.key,) for n in nodes if n.stage == "b" and n.kind == "work")
+
+
+def test_combine_tree_has_bounded_fan_in(store) -> None:
+    tasks = stable(Item("a", i) for i in range(37))
+    stage = Stage("a", tasks, BlockWriter(store), workers=37, combine=concat, fan_in=4)
+    nodes = compile_plan(Plan("tree", (stage,)))
+    combines = [n for n in nodes if n.kind == "combine"]
+    assert combines and all(len(n.deps) <= 4 for n in combines)
+    gate = next(n for n in nodes if n.kind == "gate")
+    assert len(gate.deps) == 1
+    report = run(Plan("tree", (stage,)), executor="sync")
+    assert report.stage("a").result == sorted(t.key for t in tasks)
+
+
+@pytest.mark.parametrize("executor", ["sync", "dask"])
+def test_three_stage_plan_completes_then_rerun_writes_nothing(
+    store, executor, local_cluster
+) -> None:
+    plan = three_stages(store)
+    cluster = local_cluster if executor == "dask" else None
+    calls: list[tuple[str, int, int]] = []
+    report = run(plan, cluster=cluster, executor=executor, progress=lambda *a: calls.append(a))
+    assert [(s.name, s.written, s.skipped) for s in report.stages] == [
+        ("a", 20, 0),
+        ("b", 10, 0),
+        ("c", 5, 0),
+    ]
+    assert [(s.gate_have, s.gate_want) for s in report.stages] == [(20, 20), (10, 10), (5, 5)]
+    assert len(storage.list_keys(store)) == 35
+    assert ("a", 20, 20) in calls
+    stamps = {i.key: i.last_modified for i in storage.list_objects(store)}
+    again = run(plan, cluster=cluster, executor=executor)
+    assert again.written == 0 and sum(s.skipped for s in again.stages) == 35
+    assert {i.key: i.last_modified for i in storage.list_objects(store)} == stamps
+
+
+@pytest.mark.parametrize("executor", ["sync", "dask"])
+def test_success_without_object_fails_the_gate_and_stops_the_next_stage(
+    store, executor, local_cluster
+) -> None:
+    def service_for(name):
+        return Write(store, frozenset({"b/0003", "b/0007"}) if name == "b" else frozenset())
+
+    plan = three_stages(store, service_for)
+    with pytest.raises(IncompleteStageError) as err:
+        run(plan, cluster=local_cluster if executor == "dask" else None, executor=executor)
+    assert err.value.stage == "b" and (err.value.have, err.value.want) == (8, 10)
+    assert err.value.missing == ["b/0003", "b/0007"]
+    assert "have 8/10" in str(err.value) and "b/0003" in str(err.value)
+    assert storage.list_keys(store, "c") == []
+
+
+def test_block_stage_stripes_then_filters(store) -> None:
+    tasks = stable(Item("a", i) for i in range(10))
+    for k in ("a/0001", "a/0008"):
+        storage.put(store, k, b"old")
+    gate = Gate(ListedKeys(store, "a"), want=tuple(tasks.keys))
+    stage = Stage("a", tasks, BlockWriter(store), gate, workers=3, combine=concat)
+    report = run(Plan("blocks", (stage,)), executor="sync")
+    s = report.stage("a")
+    assert (s.written, s.skipped) == (8, 2)
+    assert "a/0001" not in s.result and len(s.result) == 8
+    assert storage.get(store, "a/0001").data == b"old"
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_loses_no_task(store) -> None:
+    from distributed import LocalCluster
+
+    def service_for(name):
+        return KillOnce(store, "b/0004") if name == "b" else Write(store)
+
+    plan = three_stages(store, service_for, sizes=(8, 8, 4))
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as lc:
+        report = run(plan, cluster=lc)
+    assert storage.exists(store, "markers/killed"), "the victim task never killed its worker"
+    assert [s.gate_have for s in report.stages] == [8, 8, 4]
+    assert len(storage.list_keys(store, "b")) == 8
+
+
+@pytest.mark.parametrize("executor", ["sync", "dask"])
+def test_retries_recover_transient_failures(store, executor, local_cluster) -> None:
+    tasks = stable(Item("a", i) for i in range(4))
+    gate = Gate(ListedKeys(store, "a"), want=tuple(tasks.keys))
+    ok = Plan("retry", (Stage("a", tasks, FailOnce(store), gate, retries=1),))
+    report = run(ok, cluster=local_cluster if executor == "dask" else None, executor=executor)
+    assert report.stage("a").gate_have == 4
+
+
+def test_no_retries_surface_the_error(store) -> None:
+    tasks = stable(Item("a", i) for i in range(2))
+    plan = Plan("noretry", (Stage("a", tasks, FailOnce(store), retries=0),))
+    with pytest.raises(RuntimeError, match="transient failure on a/0000"):
+        run(plan, executor="sync")
+
+
+def test_connect_accepts_client_address_and_get_client(local_cluster) -> None:
+    with Client(local_cluster) as client:
+        with connect(client) as c:
+            assert c is client
+        assert client.status == "running"  # not closed: we did not create it
+        with connect(local_cluster.scheduler_address) as c:
+            assert c.scheduler_info()["workers"]
+        with connect(local_cluster) as c:  # has .get_client()
+            assert c.scheduler_info()["workers"]
+    assert local_cluster.status.name == "running"
+    with pytest.raises(TypeError, match="get_client"), connect(42):
+        pass
+
+
+def test_unknown_executor_is_refused(store) -> None:
+    with pytest.raises(ValueError, match="executor"):
+        run(three_stages(store), executor="threads")  # type: ignore[arg-type]
