@@ -1,0 +1,63 @@
+"""The shipped JSON Schema and the hand-written validator agree, in both directions."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.archive.test_model import MALFORMED, SEMANTIC, good_doc, mutate
+from toolkit.archive.model import ArrayInfo, Manifest, ManifestError, Policy
+from toolkit.archive.partition import partition
+from toolkit.archive.schema import schema_text, validate_document
+
+
+def test_schema_file_is_shipped() -> None:
+    assert '"$schema"' in schema_text()
+
+
+def test_valid_document_passes_both() -> None:
+    assert validate_document(good_doc()) == []
+    Manifest.from_dict(good_doc())
+
+
+@pytest.mark.parametrize(("mutation", "field"), MALFORMED, ids=lambda v: str(v))
+def test_schema_violations_fail_both(mutation: tuple, field: str) -> None:
+    doc = mutate(*mutation)
+    assert validate_document(doc), f"schema accepted {mutation}"
+    with pytest.raises(ManifestError):
+        Manifest.from_dict(doc)
+
+
+@pytest.mark.parametrize(("mutation", "field"), SEMANTIC, ids=lambda v: str(v))
+def test_cross_field_rules_are_the_models(mutation: tuple, field: str) -> None:
+    """JSON Schema cannot see these; the model must (documented in the schema's description)."""
+    doc = mutate(*mutation)
+    if mutation[0] != "pins":  # duplicate pins are the one cross-field rule the schema can't see
+        assert validate_document(doc) == []
+    with pytest.raises(ManifestError):
+        Manifest.from_dict(doc)
+
+
+sizes = st.integers(0, 5000)
+
+
+@st.composite
+def stores(draw: st.DrawFn) -> list[ArrayInfo]:
+    names = draw(st.lists(st.text("abcXé_/", min_size=1, max_size=6), max_size=8, unique=True))
+    out, used = [], set()
+    for name in names:
+        path = "s/" + "/".join(p for p in name.split("/") if p)
+        if path == "s/" or any(path.startswith(u + "/") or u.startswith(path + "/") or u == path
+                               for u in used):
+            continue
+        used.add(path)
+        n = draw(st.integers(1, 40))
+        out.append(ArrayInfo(path, (n * 4,), (4,), stored_bytes=draw(sizes), objects=n))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(stores(), st.integers(1, 3000), st.integers(0, 50))
+def test_every_partition_output_passes_the_schema(arrays, t_max, t_hot) -> None:
+    m = partition(arrays, "s", Policy(t_max=t_max, t_hot=t_hot, t_min=max(1, t_max // 3)))
+    assert validate_document(m.to_dict()) == []
+    assert Manifest.from_dict(m.to_dict()) == m

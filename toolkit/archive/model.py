@@ -1,0 +1,457 @@
+"""Manifest types (pure). Validated on construction: an invalid manifest cannot exist in memory.
+
+A manifest describes one scope (one Zarr store, named by its path under the data root): the
+policy it was cut with, the blobs (archive units), the prefixes pinned hot by the partitioner,
+the pins people placed, and which object basenames are never archived. Every prefix is a full key
+prefix relative to the data root and is never empty, so no blob can swallow future arrays.
+
+Errors are `ManifestError` naming the offending field (`blobs[2].id`, `epoch`, ...).
+To test a malformed document, build the dict, not the dataclass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from toolkit.archive.ids import ID_PATTERN, is_id
+
+__all__ = [
+    "DEFAULT_HOT_ALWAYS",
+    "FORMAT",
+    "Blob",
+    "Bucket",
+    "Manifest",
+    "ManifestError",
+    "Pin",
+    "Policy",
+    "is_under",
+]
+
+FORMAT = "toolkit-archive-manifest/1"
+DEFAULT_HOT_ALWAYS: tuple[str, ...] = (".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+Encoding = Literal["default", "v2"]
+
+
+class ManifestError(ValueError):
+    """A manifest is malformed; `field` names where."""
+
+    def __init__(self, field_name: str, problem: str, scope: str | None = None) -> None:
+        self.field = field_name
+        self.problem = problem
+        where = f"manifest{f' for scope {scope!r}' if scope else ''}"
+        super().__init__(f"{where}: field {field_name!r}: {problem}")
+
+
+def is_under(key: str, prefix: str) -> bool:
+    """`key` equals `prefix` or lies below it, by whole path segments."""
+    return key == prefix or key.startswith(prefix + "/")
+
+
+def _int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(name, f"must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ManifestError(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ManifestError(name, "must be a non-empty string")
+    return value
+
+
+def _prefix(value: Any, name: str) -> str:
+    text = _text(value, name)
+    if text.startswith("/") or text.endswith("/") or "//" in text:
+        raise ManifestError(name, f"{text!r} must be a key prefix without leading, trailing or double '/'")
+    return text
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Thresholds in bytes: hot below `t_hot`, blobs up to `t_max`, coalesce until `t_min`."""
+
+    t_max: int
+    t_hot: int
+    t_min: int
+
+    def __post_init__(self) -> None:
+        for name in ("t_max", "t_hot", "t_min"):
+            _int(getattr(self, name), f"policy.{name}", 0 if name == "t_hot" else 1)
+        if self.t_min > self.t_max:
+            raise ManifestError("policy.t_min", f"{self.t_min} exceeds t_max {self.t_max}")
+
+    def to_dict(self) -> dict[str, int]:
+        return {"t_max": self.t_max, "t_hot": self.t_hot, "t_min": self.t_min}
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """How a bucketed blob reads the first chunk index from a key below its prefix."""
+
+    width: int
+    encoding: Encoding = "default"
+    separator: Literal["/", "."] = "/"
+
+    def __post_init__(self) -> None:
+        _int(self.width, "bucket.width", 1)
+        if self.encoding not in ("default", "v2"):
+            raise ManifestError("bucket.encoding", f"must be 'default' or 'v2', not {self.encoding!r}")
+        if self.separator not in ("/", "."):
+            raise ManifestError("bucket.separator", f"must be '/' or '.', not {self.separator!r}")
+
+    def first_index(self, rest: str) -> int | None:
+        """The first chunk index of a chunk key below the array (`rest` excludes the prefix)."""
+        parts = rest.split(self.separator)
+        if self.encoding == "default":
+            if parts[0] != "c":
+                return None
+            if len(parts) == 1:
+                return 0  # 0-d array: the key is just "c"
+            parts = parts[1:]
+        head = parts[0]
+        if not head.isdigit() or (self.separator == "." and "/" in rest):
+            return None
+        return int(head)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"width": self.width, "encoding": self.encoding, "separator": self.separator}
+
+
+@dataclass(frozen=True)
+class Blob:
+    """One archive unit. A bucketed blob has one prefix and resolves to `<id>_<n // width>`."""
+
+    id: str
+    prefixes: tuple[str, ...]
+    bucket: Bucket | None = None
+    bytes: int = 0
+    objects: int = 0
+
+    def __post_init__(self) -> None:
+        if not is_id(self.id):
+            raise ManifestError("id", f"{self.id!r} does not match {ID_PATTERN}")
+        if isinstance(self.prefixes, str) or not isinstance(self.prefixes, tuple | list):
+            raise ManifestError("prefixes", "must be a list of key prefixes")
+        object.__setattr__(self, "prefixes", tuple(self.prefixes))
+        if not self.prefixes:
+            raise ManifestError("prefixes", f"blob {self.id!r} owns no prefix")
+        for i, p in enumerate(self.prefixes):
+            _prefix(p, f"prefixes[{i}]")
+        if self.bucket is not None and len(self.prefixes) != 1:
+            raise ManifestError("bucket", f"bucketed blob {self.id!r} must own exactly one prefix")
+        _int(self.bytes, "bytes", 0)
+        _int(self.objects, "objects", 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "prefixes": list(self.prefixes),
+            "bucket": None if self.bucket is None else self.bucket.to_dict(),
+            "bytes": self.bytes,
+            "objects": self.objects,
+        }
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A person's decision to keep a prefix hot; survives every repartition."""
+
+    prefix: str
+    who: str
+    why: str
+    until: str | None = None  # ISO date; informative, never expires a pin by itself
+
+    def __post_init__(self) -> None:
+        _prefix(self.prefix, "prefix")
+        _text(self.who, "who")
+        _text(self.why, "why")
+        if self.until is not None:
+            try:
+                if not _DATE.fullmatch(_text(self.until, "until")):
+                    raise ValueError(self.until)
+                dt.date.fromisoformat(self.until)
+            except ValueError:
+                raise ManifestError("until", f"{self.until!r} is not an ISO date (YYYY-MM-DD)") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "who": self.who, "why": self.why, "until": self.until}
+
+
+def _nested(err: ManifestError, outer: str, scope: str) -> ManifestError:
+    return ManifestError(f"{outer}.{err.field}", err.problem, scope)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    scope: str
+    epoch: int
+    policy: Policy
+    blobs: tuple[Blob, ...] = ()
+    hot: tuple[str, ...] = ()
+    pins: tuple[Pin, ...] = ()
+    hot_always: tuple[str, ...] = DEFAULT_HOT_ALWAYS
+    format: str = field(default=FORMAT)
+
+    def __post_init__(self) -> None:
+        scope = _prefix(self.scope, "scope")
+        if self.format != FORMAT:
+            raise ManifestError("format", f"must be {FORMAT!r}, got {self.format!r}", scope)
+        _int(self.epoch, "epoch", 1)
+        if not isinstance(self.policy, Policy):
+            raise ManifestError("policy", "must be a Policy", scope)
+        for name in ("blobs", "hot", "pins", "hot_always"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        self._check_hot_always(scope)
+        self._check_ids(scope)
+        self._check_prefixes(scope)
+
+    def _check_hot_always(self, scope: str) -> None:
+        for i, name in enumerate(self.hot_always):
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ManifestError(f"hot_always[{i}]", f"{name!r} must be an object basename", scope)
+        missing = sorted(set(DEFAULT_HOT_ALWAYS) - set(self.hot_always))
+        if missing:
+            raise ManifestError("hot_always", f"must keep the metadata names {missing}", scope)
+
+    def _check_ids(self, scope: str) -> None:
+        seen: dict[str, int] = {}
+        for i, blob in enumerate(self.blobs):
+            if not isinstance(blob, Blob):
+                raise ManifestError(f"blobs[{i}]", "must be a Blob", scope)
+            if blob.id in seen:
+                raise ManifestError(
+                    f"blobs[{i}].id", f"duplicate id {blob.id!r} (also blobs[{seen[blob.id]}])", scope
+                )
+            seen[blob.id] = i
+
+    def _check_prefixes(self, scope: str) -> None:
+        owners: dict[str, str] = {}
+        claims = [(f"blobs[{i}].prefixes[{j}]", p) for i, b in enumerate(self.blobs)
+                  for j, p in enumerate(b.prefixes)]
+        claims += [(f"hot[{i}]", _prefix_in(p, f"hot[{i}]", scope)) for i, p in enumerate(self.hot)]
+        for name, p in claims:
+            if not is_under(p, scope):
+                raise ManifestError(name, f"{p!r} is outside scope {scope!r}", scope)
+            if p in owners:
+                raise ManifestError(name, f"prefix {p!r} is also claimed by {owners[p]}", scope)
+            owners[p] = name
+        for name, p in claims:
+            parts = p.split("/")
+            for k in range(1, len(parts)):
+                ancestor = "/".join(parts[:k])
+                if ancestor in owners:
+                    raise ManifestError(
+                        name, f"prefix {p!r} overlaps {ancestor!r} of {owners[ancestor]}", scope
+                    )
+        pinned: set[str] = set()
+        for i, pin in enumerate(self.pins):
+            if not isinstance(pin, Pin):
+                raise ManifestError(f"pins[{i}]", "must be a Pin", scope)
+            if not is_under(pin.prefix, scope):
+                raise ManifestError(f"pins[{i}].prefix", f"{pin.prefix!r} is outside scope {scope!r}", scope)
+            if pin.prefix in pinned:
+                raise ManifestError(f"pins[{i}].prefix", f"{pin.prefix!r} is pinned twice", scope)
+            pinned.add(pin.prefix)
+
+    # ------------------------------------------------------------------ derived manifests
+
+    def bumped(self, **changes: Any) -> Manifest:
+        """The successor: same scope, epoch + 1, with `changes` applied."""
+        return replace(self, epoch=self.epoch + 1, **changes)
+
+    def check_successor(self, previous: Manifest | None) -> None:
+        """Epochs only increase, and a scope keeps its name."""
+        if previous is None:
+            return
+        if previous.scope != self.scope:
+            raise ManifestError("scope", f"{self.scope!r} replaces a manifest of {previous.scope!r}")
+        if self.epoch <= previous.epoch:
+            raise ManifestError(
+                "epoch", f"{self.epoch} does not increase on the stored epoch {previous.epoch}", self.scope
+            )
+
+    def with_pin(self, pin: Pin) -> Manifest:
+        return self.bumped(pins=(*tuple(p for p in self.pins if p.prefix != pin.prefix), pin))
+
+    def without_pin(self, prefix: str) -> Manifest:
+        if all(p.prefix != prefix for p in self.pins):
+            raise ManifestError("pins", f"no pin on {prefix!r}", self.scope)
+        return self.bumped(pins=tuple(p for p in self.pins if p.prefix != prefix))
+
+    def blob(self, blob_id: str) -> Blob:
+        for b in self.blobs:
+            if b.id == blob_id:
+                return b
+        raise KeyError(blob_id)
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "scope": self.scope,
+            "epoch": self.epoch,
+            "policy": self.policy.to_dict(),
+            "hot_always": list(self.hot_always),
+            "hot": list(self.hot),
+            "pins": [p.to_dict() for p in self.pins],
+            "blobs": [b.to_dict() for b in self.blobs],
+        }
+
+    def dumps(self) -> bytes:
+        return (json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n").encode()
+
+    @classmethod
+    def loads(cls, data: bytes | str, source: str = "manifest") -> Manifest:
+        try:
+            doc = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ManifestError("(document)", f"{source} is not valid JSON: {err}") from None
+        return cls.from_dict(doc)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Manifest:
+        if not isinstance(doc, Mapping):
+            raise ManifestError("(document)", f"must be a JSON object, got {type(doc).__name__}")
+        scope = doc.get("scope") if isinstance(doc.get("scope"), str) else None
+        _only(doc, {"format", "scope", "epoch", "policy", "hot_always", "hot", "pins", "blobs"}, "", scope)
+        for name in ("format", "scope", "epoch", "policy", "blobs"):
+            if name not in doc:
+                raise ManifestError(name, "is required", scope)
+        policy = _obj(doc["policy"], "policy", scope)
+        _only(policy, {"t_max", "t_hot", "t_min"}, "policy.", scope)
+        for name in ("t_max", "t_hot", "t_min"):
+            if name not in policy:
+                raise ManifestError(f"policy.{name}", "is required", scope)
+        try:
+            pol = Policy(policy["t_max"], policy["t_hot"], policy["t_min"])
+        except ManifestError as err:
+            raise ManifestError(err.field, err.problem, scope) from None
+        blobs = tuple(_blob(b, i, scope) for i, b in enumerate(_list(doc["blobs"], "blobs", scope)))
+        pins = tuple(_pin(p, i, scope) for i, p in enumerate(_list(doc.get("pins", []), "pins", scope)))
+        return cls(
+            scope=doc["scope"],
+            epoch=doc["epoch"],
+            policy=pol,
+            blobs=blobs,
+            hot=tuple(_list(doc.get("hot", []), "hot", scope)),
+            pins=pins,
+            hot_always=tuple(_list(doc.get("hot_always", list(DEFAULT_HOT_ALWAYS)), "hot_always", scope)),
+            format=doc["format"],
+        )
+
+
+def _prefix_in(value: Any, name: str, scope: str) -> str:
+    try:
+        return _prefix(value, name)
+    except ManifestError as err:
+        raise ManifestError(err.field, err.problem, scope) from None
+
+
+def _obj(value: Any, name: str, scope: str | None) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ManifestError(name, f"must be an object, got {type(value).__name__}", scope)
+    return value
+
+
+def _list(value: Any, name: str, scope: str | None) -> list[Any]:
+    if not isinstance(value, list):
+        raise ManifestError(name, f"must be a list, got {type(value).__name__}", scope)
+    return value
+
+
+def _only(doc: Mapping[str, Any], allowed: Iterable[str], outer: str, scope: str | None) -> None:
+    extra = sorted(set(doc) - set(allowed))
+    if extra:
+        raise ManifestError(f"{outer}{extra[0]}", "is not a manifest field", scope)
+
+
+def _blob(value: Any, i: int, scope: str | None) -> Blob:
+    doc = _obj(value, f"blobs[{i}]", scope)
+    _only(doc, {"id", "prefixes", "bucket", "bytes", "objects"}, f"blobs[{i}].", scope)
+    for name in ("id", "prefixes"):
+        if name not in doc:
+            raise ManifestError(f"blobs[{i}].{name}", "is required", scope)
+    try:
+        bucket = None
+        if doc.get("bucket") is not None:
+            b = _obj(doc["bucket"], "bucket", scope)
+            _only(b, {"width", "encoding", "separator"}, "bucket.", scope)
+            if "width" not in b:
+                raise ManifestError("bucket.width", "is required", scope)
+            bucket = Bucket(b["width"], b.get("encoding", "default"), b.get("separator", "/"))
+        return Blob(doc["id"], _list(doc["prefixes"], "prefixes", scope), bucket,
+                    doc.get("bytes", 0), doc.get("objects", 0))
+    except ManifestError as err:
+        raise _nested(err, f"blobs[{i}]", scope or "") from None
+
+
+def _pin(value: Any, i: int, scope: str | None) -> Pin:
+    doc = _obj(value, f"pins[{i}]", scope)
+    _only(doc, {"prefix", "who", "why", "until"}, f"pins[{i}].", scope)
+    try:
+        for name in ("prefix", "who", "why"):
+            if name not in doc:
+                raise ManifestError(name, "is required", scope)
+        return Pin(doc["prefix"], doc["who"], doc["why"], doc.get("until"))
+    except ManifestError as err:
+        raise _nested(err, f"pins[{i}]", scope or "") from None
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """One array as read from metadata and a listing (never from a chunk).
+
+    `object_shape` is what becomes one object: the shard for sharded arrays, else the chunk.
+    `stored_bytes`/`objects` count the chunk (or shard) objects that exist now.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    object_shape: tuple[int, ...]
+    zarr_format: int = 3
+    encoding: Encoding = "default"
+    separator: Literal["/", "."] = "/"
+    dimension_names: tuple[str | None, ...] | None = None
+    inner_shape: tuple[int, ...] | None = None
+    stored_bytes: int = 0
+    objects: int = 0
+    coordinate: bool = False  # named as a coordinate by a sibling (CF `coordinates`)
+
+    def __post_init__(self) -> None:
+        _prefix(self.path, "path")
+        if len(self.shape) != len(self.object_shape):
+            raise ValueError(f"array {self.path!r}: shape {self.shape} and object shape "
+                             f"{self.object_shape} differ in rank")
+        if any(c < 1 for c in self.object_shape):
+            raise ValueError(f"array {self.path!r}: chunk shape {self.object_shape} has a zero")
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def is_coordinate(self) -> bool:
+        dims = self.dimension_names
+        own = len(self.shape) == 1 and dims is not None and len(dims) == 1 and dims[0] == self.name
+        return self.coordinate or own
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return tuple(-(-s // c) for s, c in zip(self.shape, self.object_shape, strict=True))
+
+    @property
+    def slab_objects(self) -> int:
+        """Objects sharing one first chunk index."""
+        n = 1
+        for g in self.grid[1:]:
+            n *= max(g, 1)
+        return n

@@ -1,0 +1,156 @@
+"""Key to blob (pure): a trie over path segments with one node per cut, never per object.
+
+A bucketed array is a single node however many blobs it spans: the bucket is computed from the
+next key segment. A miss is normal and safe ("unmanaged" stays hot). A resolution always carries
+the scope, because blob ids repeat across stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from toolkit.archive.ids import bucket_id
+from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Bucket, Manifest
+
+__all__ = ["Resolution", "Trie"]
+
+Kind = Literal["blob", "hot", "unmanaged"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    kind: Kind
+    scope: str | None = None
+    blob: str | None = None
+    reason: str = ""
+    epoch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "scope": self.scope, "blob": self.blob,
+                "reason": self.reason, "epoch": self.epoch}
+
+
+UNMANAGED = Resolution("unmanaged", reason="no manifest covers this key")
+_DEFAULT_NAMES = frozenset(DEFAULT_HOT_ALWAYS)
+
+
+class _Node:
+    __slots__ = ("bucket", "children", "cut", "pin", "scope")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.cut: Resolution | None = None  # blob (base id when bucketed) or hot
+        self.bucket: Bucket | None = None
+        self.pin: Resolution | None = None
+        self.scope: tuple[Manifest, frozenset[str]] | None = None
+
+
+class Trie:
+    """Resolver over any number of manifests (one per scope)."""
+
+    def __init__(self, manifests: Iterable[Manifest] = ()) -> None:
+        self._root = _Node()
+        self._manifests: dict[str, Manifest] = {}
+        self._cuts = 0
+        self._nodes = 1
+        self.add_all(manifests)
+
+    def __len__(self) -> int:
+        """Number of cuts (blob prefixes, hot prefixes, pins): independent of object count."""
+        return self._cuts
+
+    @property
+    def nodes(self) -> int:
+        """All nodes, including the path segments leading to cuts."""
+        return self._nodes
+
+    @property
+    def manifests(self) -> dict[str, Manifest]:
+        return dict(self._manifests)
+
+    def _node(self, prefix: str) -> _Node:
+        node = self._root
+        for seg in prefix.split("/"):
+            child = node.children.get(seg)
+            if child is None:
+                child = node.children[seg] = _Node()
+                self._nodes += 1
+            node = child
+        return node
+
+    def add(self, manifest: Manifest) -> None:
+        scope = manifest.scope
+        node = self._root
+        for seg in scope.split("/"):
+            node = node.children.get(seg) or _Node()
+            if node.scope is not None:
+                raise ValueError(f"scope {scope!r} overlaps loaded scope {node.scope[0].scope!r}")
+        self._node(scope).scope = (manifest, frozenset(manifest.hot_always))
+        self._manifests[scope] = manifest
+        epoch = manifest.epoch
+        for blob in manifest.blobs:
+            for prefix in blob.prefixes:
+                n = self._node(prefix)
+                n.cut = Resolution("blob", scope, blob.id, "blob", epoch)
+                n.bucket = blob.bucket
+                self._cuts += 1
+        for prefix in manifest.hot:
+            self._node(prefix).cut = Resolution("hot", scope, None, "hot prefix", epoch)
+            self._cuts += 1
+        for pin in manifest.pins:
+            self._node(pin.prefix).pin = Resolution("hot", scope, None, f"pinned by {pin.who}", epoch)
+            self._cuts += 1
+
+    def add_all(self, manifests: Iterable[Manifest]) -> None:
+        for m in manifests:
+            self.add(m)
+
+    def replace(self, manifest: Manifest) -> None:
+        """Swap one scope's manifest (a reload) by rebuilding: reloads are rare, lookups are not."""
+        current = dict(self._manifests)
+        current[manifest.scope] = manifest
+        fresh = Trie(current.values())
+        self._root, self._manifests = fresh._root, fresh._manifests
+        self._cuts, self._nodes = fresh._cuts, fresh._nodes
+
+    def lookup(self, key: str) -> Resolution:
+        parts = key.split("/")
+        node = self._root
+        best: _Node | None = None
+        depth = 0
+        scope: tuple[Manifest, frozenset[str]] | None = None
+        pin: Resolution | None = None
+        for i, seg in enumerate(parts):
+            node = node.children.get(seg)  # type: ignore[assignment]
+            if node is None:
+                break
+            if node.scope is not None:
+                scope = node.scope
+            if node.pin is not None:
+                pin = node.pin
+            if node.cut is not None:
+                best, depth = node, i
+        names = scope[1] if scope is not None else _DEFAULT_NAMES
+        if parts[-1] in names:
+            where = scope[0] if scope is not None else None
+            return Resolution("hot", where and where.scope, None, "hot_always",
+                              where and where.epoch)
+        if pin is not None:
+            return pin
+        if best is None:
+            if scope is None:
+                return UNMANAGED
+            return Resolution("unmanaged", scope[0].scope, None, "not partitioned yet",
+                              scope[0].epoch)
+        cut = best.cut
+        assert cut is not None
+        if best.bucket is None:
+            return cut
+        index = best.bucket.first_index("/".join(parts[depth + 1 :]))
+        if index is None:
+            return Resolution("unmanaged", cut.scope, None, "not a chunk key of a bucketed array",
+                              cut.epoch)
+        return Resolution("blob", cut.scope, bucket_id(cut.blob or "", index, best.bucket.width),
+                          "bucket", cut.epoch)
