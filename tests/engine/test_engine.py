@@ -39,13 +39,15 @@ def store(tmp_path: Path) -> storage.Store:
 
 def test_compiled_graph_shape_and_deterministic_keys(store) -> None:
     plan = three_stages(store)
-    nodes = compile_plan(plan)
-    again = compile_plan(three_stages(store))
+    nodes = compile_plan(plan, "r1")
+    again = compile_plan(three_stages(store), "r1")
     assert [n.key for n in nodes] == [n.key for n in again]
+    assert {n.key for n in compile_plan(plan, "r2")}.isdisjoint(n.key for n in nodes)
     by_key = {n.key: n for n in nodes}
-    gate_a = f"a-gate-{plan.digest}"
-    assert set(by_key[gate_a].deps) == {(f"a-{plan.digest}", i) for i in range(20)}
-    done_b = by_key[f"b-done-{plan.digest}"]
+    h = f"{plan.digest}-r1"
+    gate_a = f"a-gate-{h}"
+    assert set(by_key[gate_a].deps) == {(f"a-{h}", i) for i in range(20)}
+    done_b = by_key[f"b-done-{h}"]
     assert done_b.deps == (gate_a,)
     assert all(n.deps == (done_b.key,) for n in nodes if n.stage == "b" and n.kind == "work")
 

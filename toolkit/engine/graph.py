@@ -141,9 +141,14 @@ def _blocks(stage: Stage) -> list[list[Any]]:
     return [stripe(stage.tasks, i, n, stage.stripe_mode) for i in range(n)]
 
 
-def compile_plan(plan: Plan) -> list[Node]:
-    """Nodes in a valid execution order."""
-    digest = plan.digest
+def compile_plan(plan: Plan, run_id: str = "") -> list[Node]:
+    """Nodes in a valid execution order.
+
+    Keys are `<stage>-<plan hash>` (+ `-<run_id>` when given) and an index. The run id keeps a
+    rerun from reusing the previous run's observations (done-sets, gates) while the scheduler
+    still holds them; resubmitting with the same run id attaches to the graph in flight.
+    """
+    digest = f"{plan.digest}-{run_id}" if run_id else plan.digest
     nodes: list[Node] = []
     previous_gate: tuple[Key, ...] = ()
     for stage in plan.stages:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -82,10 +83,7 @@ def _run_dask(
             if stage is not None and progress:
                 seen[stage] = seen.get(stage, 0) + 1
                 progress(stage, seen[stage], totals[stage])
-        summaries = client.gather(gates)
-        for fut in futures.values():
-            fut.release()
-        return summaries
+        return client.gather(gates)
 
 
 def run(
@@ -93,14 +91,17 @@ def run(
     cluster: ClusterLike = None,
     executor: Executor = "dask",
     progress: Progress | None = None,
+    run_id: str | None = None,
 ) -> Report:
     """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want.
 
+    Node keys are `<stage>-<plan hash>-<run id>` and an index; pass the same `run_id` to
+    resubmit idempotently (a reconnecting client attaches to the nodes in flight).
     Raises the first failing node's exception; a gate that finds missing objects raises
     `IncompleteStageError` and no node of a later stage runs.
     """
     t0 = time.time()
-    nodes = compile_plan(plan)
+    nodes = compile_plan(plan, run_id if run_id is not None else uuid.uuid4().hex[:8])
     if executor == "sync":
         summaries = _run_sync(nodes, progress)
     elif executor == "dask":
