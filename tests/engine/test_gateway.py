@@ -1,0 +1,75 @@
+"""connect() with a dask-gateway cluster (a real gateway server on loopback, local backend)."""
+
+from __future__ import annotations
+
+import queue
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolkit import storage
+from toolkit.demo import foundation_plan
+from toolkit.engine import run
+
+pytest.importorskip("dask_gateway_server")
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def gateway(tmp_path: Path):
+    config = tmp_path / "gateway_config.py"
+    config.write_text(
+        'c.DaskGateway.backend_class = "dask_gateway_server.backends.local.UnsafeLocalBackend"\n'
+        'c.DaskGateway.address = "127.0.0.1:0"\n'
+        'c.Proxy.address = "127.0.0.1:0"\n'
+        'c.DaskGateway.authenticator_class = "dask_gateway_server.auth.SimpleAuthenticator"\n'
+        f'c.ClusterConfig.scheduler_cmd = ["{BIN / "dask"}", "scheduler"]\n'
+        f'c.ClusterConfig.worker_cmd = ["{BIN / "dask"}", "worker"]\n'
+    )
+    proc = subprocess.Popen(
+        [str(BIN / "dask-gateway-server"), "-f", str(config)],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def drain() -> None:  # keep reading so the server never blocks on a full pipe
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line)
+
+    threading.Thread(target=drain, daemon=True).start()
+    address = None
+    while True:  # the proxy serves the API once it has fetched its routing table
+        line = lines.get(timeout=60)
+        if m := re.search(r"HTTP routes listening at (http://\S+)", line):
+            address = m.group(1)
+        if "200 GET /api/v1/routes" in line:
+            break
+    assert address, "gateway did not start"
+    yield address
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_plan_runs_on_a_dask_gateway_cluster(gateway: str, tmp_path: Path) -> None:
+    from dask_gateway import Gateway
+
+    gw = Gateway(address=gateway, auth="basic")
+    cluster = gw.new_cluster()
+    try:
+        cluster.scale(1)
+        store = storage.open_store(str(tmp_path / "out"))
+        report = run(foundation_plan(store, tiles=8, levels=2), cluster=cluster)
+        assert [s.gate_have for s in report.stages] == [8, 4]
+        assert gw.get_cluster(cluster.name).status.name == "RUNNING"  # connect() left it running
+    finally:
+        cluster.shutdown()
