@@ -1,0 +1,269 @@
+"""wgrib2 `.idx` inventories -> records with byte ranges (pure: no I/O).
+
+Line syntax (``N[.k]:OFFSET:d=YYYYMMDDHH:ELEMENT:LEVEL:WINDOW:[EXTRA...]``) is parsed by
+gribberish's own index parser; this module adds what it lacks:
+
+* validation: message numbers and offsets must strictly increase (sub-messages share theirs);
+* byte ranges: a message ends where the next one starts, the last one at the length its own
+  header declares (read from the data file, which also proves the index is not stale);
+* meaning: the forecast window (step type, start, end), ensemble member / statistic, and the
+  GRIB parameter triplet behind raw ``var discipline=.. parmcat=.. parm=..`` names;
+* sub-messages (``128.1``, ``128.2``): fields sharing one GRIB message. Only the first field is
+  what a decoder sees at the message's offset, so the others are refused as references.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import gribberish
+
+from toolkit.virtual.grib.errors import InvalidIndexError, SubMessageError
+from toolkit.virtual.grib.message import check_message_at
+
+STEP_TYPES = ("instant", "accum", "avg", "max", "min")
+_STAT_WORDS = {"acc": "accum", "ave": "avg", "max": "max", "min": "min"}
+_UNITS = {"min": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+_INSTANT_RE = re.compile(r"^(\d+) (min|hour|day) fcst$")
+_RANGE_RE = re.compile(r"^(\d+)-(\d+) (min|hour|day) (acc|ave|max|min) fcst$")
+_RAW_RE = re.compile(
+    r"^var discipline=(\d+)(?: center=(\d+))?(?: local_table=(\d+))? parmcat=(\d+) parm=(\d+)$"
+)
+_ENS_RE = re.compile(r"^ENS=(?:([+-]\d+)|(low-res|hi-res) ctl)$")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The time a field describes, relative to init: an instant or a statistic over [start, end]."""
+
+    step_type: str
+    start: timedelta
+    end: timedelta
+
+    @classmethod
+    def instant(cls, lead: timedelta) -> Window:
+        return cls("instant", lead, lead)
+
+    def render(self) -> str:
+        """The wgrib2 spelling (hours; wgrib2 itself may print whole days as ``0-1 day``)."""
+        if self.step_type == "instant":
+            return "anl" if self.end == timedelta(0) else f"{_hours(self.end)} hour fcst"
+        word = {v: k for k, v in _STAT_WORDS.items()}[self.step_type]
+        return f"{_hours(self.start)}-{_hours(self.end)} hour {word} fcst"
+
+
+def _hours(delta: timedelta) -> str:
+    hours = delta / timedelta(hours=1)
+    return f"{hours:g}"
+
+
+def parse_window(text: str) -> Window | None:
+    """`anl`, `7 hour fcst`, `6-7 hour acc fcst`, `0-1 day max fcst` ...; None if unrecognised."""
+    text = text.strip()
+    if text == "anl":
+        return Window.instant(timedelta(0))
+    if m := _INSTANT_RE.match(text):
+        return Window.instant(int(m[1]) * _UNITS[m[2]])
+    if m := _RANGE_RE.match(text):
+        unit = _UNITS[m[3]]
+        return Window(_STAT_WORDS[m[4]], int(m[1]) * unit, int(m[2]) * unit)
+    return None
+
+
+@dataclass(frozen=True)
+class RawParam:
+    """The GRIB parameter behind an element wgrib2 has no name for."""
+
+    discipline: int
+    category: int
+    number: int
+    center: int | None = None
+    local_table: int | None = None
+
+    def element(self) -> str:
+        """The element string wgrib2 prints for this parameter."""
+        parts = [f"var discipline={self.discipline}"]
+        if self.center is not None:
+            parts.append(f"center={self.center}")
+        if self.local_table is not None:
+            parts.append(f"local_table={self.local_table}")
+        parts += [f"parmcat={self.category}", f"parm={self.number}"]
+        return " ".join(parts)
+
+
+def parse_raw_param(element: str) -> RawParam | None:
+    if m := _RAW_RE.match(element.strip()):
+        return RawParam(
+            int(m[1]),
+            int(m[4]),
+            int(m[5]),
+            int(m[2]) if m[2] else None,
+            int(m[3]) if m[3] else None,
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """One inventory line. `length` is None until the end of the last message is known."""
+
+    number: int
+    submessage: int | None
+    offset: int
+    length: int | None
+    init: datetime | None
+    element: str
+    level: str
+    window_text: str
+    extra: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.number}" if self.submessage is None else f"{self.number}.{self.submessage}"
+
+    @property
+    def end(self) -> int | None:
+        return None if self.length is None else self.offset + self.length
+
+    @property
+    def window(self) -> Window | None:
+        return parse_window(self.window_text)
+
+    @property
+    def raw_param(self) -> RawParam | None:
+        return parse_raw_param(self.element)
+
+    @property
+    def member(self) -> int | None:
+        """Ensemble member: 0 for the control, N for ``ENS=+N`` (-N for ``ENS=-N``)."""
+        for item in self.extra:
+            if m := _ENS_RE.match(item.strip()):
+                return int(m[1]) if m[1] else 0
+        return None
+
+    @property
+    def ensemble_stat(self) -> str | None:
+        """``mean`` / ``spread`` for ensemble-statistic files (``ens mean``, ``ens spread``)."""
+        for item in self.extra:
+            word = item.strip().lower()
+            if word.startswith("ens ") and not word.startswith("ens="):
+                return "spread" if "spread" in word or "std" in word else word[4:]
+        return None
+
+    def line(self) -> str:
+        """The record as a wgrib2 inventory line."""
+        date = f"d={self.init:%Y%m%d%H}" if self.init else "d="
+        fields = [self.label, str(self.offset), date, self.element, self.level, self.window_text]
+        return ":".join([*fields, *self.extra]) + (":" if not self.extra else "")
+
+    def check_referenceable(self, url: str) -> None:
+        """Refuse a field a byte-range reference cannot isolate.
+
+        A reference points at a whole message and the decoder returns its first field, so
+        sub-message 2 onwards would silently decode as sub-message 1.
+        """
+        if self.submessage is not None and self.submessage > 1:
+            raise SubMessageError(
+                url,
+                f"record {self.label} ({self.element} {self.level}) is field {self.submessage} of "
+                f"GRIB message {self.number}; a reference to that message decodes field 1",
+            )
+
+
+def parse_index(text: str, url: str = "<index>") -> list[IndexRecord]:
+    """Parse and validate an inventory; the last message's length is left as None."""
+    if not text.strip():
+        raise InvalidIndexError(url, "empty index")
+    try:
+        entries = gribberish.parse_grib_index(text)
+    except ValueError as err:
+        raise InvalidIndexError(url, str(err)) from None
+    if not entries:
+        raise InvalidIndexError(url, "no records (not a wgrib2 inventory?)")
+    records = [
+        IndexRecord(
+            number=e.message_number,
+            submessage=e.submessage,
+            offset=e.offset,
+            length=None,
+            init=e.reference_date,
+            element=e.var or "",
+            level=e.level or "",
+            window_text=e.forecast_time or "",
+            extra=tuple(e.extra),
+        )
+        for e in entries
+    ]
+    _validate_order(records, url)
+    return _fill_lengths(records)
+
+
+def _validate_order(records: list[IndexRecord], url: str) -> None:
+    prev: IndexRecord | None = None
+    for rec in records:
+        if prev is None:
+            if rec.submessage not in (None, 1):
+                raise InvalidIndexError(url, f"record {rec.label} starts mid-message")
+        elif rec.number == prev.number:
+            if rec.submessage is None or prev.submessage is None:
+                raise InvalidIndexError(url, f"message {rec.number} is listed twice")
+            if rec.submessage != prev.submessage + 1:
+                raise InvalidIndexError(url, f"record {rec.label} follows {prev.label}")
+            if rec.offset != prev.offset:
+                raise InvalidIndexError(
+                    url,
+                    f"sub-message {rec.label} at offset {rec.offset}, its message at {prev.offset}",
+                )
+        else:
+            if rec.number <= prev.number:
+                raise InvalidIndexError(
+                    url, f"message numbers not increasing: {prev.label} then {rec.label}"
+                )
+            if rec.submessage not in (None, 1):
+                raise InvalidIndexError(url, f"record {rec.label} starts mid-message")
+            if rec.offset <= prev.offset:
+                raise InvalidIndexError(
+                    url,
+                    f"offsets not increasing: message {prev.label} at {prev.offset}, "
+                    f"message {rec.label} at {rec.offset}",
+                )
+        prev = rec
+
+
+def _fill_lengths(records: list[IndexRecord]) -> list[IndexRecord]:
+    starts = sorted({r.offset for r in records})
+    following = dict(zip(starts, [*starts[1:], None], strict=True))
+    out = []
+    for r in records:
+        nxt = following[r.offset]
+        out.append(r if nxt is None else replace(r, length=nxt - r.offset))
+    return out
+
+
+def last_offset(records: list[IndexRecord]) -> int:
+    return records[-1].offset
+
+
+def with_byte_ranges(
+    records: list[IndexRecord], url: str, file_size: int, last_header: bytes
+) -> list[IndexRecord]:
+    """Close the ranges against the data file as it is now.
+
+    `last_header` is the 16 bytes of the data file at the last record's offset. The whole file
+    is refused (StaleIndexError, naming `url`) unless a fitting GRIB2 message starts there; the
+    last message then ends where its own header says, which is EOF unless the file holds more
+    messages than the index lists.
+    """
+    last = records[-1].offset
+    indicator = check_message_at(url, last, last_header, file_size)
+    return [r if r.offset != last else replace(r, length=indicator.length) for r in records]
+
+
+def group_messages(records: list[IndexRecord]) -> dict[int, list[IndexRecord]]:
+    """Records by message number (a sub-message group has several)."""
+    out: dict[int, list[IndexRecord]] = {}
+    for r in records:
+        out.setdefault(r.number, []).append(r)
+    return out
