@@ -1,1 +1,233 @@
-"""Numba reducers for pyramids (pure, nogil, cached)."""
+"""Numba reducers for pyramids (pure, nogil, cached).
+
+Every reducer pools a block `values[B, H, W]` by a factor into `out[B, ceil(H/f), ceil(W/f)]`
+and writes the joint valid count into `count[ceil(H/f), ceil(W/f)]`. Validity is a per-pixel
+weight `weights[H, W]` shared by every band (the joint mask across the band dimension): at level 0
+it is 0/1 (valid in every band), further up it is the parent level's count plane. Partial windows
+at the bottom/right edge are pooled over the pixels they have, never trimmed.
+
+Nothing here allocates per call beyond its outputs, touches global state or warns, so the
+kernels are safe to run from many threads at once (`nogil=True`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "METHODS",
+    "joint_valid",
+    "pool",
+    "pool_mode",
+]
+
+METHODS = ("mean", "mode", "min", "max", "sum")
+
+
+@njit(nogil=True, cache=True)
+def _joint_valid_float(values, fill, fill_is_nan, out):  # pragma: no cover - numba
+    nb, h, w = values.shape
+    for y in range(h):
+        for x in range(w):
+            ok = 1
+            for b in range(nb):
+                v = values[b, y, x]
+                if v != v or (not fill_is_nan and v == fill):
+                    ok = 0
+                    break
+            out[y, x] = ok
+
+
+@njit(nogil=True, cache=True)
+def _joint_valid_int(values, fill, out):  # pragma: no cover - numba
+    nb, h, w = values.shape
+    for y in range(h):
+        for x in range(w):
+            ok = 1
+            for b in range(nb):
+                if values[b, y, x] == fill:
+                    ok = 0
+                    break
+            out[y, x] = ok
+
+
+def joint_valid(values: np.ndarray, fill: float | int) -> np.ndarray:
+    """uint32 0/1 plane: 1 where the pixel is valid in every band (`values` is [B, H, W]).
+
+    Invalid means NaN or equal to `fill` (the array's fill_value, NaN for most float stores).
+    """
+    if values.ndim != 3:
+        raise ValueError(f"joint_valid wants [band, y, x], got shape {values.shape}")
+    out = np.empty(values.shape[1:], dtype=np.uint32)
+    if values.dtype.kind == "f":
+        fill_f = float(fill) if fill is not None else np.nan
+        _joint_valid_float(values, values.dtype.type(fill_f), bool(np.isnan(fill_f)), out)
+    else:
+        _joint_valid_int(values, values.dtype.type(fill), out)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _pool_count(weights, f, count):  # pragma: no cover - numba
+    h, w = weights.shape
+    oh, ow = count.shape
+    for oy in range(oh):
+        for ox in range(ow):
+            count[oy, ox] = 0
+    for y in range(h):
+        oy = y // f
+        for x in range(w):
+            count[oy, x // f] += weights[y, x]
+
+
+@njit(nogil=True, cache=True)
+def _pool_mean(values, weights, f, count, out, nodata):  # pragma: no cover - numba
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    acc = np.zeros(ow, dtype=np.float64)
+    for b in range(nb):
+        for oy in range(oh):
+            acc[:] = 0.0
+            for y in range(oy * f, min(h, oy * f + f)):
+                for x in range(w):
+                    wt = weights[y, x]
+                    if wt != 0:
+                        acc[x // f] += np.float64(values[b, y, x]) * wt
+            for ox in range(ow):
+                c = count[oy, ox]
+                out[b, oy, ox] = acc[ox] / c if c != 0 else nodata
+
+
+@njit(nogil=True, cache=True)
+def _pool_sum(values, weights, f, count, out, nodata):  # pragma: no cover - numba
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    acc = np.zeros(ow, dtype=out.dtype)
+    for b in range(nb):
+        for oy in range(oh):
+            acc[:] = 0
+            for y in range(oy * f, min(h, oy * f + f)):
+                for x in range(w):
+                    if weights[y, x] != 0:
+                        acc[x // f] += values[b, y, x]
+            for ox in range(ow):
+                out[b, oy, ox] = acc[ox] if count[oy, ox] != 0 else nodata
+
+
+@njit(nogil=True, cache=True)
+def _pool_extreme(values, weights, f, count, out, nodata, want_max):  # pragma: no cover
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    acc = np.empty(ow, dtype=out.dtype)
+    seen = np.zeros(ow, dtype=np.bool_)
+    for b in range(nb):
+        for oy in range(oh):
+            seen[:] = False
+            for y in range(oy * f, min(h, oy * f + f)):
+                for x in range(w):
+                    if weights[y, x] == 0:
+                        continue
+                    ox = x // f
+                    v = values[b, y, x]
+                    if not seen[ox]:
+                        acc[ox] = v
+                        seen[ox] = True
+                    elif (want_max and v > acc[ox]) or (not want_max and v < acc[ox]):
+                        acc[ox] = v
+            for ox in range(ow):
+                out[b, oy, ox] = acc[ox] if seen[ox] else nodata
+
+
+@njit(nogil=True, cache=True)
+def _pool_mode(values, weights, f, count, out, nodata):  # pragma: no cover - numba
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    buf = np.empty(f * f, dtype=values.dtype)
+    for b in range(nb):
+        for oy in range(oh):
+            for ox in range(ow):
+                n = 0
+                for y in range(oy * f, min(h, oy * f + f)):
+                    for x in range(ox * f, min(w, ox * f + f)):
+                        if weights[y, x] != 0:
+                            buf[n] = values[b, y, x]
+                            n += 1
+                if n == 0:
+                    out[b, oy, ox] = nodata
+                    continue
+                s = np.sort(buf[:n])
+                best = s[0]
+                best_n = 0
+                run = 0
+                for i in range(n):
+                    if i > 0 and s[i] != s[i - 1]:
+                        run = 0
+                    run += 1
+                    # strictly greater: among equal counts the first (smallest) label wins
+                    if run > best_n:
+                        best_n = run
+                        best = s[i]
+                out[b, oy, ox] = best
+
+
+def _out_shape(values: np.ndarray, f: int) -> tuple[int, int, int]:
+    nb, h, w = values.shape
+    return nb, -(-h // f), -(-w // f)
+
+
+def _check(values: np.ndarray, weights: np.ndarray, f: int) -> None:
+    if values.ndim != 3 or weights.ndim != 2 or values.shape[1:] != weights.shape:
+        raise ValueError(
+            f"pool wants values [band, y, x] and weights [y, x] of the same plane, got "
+            f"{values.shape} and {weights.shape}"
+        )
+    if f < 1:
+        raise ValueError(f"pool factor must be >= 1, got {f}")
+
+
+def pool(
+    values: np.ndarray,
+    weights: np.ndarray,
+    method: str,
+    nodata: float | int,
+    factor: int = 2,
+    out_dtype: np.dtype | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pool [B, H, W] by `factor`; returns (out [B, h, w], count [h, w] uint32).
+
+    `weights` is the valid count per input pixel (0/1 at level 0, a count plane above): mean
+    is count-weighted (float64 accumulator), so pooling a pooled level gives the same answer as
+    pooling level 0 directly; sum/min/max/mode consider pixels with a non-zero weight.
+    Mode pools labels, not counts: it is exact only when applied to level 0.
+    """
+    _check(values, weights, factor)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    nb, oh, ow = _out_shape(values, factor)
+    weights = np.ascontiguousarray(weights, dtype=np.uint32)
+    count = np.empty((oh, ow), dtype=np.uint32)
+    _pool_count(weights, factor, count)
+    dtype = np.dtype(out_dtype) if out_dtype is not None else values.dtype
+    out = np.empty((nb, oh, ow), dtype=dtype)
+    nd = dtype.type(nodata)
+    values = np.ascontiguousarray(values)
+    if method == "mean":
+        if dtype.kind != "f":
+            raise ValueError(f"mean needs a float output dtype, got {dtype}")
+        _pool_mean(values, weights, factor, count, out, nd)
+    elif method == "sum":
+        _pool_sum(values.astype(dtype, copy=False), weights, factor, count, out, nd)
+    elif method in ("min", "max"):
+        _pool_extreme(values.astype(dtype, copy=False), weights, factor, count, out, nd,
+                      method == "max")
+    else:
+        if values.dtype.kind not in "iu":
+            raise ValueError(f"mode is for categorical integers, not {values.dtype} data")
+        _pool_mode(values, weights, factor, count, out, nd)
+    return out, count
+
+
+def pool_mode(values: np.ndarray, valid: np.ndarray, factor: int, nodata: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mode of every `factor`x`factor` level-0 window (ties to the smallest label)."""
+    return pool(values, valid, "mode", nodata, factor)

@@ -1,1 +1,11 @@
-"""toolkit.pyramid."""
+"""Exact multiscale pyramids of Zarr v3 stores, level by level, as gated graphs.
+
+`plan(source)` derives every level's output shards from the level-0 listing (no data read),
+`build(source)` runs them through the engine (one node per shard, a gate per level) and adds the
+root metadata, `verify(source)` proves the result.
+"""
+
+from toolkit.pyramid.build import build, plan
+from toolkit.pyramid.verify import VerifyResult, verify
+
+__all__ = ["VerifyResult", "build", "plan", "verify"]

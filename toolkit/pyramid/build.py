@@ -1,0 +1,129 @@
+"""`plan` and `build`: read the store, plan every level, hand one gated graph to the engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from toolkit import storage
+from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.plan import IncompleteStageError, Report
+from toolkit.pyramid import metadata
+from toolkit.pyramid.plan import PLAN_KEY, PlanError, PyramidPlan, plan_pyramid
+from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource, _open
+from toolkit.pyramid.source import Source, read_source
+
+
+def plan(
+    source: str | storage.Store,
+    variables: list[str] | None = None,
+    method: str = "mean",
+    band_dim: str | None = None,
+    levels: int | None = None,
+    **options: Any,
+) -> PyramidPlan:
+    """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only)."""
+    src = read_source(storage.open_store(source, **options), variables)
+    return _plan(src, method, band_dim, levels)
+
+
+def _plan(src: Source, method: str, band_dim: str | None, levels: int | None) -> PyramidPlan:
+    return plan_pyramid(src.arrays, src.listings, method=method, band_dim=band_dim, levels=levels)
+
+
+def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
+    try:
+        return json.loads(storage.get(store, PLAN_KEY).data)
+    except storage.NotFound:
+        return None
+
+
+def _sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
+    lvl = p.levels[k]
+    out = []
+    for v in lvl.vars:
+        a = src.arrays[v.var]
+        band_axis = a.dims.index(p.band_dim) if p.band_dim else None
+        if k == 0 or p.method == "mode":
+            out.append(VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis))
+        else:
+            parent = p.levels[k - 1]
+            pv = parent.var(v.var)
+            out.append(VarSource(v, f"{parent.group}/{v.var}", f"{parent.group}/{pv.count_name}",
+                                 pv.fill_value, pv.shape, 2, band_axis))
+    return tuple(out)
+
+
+def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
+    """One stage per level: a node per output shard, a gate listing the level vs its targets."""
+    stages = []
+    for k in range(start, len(p.levels)):
+        lvl = p.levels[k]
+        service = BuildShard(src.store, lvl.group, p.method, _sources(src, p, k))
+        gate = Gate(ListedKeys(src.store, lvl.group + "/"), want=lvl.targets)
+        stages.append(Stage(lvl.group, lvl.tasks, service, gate,
+                            done=DoneShards(src.store, lvl.group, tuple(lvl.tasks))))
+    return Plan(f"pyramid-{p.method}", tuple(stages))
+
+
+def _level_index(p: PyramidPlan, level: str | int) -> int:
+    name = str(level)
+    name = name if name.endswith("x") else f"{name}x"
+    for i, lvl in enumerate(p.levels):
+        if lvl.group == name:
+            return i
+    raise PlanError(f"--rebuild-from {level!r}: no such level (levels: {[x.group for x in p.levels]})")
+
+
+def check_complete(store: storage.Store, p: PyramidPlan, k: int) -> None:
+    """Refuse to build on a partial parent: raise with have/want."""
+    lvl = p.levels[k]
+    have = set(storage.list_keys(store, lvl.group + "/"))
+    missing = [key for key in lvl.targets if key not in have]
+    if missing:
+        raise IncompleteStageError(
+            lvl.group, len(lvl.targets) - len(missing), len(lvl.targets), missing,
+            extra=f"parent level {lvl.group} is partial; rebuild it first (--rebuild-from {lvl.group})",
+        )
+
+
+def build(
+    source: str | storage.Store,
+    variables: list[str] | None = None,
+    method: str = "mean",
+    band_dim: str | None = None,
+    levels: int | None = None,
+    cluster: Any = None,
+    executor: str = "dask",
+    progress: Callable[[str, int, int], None] | None = None,
+    rebuild_from: str | int | None = None,
+    **options: Any,
+) -> Report:
+    """Build (or resume) every level, gate by gate; then add the root metadata."""
+    store = storage.open_store(source, **options)
+    src = read_source(store, variables)
+    p = _plan(src, method, band_dim, levels)
+    _open.cache_clear()
+    start = 0
+    if rebuild_from is not None:
+        start = _level_index(p, rebuild_from)
+        if start > 0:
+            check_complete(store, p, start - 1)
+        for lvl in p.levels[start:]:
+            storage.delete_prefix(store, lvl.group + "/")
+    else:
+        old = recorded_plan(store)
+        if old is not None and old.get("digest") != p.digest:
+            same = {k: old.get(k) for k in p.settings()} == p.settings()
+            why = ("level 0 changed since the last build" if same
+                   else f"the recorded pyramid was built with {({k: old.get(k) for k in p.settings()})}")
+            raise PlanError(
+                f"{store.url}: {why}; rebuild with --rebuild-from {p.levels[0].group}"
+            )
+    storage.put(store, PLAN_KEY, p.to_json().encode())
+    metadata.write_levels(src, p)
+    report = run(pyramid_stages(src, p, start), cluster=cluster, executor=executor,  # type: ignore[arg-type]
+                 progress=progress)
+    metadata.update_root(src, p)
+    return report

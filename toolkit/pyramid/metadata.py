@@ -1,0 +1,191 @@
+"""Level groups and the additive root metadata.
+
+Each level is a sibling group (`2x`, `4x`, ...) that opens on its own: data arrays named as at
+level 0, a `<var>_count` plane, scaled cell-centre coordinates and the CRS variable. The root only
+gains the zarr-conventions `multiscales` layout (v0.1) and its `zarr_conventions` registration;
+the root zarr.json and every level-0 node's zarr.json are backed up first, and consolidated
+metadata is refreshed only where the store already had it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+import zarr
+
+from toolkit import storage
+from toolkit.pyramid.plan import BACKUP_KEY, PyramidPlan
+from toolkit.pyramid.source import Source
+
+MULTISCALES_UUID = "d35379db-88df-4056-af3a-620245f8e347"
+REGISTRATION = {
+    "uuid": MULTISCALES_UUID,
+    "name": "multiscales",
+    "schema_url": "https://raw.githubusercontent.com/zarr-conventions/multiscales/refs/tags/v1/schema.json",
+    "spec_url": "https://github.com/zarr-conventions/multiscales/blob/v1/README.md",
+    "description": "Multiscale layout of zarr datasets",
+}
+RESAMPLING = {"mean": "average", "mode": "mode", "min": "min", "max": "max", "sum": "sum"}
+ADDED_ATTRS = ("multiscales",)
+
+
+def axis_geometry(values: np.ndarray) -> tuple[float, float]:
+    """(pixel edge origin, signed spacing) of cell-centre coordinates."""
+    values = np.asarray(values, dtype=np.float64)
+    step = (values[-1] - values[0]) / (len(values) - 1)
+    return float(values[0] - step / 2), float(step)
+
+
+def level_coords(values: np.ndarray, factor: int, n: int) -> np.ndarray:
+    edge, step = axis_geometry(values)
+    return edge + (np.arange(n, dtype=np.float64) + 0.5) * step * factor
+
+
+def spatial_transform(src: Source, plan: PyramidPlan, factor: int) -> list[float]:
+    ydim, xdim = plan.spatial_dims
+    y0, dy = axis_geometry(src.coords[ydim])
+    x0, dx = axis_geometry(src.coords[xdim])
+    return [dx * factor, 0.0, x0, 0.0, dy * factor, y0]
+
+
+def _create(zstore: Any, name: str, **kw: Any) -> Any:
+    return zarr.create_array(zstore, name=name, overwrite=True, **kw)
+
+
+def write_levels(src: Source, plan: PyramidPlan) -> None:
+    """Create every level group and its arrays (no data shards), skipping what exists."""
+    store = src.store
+    zstore = store.zarr()
+    ydim, xdim = plan.spatial_dims
+    for lvl in plan.levels:
+        if all(storage.exists(store, k) for k in level_nodes(src, plan, lvl.group)):
+            continue  # metadata is written whole before any shard of the level
+        group_doc = {"zarr_format": 3, "node_type": "group", "attributes": {
+            "pyramid:factor": lvl.factor,
+            "pyramid:method": plan.method,
+            "resampling_method": RESAMPLING[plan.method],
+        }}
+        storage.put(store, f"{lvl.group}/zarr.json", json.dumps(group_doc, indent=2).encode())
+        for dim, n in ((ydim, lvl.shape[0]), (xdim, lvl.shape[1])):
+            vals = level_coords(src.coords[dim], lvl.factor, n)
+            arr = _create(zstore, f"{lvl.group}/{dim}", shape=(n,), dtype="float64",
+                          chunks=(n,), dimension_names=[dim],
+                          attributes=src.attrs.get(dim, {}), fill_value=np.nan)
+            arr[:] = vals
+        leading = {d for v in lvl.vars for d in v.dims[:-2]}
+        for dim in sorted(leading):
+            if dim in src.coords:
+                vals = src.coords[dim]
+                arr = _create(zstore, f"{lvl.group}/{dim}", shape=vals.shape, dtype=vals.dtype,
+                              chunks=vals.shape, dimension_names=[dim],
+                              attributes=src.attrs.get(dim, {}))
+                arr[:] = vals
+        for name in src.crs:
+            base = zarr.open_array(store.zarr(read_only=True), path=name, mode="r")
+            arr = _create(zstore, f"{lvl.group}/{name}", shape=base.shape, dtype=base.dtype,
+                          chunks=base.shape, attributes=dict(base.attrs),
+                          dimension_names=base.metadata.dimension_names,
+                          fill_value=base.fill_value)
+            arr[...] = base[...]
+        for v in lvl.vars:
+            attrs = dict(src.attrs.get(v.var, {}))
+            attrs.pop("_FillValue", None)
+            attrs["resampling_method"] = RESAMPLING[plan.method]
+            sharded = v.shards != v.chunks
+            _create(zstore, f"{lvl.group}/{v.var}", shape=v.shape, dtype=v.dtype,
+                    chunks=v.chunks, shards=v.shards if sharded else None,
+                    fill_value=v.fill_value, dimension_names=list(v.dims), attributes=attrs,
+                    chunk_key_encoding=v.key_encoding)
+            count_attrs = {
+                "long_name": f"level-0 pixels valid in every band pooled into each {v.var} cell",
+                "units": "1",
+            }
+            if "grid_mapping" in attrs:
+                count_attrs["grid_mapping"] = attrs["grid_mapping"]
+            _create(zstore, f"{lvl.group}/{v.count_name}", shape=v.count_shape, dtype="uint32",
+                    chunks=v.count_chunks, shards=v.count_shards if sharded else None,
+                    fill_value=0, dimension_names=list(v.count_dims), attributes=count_attrs,
+                    chunk_key_encoding=v.key_encoding)
+
+
+def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:
+    """The zarr.json keys a level must have."""
+    lvl = plan.level(group)
+    names = [*plan.spatial_dims, *src.crs]
+    names += sorted({d for v in lvl.vars for d in v.dims[:-2] if d in src.coords})
+    for v in lvl.vars:
+        names += [v.var, v.count_name]
+    return [f"{group}/zarr.json", *(f"{group}/{n}/zarr.json" for n in names)]
+
+
+def backup(src: Source) -> None:
+    """Keep the pre-pyramid root and level-0 node metadata (the first backup wins)."""
+    store = src.store
+    if storage.exists(store, BACKUP_KEY):
+        return
+    nodes = {k: base64.b64encode(storage.get(store, k).data).decode() for k in src.node_keys}
+    storage.put(store, BACKUP_KEY, json.dumps({"nodes": nodes}).encode(), mode="create")
+
+
+def read_backup(store: storage.Store) -> dict[str, bytes]:
+    doc = json.loads(storage.get(store, BACKUP_KEY).data)
+    return {k: base64.b64decode(v) for k, v in doc["nodes"].items()}
+
+
+def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
+    method = RESAMPLING[plan.method]
+    layout: list[dict[str, Any]] = [{
+        "asset": ".",
+        "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
+        "spatial:shape": list(plan.base_shape),
+        "spatial:transform": spatial_transform(src, plan, 1),
+    }]
+    for lvl in plan.levels:
+        t = spatial_transform(src, plan, lvl.factor)
+        base_t = layout[0]["spatial:transform"]
+        layout.append({
+            "asset": lvl.group,
+            "derived_from": "." if plan.method == "mode" or not lvl.parent else lvl.parent,
+            "transform": {
+                "scale": [abs(t[4] / base_t[4]), abs(t[0] / base_t[0])],
+                "translation": [0.0, 0.0],
+            },
+            "resampling_method": method,
+            "spatial:shape": list(lvl.shape),
+            "spatial:transform": t,
+        })
+    return {"layout": layout, "resampling_method": method}
+
+
+def update_root(src: Source, plan: PyramidPlan) -> None:
+    """Add the multiscales attributes to the root zarr.json (and refresh consolidation if present)."""
+    store = src.store
+    backup(src)
+    blob = storage.get(store, "zarr.json")
+    doc = json.loads(blob.data)
+    attrs = doc.setdefault("attributes", {})
+    conventions = [c for c in attrs.get("zarr_conventions", []) if c.get("uuid") != MULTISCALES_UUID]
+    attrs["zarr_conventions"] = [*conventions, REGISTRATION]
+    attrs["multiscales"] = multiscales(src, plan)
+    storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())
+    if "consolidated_metadata" in doc and doc["consolidated_metadata"] is not None:
+        zarr.consolidate_metadata(store.zarr())
+
+
+def strip_added(doc: dict[str, Any]) -> dict[str, Any]:
+    """A root document without what the pyramid adds (for the diff against the backup)."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("consolidated_metadata", None)
+    attrs = doc.get("attributes", {})
+    for key in ADDED_ATTRS:
+        attrs.pop(key, None)
+    if "zarr_conventions" in attrs:
+        rest = [c for c in attrs["zarr_conventions"] if c.get("uuid") != MULTISCALES_UUID]
+        if rest:
+            attrs["zarr_conventions"] = rest
+        else:
+            attrs.pop("zarr_conventions")
+    return doc

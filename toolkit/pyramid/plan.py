@@ -1,0 +1,464 @@
+"""The pyramid planner (pure): level geometry, shard alignment, pruning, gate targets.
+
+Input is values: each variable's array metadata and the keys listed under its prefix. Output is
+a `PyramidPlan`: for every level, the output arrays' geometry and the stable list of output
+shards (one task each). All levels follow from the level-0 listing, so the whole graph is planned
+once and the same plan is recorded beside the output for reruns and the verifier.
+
+Shard alignment. Along each spatial axis a level's shard size `s_k` is chosen so that no parent
+shard partly overlaps a child shard: either half a parent shard is a whole number of child
+shards (`(s_{k-1} / 2) % s_k == 0`, the first levels when level-0 shards are large) or a child
+shard covers a whole number of parent shards (`(2 s_k) % s_{k-1} == 0`, deeper levels). Keeping
+`s_k = s_{k-1}` always satisfies the second, so a valid size always exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from itertools import product
+from typing import Any
+
+import numpy as np
+from zarr.core.chunk_key_encodings import ChunkKeyEncoding, parse_chunk_key_encoding
+
+from toolkit.kernels import METHODS
+from toolkit.tasks import StableTasks, stable
+
+__all__ = [
+    "ArrayMeta",
+    "LevelPlan",
+    "PlanError",
+    "PyramidPlan",
+    "ShardTask",
+    "VarLevel",
+    "child_shard_size",
+    "decode_keys",
+    "inner_chunk",
+    "level_count",
+    "plan_pyramid",
+]
+
+TILE = 512
+MAX_SHARD = 4096
+PLAN_KEY = ".pyramid/plan.json"
+BACKUP_KEY = ".pyramid/backup.json"
+
+
+class PlanError(ValueError):
+    """The store cannot be planned as asked; the message names the array and the cause."""
+
+
+@dataclass(frozen=True)
+class ArrayMeta:
+    """What the planner needs to know about one level-0 array."""
+
+    name: str
+    shape: tuple[int, ...]
+    dims: tuple[str, ...]
+    grid: tuple[int, ...]  # the object grid: shard shape if sharded, else chunk shape
+    chunks: tuple[int, ...]  # inner chunk shape
+    dtype: str
+    fill_value: Any
+    key_encoding: dict[str, Any] = field(
+        default_factory=lambda: {"name": "default", "configuration": {"separator": "/"}}
+    )
+
+    @property
+    def encoding(self) -> ChunkKeyEncoding:
+        return parse_chunk_key_encoding(self.key_encoding)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One output shard of one variable at one level: the data object and its count object."""
+
+    group: str
+    var: str
+    index: tuple[int, ...]
+    data_key: str
+    count_key: str
+
+    @property
+    def key(self) -> str:
+        return self.data_key
+
+    @property
+    def objects(self) -> tuple[str, str]:
+        return (self.data_key, self.count_key)
+
+
+@dataclass(frozen=True)
+class VarLevel:
+    """One variable's arrays at one level: the data array and its count plane."""
+
+    var: str
+    shape: tuple[int, ...]
+    dims: tuple[str, ...]
+    shards: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+    fill_value: Any
+    count_shape: tuple[int, ...]
+    count_dims: tuple[str, ...]
+    count_shards: tuple[int, ...]
+    count_chunks: tuple[int, ...]
+    key_encoding: dict[str, Any]
+
+    @property
+    def count_name(self) -> str:
+        return f"{self.var}_count"
+
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(-(-n // s) for n, s in zip(self.shape, self.shards, strict=True))
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    k: int
+    group: str
+    parent: str  # "" for level 0 (the root arrays)
+    factor: int
+    shape: tuple[int, int]  # spatial (y, x)
+    vars: tuple[VarLevel, ...]
+    tasks: StableTasks[ShardTask]
+
+    def var(self, name: str) -> VarLevel:
+        for v in self.vars:
+            if v.var == name:
+                return v
+        raise KeyError(f"level {self.group} has no variable {name!r}")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(sorted(k for t in self.tasks for k in t.objects))
+
+
+@dataclass(frozen=True)
+class PyramidPlan:
+    method: str
+    band_dim: str | None
+    variables: tuple[str, ...]
+    spatial_dims: tuple[str, str]
+    base_shape: tuple[int, int]
+    levels: tuple[LevelPlan, ...]
+    naive: tuple[int, ...]  # tasks per level before pruning
+    source_digest: str  # hash of the level-0 shard listing the plan was derived from
+
+    @property
+    def digest(self) -> str:
+        parts = [_Key(f"{lvl.group}:{lvl.tasks.digest}") for lvl in self.levels]
+        parts.append(_Key("settings:" + json.dumps(self.settings(), sort_keys=True)))
+        return stable(parts).digest[:16] + self.source_digest[:8]
+
+    def level(self, group: str) -> LevelPlan:
+        for lvl in self.levels:
+            if lvl.group == group:
+                return lvl
+        raise KeyError(f"no level {group!r} in the plan (levels: {[x.group for x in self.levels]})")
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "band_dim": self.band_dim,
+            "variables": list(self.variables),
+            "levels": len(self.levels),
+        }
+
+    def to_json(self) -> str:
+        doc = {
+            "digest": self.digest,
+            "source_digest": self.source_digest,
+            **self.settings(),
+            "spatial_dims": list(self.spatial_dims),
+            "base_shape": list(self.base_shape),
+            "naive": list(self.naive),
+            "level_plans": [
+                {
+                    "group": lvl.group,
+                    "parent": lvl.parent,
+                    "factor": lvl.factor,
+                    "shape": list(lvl.shape),
+                    "tasks_digest": lvl.tasks.digest,
+                    "vars": [asdict(v) for v in lvl.vars],
+                    "keys": lvl.tasks.keys,
+                }
+                for lvl in self.levels
+            ],
+        }
+        return json.dumps(doc, indent=1)
+
+
+@dataclass(frozen=True)
+class _Key:
+    key: str
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def level_count(shape: tuple[int, int], tile: int = TILE) -> int:
+    """Levels until the long side fits one tile (at least one level)."""
+    n = 1
+    while max(-(-shape[0] // 2**n), -(-shape[1] // 2**n)) > tile:
+        n += 1
+    return n
+
+
+def _aligned(parent: int, child: int) -> bool:
+    return (parent % 2 == 0 and (parent // 2) % child == 0) or (2 * child) % parent == 0
+
+
+def child_shard_size(parent: int, desired: int = MAX_SHARD) -> int:
+    """The child shard size along one axis: `desired` if it aligns with the parent, else the parent's."""
+    return desired if _aligned(parent, desired) else parent
+
+
+def inner_chunk(shard: int) -> int:
+    """Small inner chunks for tile reads: 512 or 256 when they divide the shard, else a divisor <= 512."""
+    if shard <= 512:
+        return shard
+    for c in (512, 256):
+        if shard % c == 0:
+            return c
+    for c in range(512, 0, -1):
+        if shard % c == 0 and c >= 64:
+            return c
+    return shard
+
+
+def _axis_children(i: int, sp: int, n_parent: int, sc: int) -> range:
+    """Child shard indices that parent shard `i` (size sp, axis length n_parent) overlaps."""
+    start = i * sp
+    stop = min((i + 1) * sp, n_parent)
+    return range((start // 2) // sc, (-(-stop // 2) - 1) // sc + 1)
+
+
+def decode_keys(encoding: ChunkKeyEncoding, keys: Iterable[str], ndim: int) -> set[tuple[int, ...]]:
+    """Shard indices of the listed keys (relative to the array); zarr.json and strays are skipped."""
+    found: set[tuple[int, ...]] = set()
+    for key in keys:
+        if key.endswith("zarr.json"):
+            continue
+        try:
+            idx = encoding.decode_chunk_key(key)
+        except (ValueError, TypeError):
+            continue
+        if len(idx) == ndim:
+            found.add(tuple(idx))
+    return found
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def _output_dtype(method: str, dtype: str) -> str:
+    dt = np.dtype(dtype)
+    kind = dt.kind
+    if method == "mean":
+        return "float64" if dt == np.float64 else "float32"
+    if method == "sum":
+        return "float64" if kind == "f" else "int64"
+    return dt.name
+
+
+def _output_fill(out_dtype: str, source_fill: Any) -> Any:
+    if out_dtype.startswith("float"):
+        return float("nan")
+    return int(source_fill) if source_fill is not None else 0
+
+
+def _check_arrays(
+    arrays: Mapping[str, ArrayMeta], method: str, band_dim: str | None
+) -> tuple[tuple[str, str], tuple[int, int]]:
+    if method not in METHODS:
+        raise PlanError(
+            f"unknown method {method!r}: choose one of {', '.join(METHODS)} "
+            "(nearest is not offered: it aliases continuous data)"
+        )
+    if not arrays:
+        raise PlanError("no variables to pyramid: the store has no array with two spatial dimensions")
+    spatial: tuple[str, str] | None = None
+    shape: tuple[int, int] | None = None
+    for name, a in arrays.items():
+        if len(a.shape) < 2 or len(a.dims) != len(a.shape):
+            raise PlanError(f"array {name!r}: needs dimension_names with the two spatial dims last")
+        sd = (a.dims[-2], a.dims[-1])
+        ss = (a.shape[-2], a.shape[-1])
+        if spatial is None:
+            spatial, shape = sd, ss
+        elif (sd, ss) != (spatial, shape):
+            raise PlanError(
+                f"array {name!r}: spatial dims {sd} shape {ss} differ from {spatial} {shape}; "
+                "pyramid variables on one grid at a time (--variable)"
+            )
+        if band_dim is not None and band_dim not in a.dims[:-2]:
+            raise PlanError(
+                f"array {name!r}: --band-dim {band_dim!r} is not one of its leading dims {a.dims[:-2]}"
+            )
+        if method == "mode" and np.dtype(a.dtype).kind not in "iu":
+            raise PlanError(f"array {name!r}: mode is for categorical integers, not {a.dtype}")
+    assert spatial is not None and shape is not None
+    return spatial, shape
+
+
+def _var_level(a: ArrayMeta, method: str, band_dim: str | None, shape: tuple[int, int],
+               shard_yx: tuple[int, int]) -> VarLevel:
+    lead = len(a.shape) - 2
+    out_shape = (*a.shape[:lead], *shape)
+    shards: list[int] = []
+    chunks: list[int] = []
+    for d in range(lead):
+        if a.dims[d] == band_dim:
+            shards.append(a.shape[d])
+            chunks.append(a.shape[d])
+        else:
+            shards.append(a.grid[d])
+            chunks.append(a.chunks[d] if a.grid[d] % a.chunks[d] == 0 else a.grid[d])
+    shards.extend(shard_yx)
+    chunks.extend(inner_chunk(s) for s in shard_yx)
+    keep = [d for d in range(len(out_shape)) if a.dims[d] != band_dim]
+    out_dtype = _output_dtype(method, a.dtype)
+    return VarLevel(
+        var=a.name,
+        shape=out_shape,
+        dims=a.dims,
+        shards=tuple(shards),
+        chunks=tuple(chunks),
+        dtype=out_dtype,
+        fill_value=_output_fill(out_dtype, a.fill_value),
+        count_shape=tuple(out_shape[d] for d in keep),
+        count_dims=tuple(a.dims[d] for d in keep),
+        count_shards=tuple(shards[d] for d in keep),
+        count_chunks=tuple(chunks[d] for d in keep),
+        key_encoding=a.key_encoding,
+    )
+
+
+def _children(
+    present: set[tuple[int, ...]],
+    parent_shards: tuple[int, ...],
+    parent_shape: tuple[int, ...],
+    child: VarLevel,
+    band_axis: int | None,
+) -> set[tuple[int, ...]]:
+    ny, nx = parent_shape[-2:]
+    sy, sx = parent_shards[-2:]
+    cy, cx = child.shards[-2:]
+    out: set[tuple[int, ...]] = set()
+    for idx in present:
+        lead = list(idx[:-2])
+        if band_axis is not None:
+            lead[band_axis] = 0
+        for y, x in product(_axis_children(idx[-2], sy, ny, cy), _axis_children(idx[-1], sx, nx, cx)):
+            out.add((*lead, y, x))
+    return out
+
+
+def _task(group: str, v: VarLevel, idx: tuple[int, ...], band_axis: int | None) -> ShardTask:
+    enc = parse_chunk_key_encoding(v.key_encoding)
+    cidx = tuple(i for d, i in enumerate(idx) if d != band_axis)
+    return ShardTask(
+        group=group,
+        var=v.var,
+        index=idx,
+        data_key=f"{group}/{v.var}/{enc.encode_chunk_key(idx)}",
+        count_key=f"{group}/{v.count_name}/{enc.encode_chunk_key(cidx)}",
+    )
+
+
+def plan_pyramid(
+    arrays: Mapping[str, ArrayMeta],
+    listings: Mapping[str, Iterable[str]],
+    *,
+    method: str = "mean",
+    band_dim: str | None = None,
+    levels: int | None = None,
+    tile: int = TILE,
+    max_shard: int = MAX_SHARD,
+) -> PyramidPlan:
+    """Plan every level from the level-0 arrays and their listed shard keys (relative to each array)."""
+    spatial, base = _check_arrays(arrays, method, band_dim)
+    n_levels = level_count(base, tile) if levels is None else levels
+    if n_levels < 1:
+        raise PlanError(f"--levels must be >= 1, got {n_levels}")
+    names = tuple(sorted(arrays))
+    present: dict[str, set[tuple[int, ...]]] = {}
+    listing_keys: list[_Key] = []
+    for name in names:
+        a = arrays[name]
+        grid = tuple(-(-n // s) for n, s in zip(a.shape, a.grid, strict=True))
+        found = decode_keys(a.encoding, listings.get(name, ()), len(a.shape))
+        present[name] = {i for i in found if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
+        listing_keys.extend(_Key(f"{name}:{'.'.join(map(str, i))}") for i in present[name])
+    source_digest = stable(listing_keys).digest
+
+    prev_shards = {n: arrays[n].grid for n in names}
+    prev_shape = {n: arrays[n].shape for n in names}
+    out_levels: list[LevelPlan] = []
+    naive: list[int] = []
+    parent_group = ""
+    for k in range(1, n_levels + 1):
+        shape = (-(-base[0] // 2**k), -(-base[1] // 2**k))
+        group = f"{2**k}x"
+        vls: list[VarLevel] = []
+        tasks: list[ShardTask] = []
+        n_naive = 0
+        for name in names:
+            a = arrays[name]
+            sy = child_shard_size(prev_shards[name][-2], min(max_shard, prev_shards[name][-2]))
+            sx = child_shard_size(prev_shards[name][-1], min(max_shard, prev_shards[name][-1]))
+            v = _var_level(a, method, band_dim, shape, (sy, sx))
+            band_axis = a.dims.index(band_dim) if band_dim is not None else None
+            kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)
+            grid = v.grid_shape()
+            kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
+            n_naive += _prod(grid)
+            tasks.extend(_task(group, v, i, band_axis) for i in kids)
+            vls.append(v)
+            present[name] = kids
+            prev_shards[name] = v.shards
+            prev_shape[name] = v.shape
+        out_levels.append(
+            LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks))
+        )
+        naive.append(n_naive)
+        parent_group = group
+    return PyramidPlan(
+        method=method,
+        band_dim=band_dim,
+        variables=names,
+        spatial_dims=spatial,
+        base_shape=base,
+        levels=tuple(out_levels),
+        naive=tuple(naive),
+        source_digest=source_digest,
+    )
+
+
+def _prod(xs: Iterable[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def region(v: VarLevel, index: tuple[int, ...]) -> tuple[slice, ...]:
+    """The output array region of one shard (clipped at the array edge)."""
+    return tuple(
+        slice(i * s, min((i + 1) * s, n)) for i, s, n in zip(index, v.shards, v.shape, strict=True)
+    )
+
+
+def source_region(out: tuple[slice, ...], factor: int, src_shape: tuple[int, ...],
+                  band_axis: int | None) -> tuple[slice, ...]:
+    """The region of a finer level (by `factor`) that pools into `out`; leading dims pass through."""
+    lead = []
+    for d, s in enumerate(out[:-2]):
+        lead.append(slice(0, src_shape[d]) if d == band_axis else s)
+    spatial = [
+        slice(s.start * factor, min(s.stop * factor, n))
+        for s, n in zip(out[-2:], src_shape[-2:], strict=True)
+    ]
+    return (*lead, *spatial)

@@ -1,0 +1,107 @@
+"""Read what the planner needs from a store: level-0 array metadata, shard listings, coordinates.
+
+Only metadata and listings are read here, never a data chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from toolkit import storage
+from toolkit.pyramid.plan import ArrayMeta, PlanError
+
+LEVEL_GROUP = re.compile(r"^\d+x$")
+
+
+@dataclass
+class Source:
+    store: storage.Store
+    arrays: dict[str, ArrayMeta]
+    listings: dict[str, list[str]]
+    coords: dict[str, np.ndarray]  # every 1-D array of the root, by name
+    attrs: dict[str, dict[str, Any]]  # attributes of every root array
+    crs: tuple[str, ...] = ()  # grid-mapping variables named by the chosen arrays
+    node_keys: tuple[str, ...] = field(default=())  # zarr.json of every level-0 node
+
+
+def _fill(value: Any) -> Any:
+    if value is None:
+        return None
+    v = value.item() if hasattr(value, "item") else value
+    return v
+
+
+def _root_members(zstore: Any) -> dict[str, Any]:
+    try:
+        group = zarr.open_group(zstore, mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        raise PlanError(f"no zarr v3 group at the store root ({err})") from err
+    if group.metadata.zarr_format != 3:
+        raise PlanError("the store root is not a zarr v3 group")
+    return dict(group.members())
+
+
+def array_meta(name: str, arr: Any) -> ArrayMeta:
+    dims = arr.metadata.dimension_names
+    if dims is None or any(d is None for d in dims):
+        raise PlanError(f"array {name!r}: has no dimension_names; the two spatial dims must be named")
+    shards = arr.shards or arr.chunks
+    return ArrayMeta(
+        name=name,
+        shape=tuple(arr.shape),
+        dims=tuple(dims),
+        grid=tuple(shards),
+        chunks=tuple(arr.chunks),
+        dtype=np.dtype(arr.dtype).name,
+        fill_value=_fill(arr.fill_value),
+        key_encoding=arr.metadata.chunk_key_encoding.to_dict(),
+    )
+
+
+def read_source(store: storage.Store, variables: list[str] | None = None) -> Source:
+    """Level-0 arrays with two named spatial dims whose 1-D coordinates exist, and their listings."""
+    nodes = _root_members(store.zarr(read_only=True))
+    members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
+    coords = {n: a[...] for n, a in members.items() if a.ndim == 1}
+    attrs = {n: dict(a.attrs) for n, a in members.items()}
+    candidates: dict[str, ArrayMeta] = {}
+    for name, arr in sorted(members.items()):
+        if arr.ndim < 2:
+            continue
+        dims = arr.metadata.dimension_names
+        if not dims or dims[-1] not in coords or dims[-2] not in coords:
+            continue
+        candidates[name] = array_meta(name, arr)
+    if variables:
+        unknown = [v for v in variables if v not in candidates]
+        for v in unknown:
+            if v not in members:
+                raise PlanError(f"variable {v!r}: no such array at the store root")
+            raise PlanError(
+                f"variable {v!r}: needs >= 2 dims with 1-D coordinate arrays for the last two"
+            )
+        candidates = {v: candidates[v] for v in variables}
+    for name, meta in candidates.items():
+        for d in meta.dims[-2:]:
+            if len(coords[d]) != meta.shape[meta.dims.index(d)]:
+                raise PlanError(f"array {name!r}: coordinate {d!r} length differs from its dim")
+            if len(coords[d]) < 2:
+                raise PlanError(f"array {name!r}: coordinate {d!r} needs >= 2 values for a spacing")
+    listings = {
+        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")] for name in candidates
+    }
+    crs = tuple(
+        sorted({attrs[n]["grid_mapping"] for n in candidates if attrs[n].get("grid_mapping") in members})
+    )
+    node_keys = ("zarr.json", *(f"{n}/zarr.json" for n in sorted(nodes) if not LEVEL_GROUP.match(n)))
+    return Source(store, candidates, listings, coords, attrs, crs, node_keys)
+
+
+def read_json(store: storage.Store, key: str) -> dict[str, Any]:
+    return json.loads(storage.get(store, key).data)
