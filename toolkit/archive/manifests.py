@@ -1,0 +1,94 @@
+"""Read and write manifests: one object per scope, `<scope>/manifest.json` under a store.
+
+The version used for the conditional write comes from the same GET that read the body, so a
+manifest that changed in between is never overwritten: creation uses create-only, updates use
+if-match, and the loser gets `ManifestConflict` having written nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolkit import storage
+from toolkit.archive.model import Manifest, ManifestError
+
+__all__ = ["MANIFEST_NAME", "ManifestConflict", "ManifestStore", "Stored", "scope_of_key"]
+
+MANIFEST_NAME = "manifest.json"
+
+
+class ManifestConflict(RuntimeError):
+    """Another writer changed the manifest since it was read; nothing was written."""
+
+    def __init__(self, url: str, scope: str, detail: str) -> None:
+        self.scope = scope
+        super().__init__(
+            f"conflict writing the manifest of scope {scope!r} at {url}: {detail}; "
+            "nothing was written. Re-run to partition against the new manifest."
+        )
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A manifest and the version it was read at."""
+
+    manifest: Manifest
+    version: storage.Version
+
+
+def scope_of_key(key: str) -> str | None:
+    """The scope a manifest key belongs to (None for other keys)."""
+    suffix = "/" + MANIFEST_NAME
+    return key[: -len(suffix)] if key.endswith(suffix) else None
+
+
+@dataclass(frozen=True)
+class ManifestStore:
+    store: storage.Store
+
+    def key(self, scope: str) -> str:
+        return f"{scope}/{MANIFEST_NAME}"
+
+    def read(self, scope: str) -> Stored | None:
+        key = self.key(scope)
+        try:
+            blob = storage.get(self.store, key)
+        except storage.NotFound:
+            return None
+        try:
+            manifest = Manifest.loads(blob.data, source=f"{self.store.url}/{key}")
+        except ManifestError as err:
+            raise ManifestError(err.field, f"{err.problem} (in {self.store.url}/{key})", scope) from None
+        if manifest.scope != scope:
+            raise ManifestError("scope", f"{manifest.scope!r} stored under {key}", scope)
+        return Stored(manifest, blob.version)
+
+    def write(self, manifest: Manifest, previous: Stored | None) -> storage.Version:
+        """Create (no previous) or replace exactly the version read; refuse a non-increasing epoch."""
+        manifest.check_successor(previous.manifest if previous else None)
+        key = self.key(manifest.scope)
+        try:
+            if previous is None:
+                return storage.put(self.store, key, manifest.dumps(), mode="create")
+            return storage.put(self.store, key, manifest.dumps(), mode=previous.version)
+        except storage.AlreadyExists:
+            raise ManifestConflict(self.store.url, manifest.scope,
+                                   "another partitioner created it first") from None
+        except storage.PreconditionFailed:
+            raise ManifestConflict(self.store.url, manifest.scope,
+                                   f"it changed since epoch {previous.manifest.epoch if previous else '-'} was read") from None
+
+    def scopes(self) -> list[str]:
+        return sorted(s for k in storage.list_keys(self.store) if (s := scope_of_key(k)))
+
+    def versions(self) -> dict[str, storage.Version]:
+        """Scope -> version of its manifest, from one listing (cheap change detection)."""
+        return {s: o.version for o in storage.list_objects(self.store) if (s := scope_of_key(o.key))}
+
+    def load_all(self) -> list[Manifest]:
+        out = []
+        for scope in self.scopes():
+            stored = self.read(scope)
+            if stored is not None:
+                out.append(stored.manifest)
+        return out

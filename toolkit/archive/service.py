@@ -1,0 +1,197 @@
+"""The one operation drivers call: partition a scope (propose, then commit), or many as a graph.
+
+`partition_store` reads the arrays (listing + metadata), reads the stored manifest (body and
+version from one GET), applies the pure rules, diffs, and writes conditionally. `scan` finds
+every store under a data root and partitions each as one node of a Dask graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit import storage
+from toolkit.archive.diff import Diff, diff
+from toolkit.archive.discover import Event, find_stores
+from toolkit.archive.hierarchy import read_arrays
+from toolkit.archive.manifests import ManifestStore, Stored, scope_of_key
+from toolkit.archive.model import Manifest, Policy
+from toolkit.archive.partition import partition
+from toolkit.archive.report import BlobStats, summarise
+from toolkit.archive.resolve import Trie
+from toolkit.engine import ListedKeys, run
+from toolkit.plan import Gate, Plan, Stage
+from toolkit.tasks import stable
+
+__all__ = [
+    "Outcome",
+    "PartitionScope",
+    "Proposal",
+    "ScopeTask",
+    "commit",
+    "partition_store",
+    "propose",
+    "report",
+    "scan",
+    "scan_plan",
+]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A computed manifest and what it was computed against (the version to condition on)."""
+
+    scope: str
+    previous: Stored | None
+    manifest: Manifest
+    diff: Diff
+
+    @property
+    def changed(self) -> bool:
+        return self.previous is None or self.manifest is not self.previous.manifest
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scope: str
+    epoch: int
+    written: bool
+    diff: Diff
+    manifest: Manifest
+
+    @property
+    def orphaned(self) -> tuple[str, ...]:
+        return self.diff.orphaned
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "epoch": self.epoch, "written": self.written,
+                "blobs": len(self.manifest.blobs), "orphaned": list(self.orphaned),
+                "change": self.diff.describe()}
+
+
+def propose(
+    data: storage.Store,
+    manifests: ManifestStore,
+    scope: str,
+    policy: Policy,
+    *,
+    force: bool = False,
+    exclude: Iterable[str] = (),
+) -> Proposal:
+    previous = manifests.read(scope)
+    arrays = read_arrays(data, scope)
+    new = partition(arrays, scope, policy, previous.manifest if previous else None,
+                    force=force, exclude=exclude)
+    return Proposal(scope, previous, new, diff(previous.manifest if previous else None, new))
+
+
+def commit(manifests: ManifestStore, proposal: Proposal) -> Outcome:
+    """Write a changed proposal with create / if-match; a lost race raises ManifestConflict."""
+    if proposal.changed:
+        manifests.write(proposal.manifest, proposal.previous)
+    return Outcome(proposal.scope, proposal.manifest.epoch, proposal.changed, proposal.diff,
+                   proposal.manifest)
+
+
+def partition_store(
+    data: storage.Store,
+    manifests: storage.Store | ManifestStore,
+    scope: str,
+    policy: Policy,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    exclude: Iterable[str] = (),
+) -> Outcome:
+    ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
+    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude)
+    if dry_run:
+        return Outcome(scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest)
+    return commit(ms, proposal)
+
+
+# --------------------------------------------------------------------------- many scopes
+
+
+@dataclass(frozen=True)
+class ScopeTask:
+    scope: str
+
+    @property
+    def key(self) -> str:
+        return self.scope
+
+
+@dataclass(frozen=True)
+class PartitionScope:
+    """The per-node service (picklable: holds store handles and the options)."""
+
+    data: storage.Store
+    manifests: storage.Store
+    policy: Policy
+    force: bool = False
+    dry_run: bool = False
+    exclude: tuple[str, ...] = ()
+
+    def __call__(self, task: ScopeTask) -> Outcome:
+        return partition_store(self.data, self.manifests, task.scope, self.policy,
+                               force=self.force, dry_run=self.dry_run, exclude=self.exclude)
+
+
+def _collect(values: list[Any]) -> tuple[Outcome, ...]:
+    out: list[Outcome] = []
+    for v in values:
+        out.extend(v if isinstance(v, tuple) else (v,))
+    return tuple(sorted(out, key=lambda o: o.scope))
+
+
+def scan_plan(service: PartitionScope, scopes: Iterable[str]) -> Plan:
+    """One stage, one node per scope; unless dry-run, the gate counts every scope's manifest."""
+    tasks = stable(ScopeTask(s) for s in scopes)
+    gate = None
+    if not service.dry_run:
+        gate = Gate(ListedKeys(service.manifests, "", scope_of_key), want=tuple(tasks.keys))
+    stage = Stage("partition", tasks, service, gate, resume=False, combine=_collect, retries=0)
+    return Plan("archive-scan", (stage,))
+
+
+def scan(
+    data: storage.Store,
+    manifests: storage.Store,
+    policy: Policy,
+    *,
+    scopes: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    force: bool = False,
+    dry_run: bool = False,
+    cluster: Any = None,
+    executor: str = "dask",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[list[Outcome], Any]:
+    """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
+    patterns = tuple(exclude)
+    found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
+    service = PartitionScope(data, manifests, policy, force, dry_run, patterns)
+    if not found:
+        return [], None
+    result = run(scan_plan(service, found), cluster=cluster, executor=executor,  # type: ignore[arg-type]
+                 progress=progress)
+    return list(result.stage("partition").result or ()), result
+
+
+def report(
+    data: storage.Store,
+    manifests: storage.Store | ManifestStore,
+    scopes: Iterable[str] | None = None,
+    events: Iterable[Event] = (),
+    rate: float = 300e6,
+    mount_s: float = 90.0,
+) -> list[BlobStats]:
+    """Live per-blob sizes from a listing of each managed scope, resolved through the trie."""
+    ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
+    wanted = set(scopes) if scopes is not None else None
+    loaded = [m for m in ms.load_all() if wanted is None or m.scope in wanted]
+    trie = Trie(loaded)
+    objects = ((o.key, o.size) for m in loaded for o in storage.list_objects(data, m.scope))
+    return summarise(trie, objects, events, rate, mount_s)
