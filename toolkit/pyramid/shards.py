@@ -163,3 +163,19 @@ class DoneShards:
     def __call__(self) -> frozenset[str]:
         have = set(storage.list_keys(self.store, self.group + "/"))
         return frozenset(t.key for t in self.tasks if t.data_key in have and t.count_key in have)
+
+
+def source_block(store: storage.Store, spec: VarSource, index: tuple[int, ...]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The source values [T, B, H, W] and weights [T, H, W] a shard pools (for verification)."""
+    reg = region(spec.out, index)
+    sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
+    vals, _ = _to_canonical(np.asarray(open_array(store, spec.src_path)[sreg]), spec.band_axis)
+    if spec.src_count_path is None:
+        return vals, _level0_weights(vals, spec.src_fill)
+    cnt = np.asarray(open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)])
+    return vals, cnt.reshape((-1, *cnt.shape[-2:]))
+
+
+def count_region(spec: VarSource, index: tuple[int, ...]) -> tuple[slice, ...]:
+    return _count_region(region(spec.out, index), spec.band_axis)

@@ -1,0 +1,112 @@
+"""The verifier passes a good pyramid and names the level, shard and check of each fault."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+import zarr
+
+from toolkit import storage
+from toolkit.pyramid import build, plan, synthetic, verify
+from toolkit.pyramid.verify import stripe_samples
+
+
+@pytest.fixture
+def built() -> storage.Store:
+    store = storage.open_store(f"memory://{uuid.uuid4().hex}")
+    synthetic.write_store(store, kind="bands", shape=(70, 90), shards=(16, 16), seed=4)
+    build(store, band_dim="band", levels=3, executor="sync")
+    return store
+
+
+def checks(result) -> set[tuple[str, str]]:
+    return {(f.level, f.check) for f in result.failures}
+
+
+def test_good_pyramid_passes(built):
+    result = verify(built, executor="sync")
+    assert result.ok, [str(f) for f in result.failures]
+    assert result.checked["verify-samples"] > 0
+
+
+def test_deleted_shard_caught(built):
+    victim = plan(built, band_dim="band", levels=3).level("4x").tasks[0].data_key
+    storage.delete(built, victim)
+    result = verify(built, executor="sync")
+    assert ("4x", "count") in checks(result)
+    assert any(f.shard == victim for f in result.failures)
+
+
+def test_corrupted_shard_caught(built):
+    p = plan(built, band_dim="band", levels=3)
+    task = p.level("2x").tasks[len(p.level("2x").tasks) // 2]
+    arr = zarr.open_array(
+        built.zarr(), path="2x/field", mode="r+", config={"write_empty_chunks": True}
+    )
+    sl = tuple(
+        slice(i * s, min((i + 1) * s, n))
+        for i, s, n in zip(task.index, arr.shards or arr.chunks, arr.shape, strict=True)
+    )
+    block = arr[sl]
+    block[0, 0, 0] = 0.123  # one wrong value, object count unchanged
+    arr[sl] = block
+    result = verify(built, sample=len(p.level("2x").tasks), executor="sync")
+    assert ("2x", "rederive") in checks(result)
+    assert any(f.shard == task.data_key for f in result.failures)
+
+
+def test_starved_stripe_caught(built):
+    p = plan(built, band_dim="band", levels=3)
+    tasks = list(p.level("2x").tasks)
+    starved = {t.data_key for t in tasks[1::4]}  # the whole of stripe 1 of 4 never written
+    for t in tasks[1::4]:
+        storage.delete(built, t.data_key)
+        storage.delete(built, t.count_key)
+    result = verify(built, sample=4, executor="sync")
+    found = {f.shard for f in result.failures if f.check in ("count", "missing")}
+    assert starved <= found
+    assert ("2x", "missing") in checks(result)  # sampling alone also lands in the stripe
+
+
+def test_touched_level0_metadata_caught(built):
+    doc = json.loads(storage.get(built, "field/zarr.json").data)
+    doc["attributes"]["note"] = "edited"
+    storage.put(built, "field/zarr.json", json.dumps(doc).encode())
+    result = verify(built, executor="sync")
+    assert (".", "level0-metadata") in checks(result)
+
+
+def test_root_change_beyond_multiscales_caught(built):
+    doc = json.loads(storage.get(built, "zarr.json").data)
+    doc["attributes"]["title"] = "renamed"
+    storage.put(built, "zarr.json", json.dumps(doc).encode())
+    assert (".", "root-diff") in checks(verify(built, executor="sync"))
+
+
+def test_wrong_level_coordinates_caught(built):
+    arr = zarr.open_array(built.zarr(), path="4x/lat", mode="r+")
+    arr[:] = arr[:] + 0.5
+    assert ("4x", "metadata") in checks(verify(built, executor="sync"))
+
+
+def test_stripe_samples_cover_every_stripe():
+    class T:
+        def __init__(self, i):
+            self.key = f"{i:03d}"
+
+    tasks = [T(i) for i in range(23)]
+    picked = {int(t.key) for t in stripe_samples(tasks, 4)}
+    for i in range(4):
+        s = list(range(i, 23, 4))
+        assert {s[0], s[len(s) // 2], s[-1]} <= picked
+
+
+def test_no_plan_is_a_failure():
+    store = storage.open_store(f"memory://{uuid.uuid4().hex}")
+    synthetic.write_store(store, shape=(40, 40), shards=(16, 16))
+    result = verify(store, executor="sync")
+    assert not result.ok and result.failures[0].check == "plan"
+    assert np.isfinite(0)
