@@ -1,5 +1,324 @@
-"""`toolkit archive` commands."""
+"""`toolkit archive`: partition Zarr stores into archive blobs, resolve keys, report.
+
+Exit codes: 0 ok, 1 a conflict or failed check, 2 bad usage, a malformed manifest or an
+unreachable store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="archive commands (not yet implemented).", no_args_is_help=True)
+app = typer.Typer(help="Partition Zarr stores into archive blobs; resolve keys to blobs.",
+                  no_args_is_help=True)
+pin_app = typer.Typer(help="Keep a prefix hot, recorded with who, why and until when.",
+                      no_args_is_help=True)
+app.add_typer(pin_app, name="pin")
+
+Data = Annotated[str, typer.Option("--data", help="Root of the Zarr stores (path or URL).")]
+Manifests = Annotated[str, typer.Option("--manifests", help="Where manifests live (path or URL).")]
+Exclude = Annotated[list[str] | None, typer.Option("--exclude", help="Glob of scopes/arrays to skip (repeatable).")]
+TMax = Annotated[str, typer.Option("--t-max", help="Largest blob.")]
+THot = Annotated[str, typer.Option("--t-hot", help="Arrays smaller than this stay hot.")]
+TMin = Annotated[str, typer.Option("--t-min", help="Coalesce small arrays until a group reaches this.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Compute and show, write nothing.")]
+Force = Annotated[bool, typer.Option("--force", help="Re-cut (orphans blob ids; keeps pins).")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
+Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
+Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests.")]
+AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow http:// endpoints.")]
+PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+
+
+def _echo(text: str) -> None:
+    typer.echo(text)
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    from toolkit.archive.discover import EventError
+    from toolkit.archive.hierarchy import HierarchyError
+    from toolkit.archive.manifests import ManifestConflict
+    from toolkit.archive.model import ManifestError
+    from toolkit.cli import exit_codes
+
+    with exit_codes():
+        try:
+            yield
+        except ManifestConflict as err:
+            raise _fail(1, str(err)) from None
+        except (ManifestError, HierarchyError, EventError, ValueError) as err:
+            raise _fail(2, str(err)) from None
+
+
+def _open(url: str, endpoint: str | None, region: str | None, anonymous: bool, allow_http: bool,
+          path_style: bool) -> Any:
+    from toolkit import storage
+
+    options: dict[str, Any] = {}
+    if "://" in url and url.split("://", 1)[0] in ("s3", "gs", "gcs", "az", "azure", "abfs"):
+        for name, value in (("endpoint", endpoint), ("region", region)):
+            if value is not None:
+                options[name] = value
+        for name, flag in (("anonymous", anonymous), ("allow_http", allow_http),
+                           ("path_style", path_style)):
+            if flag:
+                options[name] = True
+    return storage.open_store(url, **options)
+
+
+def _policy(t_max: str, t_hot: str, t_min: str) -> Any:
+    from toolkit.archive.model import Policy
+    from toolkit.archive.units import parse_size
+
+    return Policy(parse_size(t_max), parse_size(t_hot), parse_size(t_min))
+
+
+def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        _echo(json.dumps([o.to_dict() for o in outcomes], indent=2))
+        return
+    for o in outcomes:
+        _echo(o.diff.describe())
+        if o.orphaned:
+            _echo(f"  orphaned blob ids: {', '.join(o.orphaned)}")
+        _echo("  (dry run: nothing written)" if dry_run else
+              ("  written" if o.written else "  no change written"))
+
+
+@app.command()
+def partition(
+    scopes: Annotated[list[str] | None, typer.Argument(help="Store paths under --data (default: every store found).")] = None,
+    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
+    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB",
+    dry_run: DryRun = False, force: Force = False, as_json: Json = False,
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Partition stores one after another in this process (see `scan` for a Dask graph)."""
+    from toolkit.archive.discover import find_stores
+    from toolkit.archive.service import partition_store
+
+    with _errors():
+        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        policy = _policy(t_max, t_hot, t_min)
+        todo = scopes or find_stores(d, exclude=exclude or ())
+        outcomes = [partition_store(d, m, s, policy, force=force, dry_run=dry_run,
+                                    exclude=exclude or ()) for s in todo]
+    _print_outcomes(outcomes, as_json, dry_run)
+
+
+@app.command()
+def scan(
+    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
+    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB",
+    dry_run: DryRun = False, force: Force = False, as_json: Json = False,
+    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Find every Zarr store under --data and partition each as one node of a Dask graph."""
+    from toolkit.archive.service import scan as run_scan
+    from toolkit.cli import progress_bars, state
+
+    with _errors(), progress_bars() as bars:
+        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        outcomes, _ = run_scan(d, m, _policy(t_max, t_hot, t_min), exclude=exclude or (),
+                               force=force, dry_run=dry_run, cluster=state.cluster,
+                               executor=executor, progress=bars)
+    _print_outcomes(outcomes, as_json, dry_run)
+
+
+@app.command()
+def diff(
+    scope: Annotated[str, typer.Argument(help="Store path under --data.")],
+    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
+    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB", force: Force = False,
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """What partitioning SCOPE now would change against its stored manifest (writes nothing)."""
+    from toolkit.archive.service import partition_store
+
+    with _errors():
+        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        out = partition_store(d, m, scope, _policy(t_max, t_hot, t_min), force=force,
+                              dry_run=True, exclude=exclude or ())
+    _echo(out.diff.describe())
+    if out.orphaned:
+        _echo(f"  orphaned blob ids: {', '.join(out.orphaned)}")
+
+
+@app.command()
+def resolve(
+    keys: Annotated[list[str] | None, typer.Argument(help="Object keys (default: one per line on stdin).")] = None,
+    manifests: Manifests = "manifests", as_json: Json = False,
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Resolve keys (relative to the data root) to scope and blob id."""
+    from toolkit.archive.manifests import ManifestStore
+    from toolkit.archive.resolve import Trie
+
+    with _errors():
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        trie = Trie(ManifestStore(m).load_all())
+    todo = keys or [line.strip() for line in sys.stdin if line.strip()]
+    results = [(k, trie.lookup(k)) for k in todo]
+    if as_json:
+        _echo(json.dumps([{"key": k, **r.to_dict()} for k, r in results], indent=2))
+        return
+    for k, r in results:
+        what = r.blob if r.kind == "blob" else r.kind
+        _echo(f"{k}\t{r.scope or '-'}\t{what}\t{r.reason}")
+
+
+@app.command()
+def show(
+    scope: Annotated[str, typer.Argument(help="Store path (the manifest's scope).")],
+    manifests: Manifests = "manifests", as_json: Json = False,
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Print a scope's manifest."""
+    from toolkit.archive.manifests import ManifestStore
+
+    with _errors():
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        stored = ManifestStore(m).read(scope)
+        if stored is None:
+            raise _fail(1, f"no manifest for scope {scope!r} under {m.url}")
+    man = stored.manifest
+    if as_json:
+        _echo(man.dumps().decode().rstrip())
+        return
+    p = man.policy
+    _echo(f"{man.scope}  epoch {man.epoch}  t_max={p.t_max} t_hot={p.t_hot} t_min={p.t_min}")
+    for b in man.blobs:
+        how = f" bucket width {b.bucket.width}" if b.bucket else ""
+        _echo(f"  blob {b.id}: {b.bytes} B, {b.objects} objects{how}")
+        for prefix in b.prefixes:
+            _echo(f"    {prefix}")
+    for h in man.hot:
+        _echo(f"  hot  {h}")
+    for pin in man.pins:
+        _echo(f"  pin  {pin.prefix} by {pin.who} until {pin.until or '-'}: {pin.why}")
+
+
+def _edit(manifests: str, scope: str, change: Any, opts: tuple[Any, ...]) -> None:
+    from toolkit.archive.manifests import ManifestStore
+
+    with _errors():
+        ms = ManifestStore(_open(manifests, *opts))
+        stored = ms.read(scope)
+        if stored is None:
+            raise _fail(1, f"no manifest for scope {scope!r}: partition it first")
+        new = change(stored.manifest)
+        ms.write(new, stored)
+    _echo(f"{scope}: epoch {stored.manifest.epoch} -> {new.epoch}")
+
+
+@pin_app.command("add")
+def pin_add(
+    scope: Annotated[str, typer.Argument()], prefix: Annotated[str, typer.Argument()],
+    who: Annotated[str, typer.Option("--who")], why: Annotated[str, typer.Option("--why")],
+    until: Annotated[str | None, typer.Option("--until", help="YYYY-MM-DD")] = None,
+    manifests: Manifests = "manifests",
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1)."""
+    from toolkit.archive.model import Pin
+
+    _edit(manifests, scope, lambda m: m.with_pin(Pin(prefix, who, why, until)),
+          (endpoint, region, anonymous, allow_http, path_style))
+
+
+@pin_app.command("remove")
+def pin_remove(
+    scope: Annotated[str, typer.Argument()], prefix: Annotated[str, typer.Argument()],
+    manifests: Manifests = "manifests",
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Remove the pin on PREFIX (a conditional write; epoch + 1)."""
+    _edit(manifests, scope, lambda m: m.without_pin(prefix),
+          (endpoint, region, anonymous, allow_http, path_style))
+
+
+@app.command()
+def schema() -> None:
+    """Print the manifest JSON Schema (needs no store)."""
+    from toolkit.archive.schema import schema_text
+
+    _echo(schema_text().rstrip())
+
+
+@app.command()
+def report(
+    scopes: Annotated[list[str] | None, typer.Argument(help="Scopes (default: every manifest).")] = None,
+    data: Data = ".", manifests: Manifests = "manifests",
+    rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
+    mount: Annotated[float, typer.Option("--mount", help="Seconds per tape mount and seek.")] = 90.0,
+    events: Annotated[Path | None, typer.Option("--events", help="Recorded event notifications (JSON / JSON lines).")] = None,
+    as_json: Json = False,
+    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
+    allow_http: AllowHttp = False, path_style: PathStyle = False,
+) -> None:
+    """Blobs with sizes, object counts, estimated recall time, and read/write counts from events."""
+    from toolkit.archive.discover import dedupe, read_events
+    from toolkit.archive.service import report as run_report
+    from toolkit.archive.units import parse_rate
+
+    with _errors():
+        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        bps = parse_rate(rate)
+        evs = list(dedupe(read_events(events.read_text()))) if events else []
+        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount)
+    if as_json:
+        _echo(json.dumps({"rate_bytes_per_s": bps, "mount_s": mount,
+                          "blobs": [r.to_dict() for r in rows]}, indent=2))
+        return
+    _echo(f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s")
+    _echo(f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} {'writes':>6}")
+    for r in rows:
+        label = r.blob if r.kind == "blob" else f"({r.kind})"
+        _echo(f"{(r.scope or '-'):30} {label:28} {r.bytes:>14} {r.objects:>8} {r.recall_s:>9.1f} "
+              f"{r.reads:>6} {r.writes:>6}")
+
+
+def _relative(data: Any, events: list[Any]) -> list[Any]:
+    """Event keys are bucket keys; make them relative to the data root's prefix."""
+    from dataclasses import replace
+    from urllib.parse import urlparse
+
+    if data.scheme not in ("s3", "gs", "gcs", "az", "azure", "abfs"):
+        return events
+    parsed = urlparse(data.url)
+    prefix = parsed.path.strip("/")
+    out = []
+    for e in events:
+        if e.bucket not in (None, parsed.netloc):
+            continue
+        if prefix:
+            if not e.key.startswith(prefix + "/"):
+                continue
+            e = replace(e, key=e.key[len(prefix) + 1 :])
+        out.append(e)
+    return out
