@@ -52,7 +52,7 @@ def codec_class() -> type:
 
     try:
         return get_codec_class(CODEC_NAME)
-    except (KeyError, ImportError, AttributeError) as err:
+    except Exception as err:  # zarr: UnknownCodecError; a broken install: ImportError
         raise CodecUnavailableError(
             f"zarr cannot load the '{CODEC_NAME}' codec that decodes GRIB chunks ({err}); {INSTALL_HINT}"
         ) from err

@@ -1,0 +1,199 @@
+"""NOAA catalogs: URLs, window derivation, matching on the real inventories, ownership, gaps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
+from toolkit.virtual.grib.index import Window, parse_index
+from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR, GribVariable, KnownMissing, NoaaSource
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+INIT = datetime(2025, 8, 1, 0)
+H = timedelta(hours=1)
+
+REAL = [
+    (HRRR(), "sfc", 0, None, "hrrr.t00z.wrfsfcf00.grib2.idx"),
+    (HRRR(), "sfc", 8, None, "hrrr.t00z.wrfsfcf08.grib2.idx"),
+    (HRRR(), "sfc", 24, None, "hrrr.t00z.wrfsfcf24.grib2.idx"),
+    (GFS(), "pgrb2", 0, None, "gfs.t00z.pgrb2.0p25.f000.idx"),
+    (GFS(), "pgrb2", 7, None, "gfs.t00z.pgrb2.0p25.f007.idx"),
+    (GEFS(), "pgrb2s", 0, "mean", "geavg.t00z.pgrb2s.0p25.f000.idx"),
+    (GEFS(), "pgrb2s", 9, "mean", "geavg.t00z.pgrb2s.0p25.f009.idx"),
+    (GEFS(), "pgrb2s", 15, 1, "gep01.t00z.pgrb2s.0p25.f015.idx"),
+    (GEFS(), "pgrb2a", 432, 0, "gec00.t00z.pgrb2a.0p50.f432.idx"),
+    (GEFS(), "pgrb2b", 3, 0, "gec00.t00z.pgrb2b.0p50.f003.idx"),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "file_type", "lead", "member", "name"), REAL, ids=[r[-1] for r in REAL]
+)
+def test_every_catalog_field_resolves_to_one_real_record(
+    source: NoaaSource, file_type: str, lead: int, member: object, name: str
+) -> None:
+    records = parse_index((DATA / "idx" / name).read_text())
+    matched = source.match(records, file_type, lead, member, url=name)
+    fields = source.fields(file_type, lead)
+    assert set(matched) == set(fields) and fields
+    assert len({r.label for r in matched.values()}) == len(matched), "no record serves two fields"
+    for fld, rec in matched.items():
+        var = fld.variable
+        assert (rec.element, rec.level, rec.window) == (
+            var.element,
+            var.index_level(fld.level),
+            var.window(lead),
+        )
+    # the data file name matches the index we were given
+    assert source.index_key(INIT, lead, file_type, member).endswith(name)
+
+
+def test_absent_at_lead_zero_is_structural_not_missing() -> None:
+    for source, file_type, name in [
+        (GFS(), "pgrb2", "gfs.t00z.pgrb2.0p25.f000.idx"),
+        (HRRR(), "sfc", "hrrr.t00z.wrfsfcf00.grib2.idx"),
+    ]:
+        names = {f.variable.name for f in source.fields(file_type, 0)}
+        assert "precipitation_surface" not in names
+        assert "precipitation_surface" in {f.variable.name for f in source.fields(file_type, 6)}
+        matched = source.match(parse_index((DATA / "idx" / name).read_text()), file_type, 0)
+        assert all(f.variable.step_type == "instant" for f in matched)
+
+
+def test_urls() -> None:
+    assert HRRR().data_url(INIT, 8, "sfc") == (
+        "s3://noaa-hrrr-bdp-pds/hrrr.20250801/conus/hrrr.t00z.wrfsfcf08.grib2"
+    )
+    assert (
+        HRRR()
+        .index_url(datetime(2025, 8, 1, 6), 1, "prs")
+        .endswith("hrrr.t06z.wrfprsf01.grib2.idx")
+    )
+    assert GFS().data_url(INIT, 7, "pgrb2b") == (
+        "s3://noaa-gfs-bdp-pds/gfs.20250801/00/atmos/gfs.t00z.pgrb2b.0p25.f007"
+    )
+    assert (
+        GFS()
+        .index_url(INIT, timedelta(hours=120), "pgrb2")
+        .endswith("gfs.t00z.pgrb2.0p25.f120.idx")
+    )
+    gefs = GEFS()
+    assert gefs.data_url(INIT, 15, "pgrb2s", 1) == (
+        "s3://noaa-gefs-pds/gefs.20250801/00/atmos/pgrb2sp25/gep01.t00z.pgrb2s.0p25.f015"
+    )
+    assert gefs.data_key(INIT, 432, "pgrb2a", 0).endswith("pgrb2ap5/gec00.t00z.pgrb2a.0p50.f432")
+    assert gefs.data_key(INIT, 3, "pgrb2b", 30).endswith("pgrb2bp5/gep30.t00z.pgrb2b.0p50.f003")
+    assert gefs.index_key(INIT, 0, "pgrb2s", "mean").endswith(
+        "pgrb2sp25/geavg.t00z.pgrb2s.0p25.f000.idx"
+    )
+    assert (
+        GFS(bucket="file:///tmp/mirror")
+        .data_url(INIT, 0, "pgrb2")
+        .startswith("file:///tmp/mirror/gfs.")
+    )
+    with pytest.raises(ValueError, match="member"):
+        gefs.data_key(INIT, 3, "pgrb2s", 31)
+    with pytest.raises(ValueError, match="no members"):
+        GFS().data_key(INIT, 3, "pgrb2", 1)
+    with pytest.raises(ValueError, match="whole-hour"):
+        GFS().data_key(INIT, timedelta(minutes=30), "pgrb2")
+
+
+def test_vertical_levels_render_as_the_index_spells_them() -> None:
+    temp = GFS().variable("temperature")
+    assert temp.index_level(1000.0) == "1000 mb"
+    assert temp.index_level(0.01) == "0.01 mb"
+    assert temp.index_level(925) == "925 mb"
+    assert GFS().variable("temperature_2m").index_level() == "2 m above ground"
+    with pytest.raises(ValueError, match="give a level"):
+        temp.index_level()
+
+
+@given(
+    st.integers(1, 840),
+    st.sampled_from([1, 3, 6, 24]),
+    st.sampled_from(["accum", "avg", "max", "min"]),
+)
+def test_statistic_window_follows_the_reset_period(lead: int, period: int, step: str) -> None:
+    var = GribVariable("v", "X", "surface", "f", step, period)
+    window = var.window(lead)
+    assert window is not None and window.step_type == step and window.end == lead * H
+    start = window.start / H
+    assert start % period == 0 and lead - period <= start < lead
+    since_init = replace(var, period_hours=None).window(lead)
+    assert since_init == Window(step, timedelta(0), lead * H)
+    assert var.window(0) is None
+
+
+def test_ownership_one_file_per_field() -> None:
+    gfs = GFS()
+    temp = gfs.variable("temperature")
+    assert temp.owner(500.0) == "pgrb2" and temp.owner(125.0) == "pgrb2b"
+    a = {f.key for f in gfs.fields("pgrb2", 6)}
+    b = {f.key for f in gfs.fields("pgrb2b", 6)}
+    assert ("temperature", 500.0) in a and ("temperature", 125.0) in b and not a & b
+    # a level listed by both files belongs to the first
+    both = GribVariable(
+        "t", "TMP", "{level:g} mb", "a", levels=(500.0,), extra_levels=(("b", (500.0, 600.0)),)
+    )
+    src = NoaaSource(variables=(both,), file_types=("a", "b"))
+    assert [f.key for f in src.fields("a", 0)] == [("t", 500.0)]
+    assert [f.key for f in src.fields("b", 0)] == [("t", 600.0)]
+    gefs = GEFS()
+    assert gefs.variable("temperature").owner(10.0) == "pgrb2a"
+    assert gefs.variable("temperature").owner(975.0) == "pgrb2b"
+
+
+def test_catalog_validation() -> None:
+    with pytest.raises(ValueError, match="unknown file types"):
+        NoaaSource(variables=(GribVariable("x", "X", "surface", "zzz"),), file_types=("a",))
+    with pytest.raises(ValueError, match="needs levels"):
+        GribVariable("x", "X", "{level:g} mb", "a")
+    with pytest.raises(ValueError, match="step type"):
+        GribVariable("x", "X", "surface", "a", "sum")
+    dup = GribVariable("x", "X", "surface", "a")
+    with pytest.raises(ValueError, match="duplicate"):
+        NoaaSource(variables=(dup, dup))
+
+
+GEFS_S15 = (DATA / "idx" / "gep01.t00z.pgrb2s.0p25.f015.idx").read_text()
+
+
+def _without(text: str, element: str, level: str) -> str:
+    return "".join(line + "\n" for line in text.splitlines() if f":{element}:{level}:" not in line)
+
+
+def test_missing_record_rejected_unless_known_missing() -> None:
+    records = parse_index(_without(GEFS_S15, "GUST", "surface"))
+    with pytest.raises(MissingRecordError) as err:
+        GEFS().match(
+            records, "pgrb2s", 15, 1, url="s3://noaa-gefs-pds/x/gep01.t00z.pgrb2s.0p25.f015"
+        )
+    assert "gep01.t00z.pgrb2s.0p25.f015" in str(err.value)
+    assert "GUST:surface:15 hour fcst" in str(err.value)
+    exempt = GEFS(
+        known_missing=(KnownMissing("pgrb2s", "GUST", "surface", leads_hours=(15,), members=(1,)),)
+    )
+    matched = exempt.match(records, "pgrb2s", 15, 1)
+    assert "wind_gust_surface" not in {f.variable.name for f in matched}
+    # the exemption is specific: another member or lead is still rejected
+    with pytest.raises(MissingRecordError):
+        exempt.match(records, "pgrb2s", 15, 2)
+
+
+def test_duplicate_records_are_ambiguous() -> None:
+    lines = GEFS_S15.splitlines()
+    gust = next(line for line in lines if ":GUST:surface:" in line)
+    last_offset = int(lines[-1].split(":")[1])
+    dup = gust.replace(gust.split(":")[1], str(last_offset + 1000)).replace(
+        gust.split(":")[0] + ":", "39:", 1
+    )
+    records = parse_index("\n".join([*lines, dup]) + "\n")
+    with pytest.raises(InvalidIndexError, match="matches records 2, 39"):
+        GEFS().match(records, "pgrb2s", 15, 1)
