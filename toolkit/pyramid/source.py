@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,10 @@ from toolkit import storage
 from toolkit.pyramid.plan import ArrayMeta, PlanError
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
+
+# The plan and the metadata backup live under `.pyramid/`, which zarr lists as a stray object
+# and warns about on every group listing. Filtered once, at import, never toggled per call.
+warnings.filterwarnings("ignore", message=r"Object at \.pyramid is not recognized")
 
 
 @dataclass

@@ -1,0 +1,42 @@
+"""`toolkit pyramid plan|build|verify` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from toolkit import storage
+from toolkit.cli import app
+from toolkit.pyramid import synthetic
+
+runner = CliRunner()
+
+
+def test_plan_build_verify_and_exit_codes(tmp_path):
+    path = tmp_path / "s.zarr"
+    store = storage.open_store(str(path))
+    synthetic.write_store(store, shape=(100, 140), shards=(32, 32))
+    r = runner.invoke(app, ["pyramid", "plan", str(path), "--levels", "2"])
+    assert r.exit_code == 0, r.output
+    assert "2x" in r.output and "4x" in r.output
+    r = runner.invoke(app, ["pyramid", "build", str(path), "--levels", "2", "--executor", "sync"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["pyramid", "verify", str(path), "--executor", "sync"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(storage.get(store, "field/zarr.json").data)
+    doc["attributes"]["x"] = 1
+    storage.put(store, "field/zarr.json", json.dumps(doc).encode())
+    r = runner.invoke(app, ["pyramid", "verify", str(path), "--executor", "sync"])
+    assert r.exit_code == 1
+    assert "level0-metadata" in r.output
+
+
+def test_bad_usage_exit_2(tmp_path):
+    path = tmp_path / "s.zarr"
+    synthetic.write_store(storage.open_store(str(path)), shape=(40, 40), shards=(16, 16))
+    r = runner.invoke(app, ["pyramid", "build", str(path), "--method", "nearest"])
+    assert r.exit_code == 2
+    assert "nearest" in r.output
+    r = runner.invoke(app, ["pyramid", "plan", str(path), "--variable", "missing"])
+    assert r.exit_code == 2 and "missing" in r.output
