@@ -48,19 +48,35 @@ def _fail(code: int, message: str) -> typer.Exit:
 
 @contextmanager
 def _errors() -> Iterator[None]:
+    """Exit codes without importing toolkit.cli (the layer contract forbids upward imports)."""
+    from toolkit import storage
     from toolkit.archive.discover import EventError
     from toolkit.archive.hierarchy import HierarchyError
     from toolkit.archive.manifests import ManifestConflict
     from toolkit.archive.model import ManifestError
-    from toolkit.cli import exit_codes
+    from toolkit.plan import IncompleteStageError
 
-    with exit_codes():
-        try:
-            yield
-        except ManifestConflict as err:
-            raise _fail(1, str(err)) from None
-        except (ManifestError, HierarchyError, EventError, ValueError) as err:
-            raise _fail(2, str(err)) from None
+    try:
+        yield
+    except (ManifestConflict, IncompleteStageError) as err:
+        raise _fail(1, str(err)) from None
+    except (storage.Unreachable, storage.AccessDenied) as err:
+        raise _fail(2, f"store error: {err}") from None
+    except storage.StorageError as err:
+        raise _fail(1, f"store error: {err}") from None
+    except (ManifestError, HierarchyError, EventError, ValueError) as err:
+        raise _fail(2, str(err)) from None
+
+
+def _cluster(ctx: typer.Context) -> str | None:
+    """The global --cluster option of `toolkit`, read from the root context."""
+    root = ctx.find_root()
+    value = root.params.get("cluster") if root is not ctx else None
+    return value if isinstance(value, str) else None
+
+
+def _progress(stage: str, done: int, total: int) -> None:
+    typer.echo(f"{stage}: {done}/{total}", err=True)
 
 
 def _open(url: str, endpoint: str | None, region: str | None, anonymous: bool, allow_http: bool,
@@ -123,6 +139,7 @@ def partition(
 
 @app.command()
 def scan(
+    ctx: typer.Context,
     data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
     t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB",
     dry_run: DryRun = False, force: Force = False, as_json: Json = False,
@@ -132,14 +149,13 @@ def scan(
 ) -> None:
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
-    from toolkit.cli import progress_bars, state
 
-    with _errors(), progress_bars() as bars:
+    with _errors():
         d = _open(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         outcomes, _ = run_scan(d, m, _policy(t_max, t_hot, t_min), exclude=exclude or (),
-                               force=force, dry_run=dry_run, cluster=state.cluster,
-                               executor=executor, progress=bars)
+                               force=force, dry_run=dry_run, cluster=_cluster(ctx),
+                               executor=executor, progress=_progress)
     _print_outcomes(outcomes, as_json, dry_run)
 
 
