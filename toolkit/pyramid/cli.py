@@ -1,47 +1,97 @@
-"""`toolkit pyramid plan|build|verify`."""
+"""`toolkit pyramid plan|build|verify`.
+
+Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable store. The
+helpers are local: a job layer may not import the face (`toolkit.cli`), so the global
+`--cluster` is read from the root click context instead.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
+console = Console(stderr=True)
+out = Console()
 
 Source = Annotated[str, typer.Argument(help="Store URL: a path, file://, memory://, s3://...")]
 Variables = Annotated[
     list[str] | None, typer.Option("--variable", "-v", help="Variable to pyramid (repeatable).")
 ]
+Method = Annotated[str, typer.Option(help="mean|mode|min|max|sum")]
+BandDim = Annotated[str | None, typer.Option("--band-dim", help="Joint-mask (band) dimension.")]
+Levels = Annotated[int | None, typer.Option(help="Levels (default: down to one 512 px tile).")]
+Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
+Executor = Annotated[str, typer.Option(help="dask or sync")]
 
 
-def _usage(err: Exception) -> typer.Exit:
-    from toolkit.cli import console
+def _cluster(ctx: typer.Context, cluster: str | None) -> str | None:
+    return cluster or ctx.find_root().params.get("cluster")
 
-    console.print(f"[red]error:[/red] {err}")
-    return typer.Exit(2)
+
+@contextmanager
+def _exit_codes() -> Iterator[None]:
+    from toolkit import storage
+    from toolkit.plan import IncompleteStageError
+    from toolkit.pyramid.plan import PlanError
+
+    try:
+        yield
+    except PlanError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    except IncompleteStageError as err:
+        console.print(f"[red]gate failed:[/red] {escape(str(err))}")
+        raise typer.Exit(1) from None
+    except (storage.Unreachable, storage.AccessDenied) as err:
+        console.print(f"[red]store error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    except storage.StorageError as err:
+        console.print(f"[red]store error:[/red] {escape(str(err))}")
+        raise typer.Exit(1) from None
+
+
+@contextmanager
+def _bars() -> Iterator[Callable[[str, int, int], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=console) as bars:
+        ids: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in ids:
+                ids[stage] = bars.add_task(stage, total=total)
+            bars.update(ids[stage], completed=done)
+
+        yield update
+
+
+def _print_report(report: Any) -> None:
+    table = Table(title=f"{report.plan} ({report.digest}, {report.seconds:.2f} s)")
+    for col in ("stage", "tasks", "skipped", "written", "seconds", "gate have/want"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for s in report.stages:
+        gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
+        table.add_row(s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate)
+    out.print(table)
 
 
 @app.command("plan")
-def plan_cmd(
-    source: Source,
-    variable: Variables = None,
-    method: Annotated[str, typer.Option(help="mean|mode|min|max|sum")] = "mean",
-    band_dim: Annotated[str | None, typer.Option("--band-dim")] = None,
-    levels: Annotated[int | None, typer.Option(help="Levels to plan (default: down to one tile).")] = None,
-) -> None:
-    """Tasks per level after pruning, and the gate targets."""
-    from rich.table import Table
-
-    from toolkit.cli import exit_codes, out
+def plan_cmd(source: Source, variable: Variables = None, method: Method = "mean",
+             band_dim: BandDim = None, levels: Levels = None) -> None:
+    """Tasks per level after pruning, and the gate targets (reads metadata and listings only)."""
     from toolkit.pyramid import plan
-    from toolkit.pyramid.plan import PlanError
 
-    with exit_codes():
-        try:
-            p = plan(source, variable or None, method, band_dim, levels)
-        except PlanError as err:
-            raise _usage(err) from None
-    table = Table(title=f"pyramid plan {p.digest} ({p.method}, variables {', '.join(p.variables)})")
+    with _exit_codes():
+        p = plan(source, variable or None, method, band_dim, levels)
+    table = Table(title=f"pyramid plan {p.digest} ({p.method}; {', '.join(p.variables)})")
     for col in ("level", "shape", "shard", "naive", "tasks", "pruned", "target objects"):
         table.add_column(col, justify="right")
     for lvl, naive in zip(p.levels, p.naive, strict=True):
@@ -54,57 +104,44 @@ def plan_cmd(
 
 @app.command("build")
 def build_cmd(
+    ctx: typer.Context,
     source: Source,
     variable: Variables = None,
-    method: Annotated[str, typer.Option(help="mean|mode|min|max|sum")] = "mean",
-    band_dim: Annotated[str | None, typer.Option("--band-dim", help="Joint-mask dimension.")] = None,
-    levels: Annotated[int | None, typer.Option(help="Levels to build (default: down to one tile).")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")] = None,
-    rebuild_from: Annotated[
-        str | None, typer.Option("--rebuild-from", help="Delete this level (e.g. 4x) and coarser; rebuild.")
+    method: Method = "mean",
+    band_dim: BandDim = None,
+    levels: Levels = None,
+    cluster: Cluster = None,
+    rebuild_from: Annotated[str | None, typer.Option(
+        "--rebuild-from", help="Delete this level (e.g. 4x) and every coarser one, then rebuild.")
     ] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    executor: Executor = "dask",
 ) -> None:
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
-    from toolkit.cli import exit_codes, print_report, progress_bars, state
     from toolkit.pyramid import build
-    from toolkit.pyramid.plan import PlanError
 
-    with exit_codes():
-        try:
-            with progress_bars() as bars:
-                report = build(source, variable or None, method, band_dim, levels,
-                               cluster=cluster or state.cluster, executor=executor,
-                               progress=bars, rebuild_from=rebuild_from)
-        except PlanError as err:
-            raise _usage(err) from None
-    print_report(report)
+    with _exit_codes(), _bars() as bars:
+        report = build(source, variable or None, method, band_dim, levels,
+                       cluster=_cluster(ctx, cluster), executor=executor, progress=bars,
+                       rebuild_from=rebuild_from)
+    _print_report(report)
 
 
 @app.command("verify")
 def verify_cmd(
+    ctx: typer.Context,
     source: Source,
-    sample: Annotated[int, typer.Option(help="Stripes per level sampled (first/middle/last each).")] = 4,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    sample: Annotated[int, typer.Option(help="Stripes per level; first/middle/last of each.")] = 4,
+    cluster: Cluster = None,
+    executor: Executor = "dask",
 ) -> None:
     """Check the pyramid; exit 0 only if every check passes, 1 otherwise."""
-    from rich.markup import escape
-
-    from toolkit.cli import console, exit_codes, out
     from toolkit.pyramid import verify
 
-    with exit_codes():
-        result = verify(source, sample, cluster=cluster or state_cluster(), executor=executor)
+    with _exit_codes():
+        result = verify(source, sample, cluster=_cluster(ctx, cluster), executor=executor)
     for f in result.failures:
         console.print(f"[red]FAIL[/red] {escape(str(f))}")
     if not result.ok:
         console.print(f"[red]{len(result.failures)} check(s) failed[/red]")
         raise typer.Exit(1)
-    out.print(f"[green]pyramid verified[/green] ({result.checked})")
-
-
-def state_cluster() -> str | None:
-    from toolkit.cli import state
-
-    return state.cluster
+    out.print(f"[green]pyramid verified[/green] {result.checked}")

@@ -341,7 +341,7 @@ class ClientCheck:
         try:
             store = storage.open_store(self.url, **opts)
             ds = xr.open_zarr(store.zarr(read_only=True), group=None if group == "." else group,
-                              consolidated=False)
+                              consolidated=False, chunks=None)
             out = []
             for v in self.variables:
                 da = ds[v]

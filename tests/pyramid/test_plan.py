@@ -1,0 +1,110 @@
+"""The pure planner: alignment, pruning from listed keys, level counts, targets (no I/O)."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.core.chunk_key_encodings import parse_chunk_key_encoding
+
+from toolkit.pyramid.plan import (
+    ArrayMeta,
+    PlanError,
+    child_shard_size,
+    decode_keys,
+    inner_chunk,
+    level_count,
+    plan_pyramid,
+)
+
+
+def meta(shape, grid, dims=("y", "x"), dtype="float32", sep="/", name="v", enc="default"):
+    ke = {"name": enc, "configuration": {"separator": sep}}
+    return ArrayMeta(name, shape, dims, grid, grid, dtype, float("nan"), ke)
+
+
+@given(st.integers(1, 20000), st.sampled_from([256, 512, 1024, 2048, 4096]))
+def test_child_shard_never_partially_overlaps(parent, desired):
+    c = child_shard_size(parent, desired)
+    half_parent_is_whole_children = parent % 2 == 0 and (parent // 2) % c == 0
+    child_is_whole_parents = (2 * c) % parent == 0
+    assert half_parent_is_whole_children or child_is_whole_parents
+
+
+def test_shard_sizes_first_levels_split_then_merge():
+    assert child_shard_size(8192, 4096) == 4096  # one parent -> one child
+    assert child_shard_size(16384, 4096) == 4096  # one parent -> 2x2 children
+    assert child_shard_size(4096, 4096) == 4096  # one child covers 2x2 parents
+    assert child_shard_size(1000, 1000) == 1000
+    assert inner_chunk(4096) == 512 and inner_chunk(1536) == 512 and inner_chunk(384) == 384
+
+
+def test_level_count_stops_at_one_tile():
+    assert level_count((180 * 2**13, 360 * 2**13 + 1)) == 13
+    assert level_count((100, 100)) == 1
+    assert level_count((1025, 10)) == 2
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(5, 300), st.integers(5, 300), st.sampled_from([4, 6, 8, 16, 32]),
+    st.data(),
+)
+def test_pruning_equals_brute_force_overlap(h, w, s, data):
+    grid = (-(-h // s), -(-w // s))
+    cells = list(product(range(grid[0]), range(grid[1])))
+    present = data.draw(st.sets(st.sampled_from(cells), max_size=len(cells)))
+    enc = parse_chunk_key_encoding({"name": "default", "configuration": {"separator": "/"}})
+    keys = [enc.encode_chunk_key(c) for c in present] + ["zarr.json", "junk"]
+    p = plan_pyramid({"v": meta((h, w), (s, s))}, {"v": keys}, levels=3)
+    valid = {(y, x) for y, x in present}  # level-0 pixels with data live in these shards
+    for lvl in p.levels:
+        f = lvl.factor
+        sy, sx = lvl.vars[0].shards
+        want = set()
+        for y, x in valid:  # a child shard is needed iff its level-0 window meets a present shard
+            y0, y1 = y * s, min((y + 1) * s, h)
+            x0, x1 = x * s, min((x + 1) * s, w)
+            for cy in range(y0 // f // sy, (y1 - 1) // f // sy + 1):
+                for cx in range(x0 // f // sx, (x1 - 1) // f // sx + 1):
+                    want.add((cy, cx))
+        assert {t.index for t in lvl.tasks} == want
+        assert len(lvl.targets) == 2 * len(lvl.tasks)
+
+
+def test_keys_follow_the_arrays_encoding():
+    keys = ["0.0", "1.1", "zarr.json"]
+    p = plan_pyramid({"v": meta((64, 64), (16, 16), enc="v2", sep=".")}, {"v": keys}, levels=1)
+    assert [t.data_key for t in p.levels[0].tasks] == ["2x/v/0.0"]
+    assert p.levels[0].tasks[0].count_key == "2x/v_count/0.0"
+    enc = parse_chunk_key_encoding({"name": "default", "configuration": {"separator": "."}})
+    assert decode_keys(enc, ["c.1.2", "c/1/2", "zarr.json"], 2) == {(1, 2)}
+
+
+def test_band_dim_collapses_band_shards_and_count_drops_band():
+    a = meta((3, 64, 64), (1, 16, 16), dims=("band", "y", "x"))
+    keys = ["c/0/0/0", "c/2/0/0", "c/1/3/3"]
+    p = plan_pyramid({"v": a}, {"v": keys}, band_dim="band", levels=1)
+    lvl = p.levels[0]
+    assert lvl.vars[0].shards[0] == 3 and lvl.vars[0].count_dims == ("y", "x")
+    assert sorted(t.data_key for t in lvl.tasks) == ["2x/v/c/0/0/0", "2x/v/c/0/1/1"]
+    assert sorted(t.count_key for t in lvl.tasks) == ["2x/v_count/c/0/0", "2x/v_count/c/1/1"]
+
+
+def test_digest_is_stable_and_tracks_listing_and_settings():
+    a = {"v": meta((64, 64), (16, 16))}
+    p1 = plan_pyramid(a, {"v": ["c/0/0"]}, levels=2)
+    assert p1.digest == plan_pyramid(a, {"v": ["c/0/0"]}, levels=2).digest
+    assert p1.digest != plan_pyramid(a, {"v": ["c/0/0", "c/1/1"]}, levels=2).digest
+    assert p1.digest != plan_pyramid(a, {"v": ["c/0/0"]}, levels=2, method="max").digest
+
+
+def test_planner_errors_name_the_array():
+    with pytest.raises(PlanError, match=r"array 'v'.*mode"):
+        plan_pyramid({"v": meta((8, 8), (4, 4))}, {}, method="mode")
+    with pytest.raises(PlanError, match="array 'w': spatial dims"):
+        plan_pyramid({"v": meta((8, 8), (4, 4)), "w": meta((8, 9), (4, 4), name="w")}, {})
+    with pytest.raises(PlanError, match="--levels must be >= 1"):
+        plan_pyramid({"v": meta((8, 8), (4, 4))}, {}, levels=0)
