@@ -105,7 +105,7 @@ def parse_raw_param(element: str) -> RawParam | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexRecord:
     """One inventory line. `length` is None until the end of the last message is known."""
 
@@ -182,64 +182,62 @@ def parse_index(text: str, url: str = "<index>") -> list[IndexRecord]:
         raise InvalidIndexError(url, str(err)) from None
     if not entries:
         raise InvalidIndexError(url, "no records (not a wgrib2 inventory?)")
-    records = [
-        IndexRecord(
-            number=e.message_number,
-            submessage=e.submessage,
-            offset=e.offset,
-            length=None,
-            init=e.reference_date,
-            element=e.var or "",
-            level=e.level or "",
-            window_text=e.forecast_time or "",
-            extra=tuple(e.extra),
-        )
-        for e in entries
-    ]
-    _validate_order(records, url)
-    return _fill_lengths(records)
-
-
-def _validate_order(records: list[IndexRecord], url: str) -> None:
-    prev: IndexRecord | None = None
-    for rec in records:
-        if prev is None:
-            if rec.submessage not in (None, 1):
-                raise InvalidIndexError(url, f"record {rec.label} starts mid-message")
-        elif rec.number == prev.number:
-            if rec.submessage is None or prev.submessage is None:
-                raise InvalidIndexError(url, f"message {rec.number} is listed twice")
-            if rec.submessage != prev.submessage + 1:
-                raise InvalidIndexError(url, f"record {rec.label} follows {prev.label}")
-            if rec.offset != prev.offset:
-                raise InvalidIndexError(
-                    url,
-                    f"sub-message {rec.label} at offset {rec.offset}, its message at {prev.offset}",
-                )
-        else:
-            if rec.number <= prev.number:
-                raise InvalidIndexError(
-                    url, f"message numbers not increasing: {prev.label} then {rec.label}"
-                )
-            if rec.submessage not in (None, 1):
-                raise InvalidIndexError(url, f"record {rec.label} starts mid-message")
-            if rec.offset <= prev.offset:
-                raise InvalidIndexError(
-                    url,
-                    f"offsets not increasing: message {prev.label} at {prev.offset}, "
-                    f"message {rec.label} at {rec.offset}",
-                )
-        prev = rec
-
-
-def _fill_lengths(records: list[IndexRecord]) -> list[IndexRecord]:
-    starts = sorted({r.offset for r in records})
+    rows = [(e.message_number, e.submessage, e.offset) for e in entries]
+    _validate_order(rows, url)
+    starts = sorted({offset for _, _, offset in rows})
     following = dict(zip(starts, [*starts[1:], None], strict=True))
-    out = []
-    for r in records:
-        nxt = following[r.offset]
-        out.append(r if nxt is None else replace(r, length=nxt - r.offset))
-    return out
+    records = []
+    for e, (number, submessage, offset) in zip(entries, rows, strict=True):
+        nxt = following[offset]
+        records.append(
+            IndexRecord(
+                number,
+                submessage,
+                offset,
+                None if nxt is None else nxt - offset,
+                e.reference_date,
+                e.var or "",
+                e.level or "",
+                e.forecast_time or "",
+                tuple(e.extra),
+            )
+        )
+    return records
+
+
+def _label(number: int, submessage: int | None) -> str:
+    return f"{number}" if submessage is None else f"{number}.{submessage}"
+
+
+def _validate_order(rows: list[tuple[int, int | None, int]], url: str) -> None:
+    """Message numbers and offsets strictly increase; sub-messages k = 1, 2, ... share theirs."""
+    prev: tuple[int, int | None, int] | None = None
+    for number, sub, offset in rows:
+        label = _label(number, sub)
+        if prev is None or number != prev[0]:
+            if sub not in (None, 1):
+                raise InvalidIndexError(url, f"record {label} starts mid-message")
+            if prev is not None:
+                if number < prev[0]:
+                    raise InvalidIndexError(
+                        url, f"message numbers not increasing: {_label(*prev[:2])} then {label}"
+                    )
+                if offset <= prev[2]:
+                    raise InvalidIndexError(
+                        url,
+                        f"offsets not increasing: message {_label(*prev[:2])} at {prev[2]}, "
+                        f"message {label} at {offset}",
+                    )
+        else:
+            if sub is None or prev[1] is None:
+                raise InvalidIndexError(url, f"message {number} is listed twice")
+            if sub != prev[1] + 1:
+                raise InvalidIndexError(url, f"record {label} follows {_label(*prev[:2])}")
+            if offset != prev[2]:
+                raise InvalidIndexError(
+                    url, f"sub-message {label} at offset {offset}, its message at {prev[2]}"
+                )
+        prev = (number, sub, offset)
 
 
 def last_offset(records: list[IndexRecord]) -> int:
