@@ -104,7 +104,8 @@ def check_message_at(url: str, offset: int, header: bytes, file_size: int) -> In
 
     `header` is the 16 bytes read at `offset` of the data file as it is now. Fitting means the
     length it declares stays inside `file_size`; it need not end at EOF, since a healthy index
-    may list fewer messages than the file holds. Any failure is a StaleIndexError naming the file.
+    may list fewer messages than the file holds. Raises StaleIndexError (no message starts
+    there) or TruncatedMessageError (one does, but it does not fit), both naming the file.
     """
     if offset >= file_size:
         raise StaleIndexError(

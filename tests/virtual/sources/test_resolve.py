@@ -1,0 +1,48 @@
+"""resolve_file on a simulated archive in every store kind: ranges decode to the known values."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from toolkit import storage
+from toolkit.virtual import simulate
+from toolkit.virtual.grib.decode import decode_via_codec
+from toolkit.virtual.grib.errors import GribSourceError, MissingDataFileError, StaleIndexError
+from toolkit.virtual.sources.resolve import resolve_file
+
+INIT = datetime(2025, 8, 1, 12)
+
+
+def test_resolve_every_field(any_store: storage.Store) -> None:
+    archive = simulate.make_archive(any_store, kind="gefs", inits=[INIT], leads=[3], members=[1])
+    (f,) = archive.files()
+    size = storage.head(any_store, archive.data_key(f)).size
+    resolved = resolve_file(
+        any_store, archive.source, f.init, f.lead, archive.file_type, f.member, file_size=size
+    )
+    assert resolved.url == archive.data_url(f) and resolved.size == size
+    assert len(resolved.fields) == 8
+    for fld, rec in resolved.fields.items():
+        chunk = storage.get_range(any_store, archive.data_key(f), rec.offset, rec.length)
+        values = decode_via_codec(chunk, fld.variable.name)
+        np.testing.assert_array_equal(values, archive.expected(f, fld.variable.name, fld.level))
+
+
+def test_resolve_discards_bad_files_naming_them() -> None:
+    store = storage.open_store("memory://resolve-bad")
+    archive = simulate.make_archive(store, kind="gfs", inits=[INIT], leads=[0, 6])
+    first, second = archive.files()
+    archive.reupload(first)
+    with pytest.raises(StaleIndexError, match=archive.data_key(first)):
+        resolve_file(store, archive.source, first.init, first.lead, archive.file_type)
+    archive.index_only(second)
+    with pytest.raises(MissingDataFileError, match=archive.data_key(second)):
+        resolve_file(
+            store, archive.source, second.init, second.lead, archive.file_type, file_size=10**6
+        )
+    with pytest.raises(storage.NotFound):
+        resolve_file(store, archive.source, second.init, second.lead, archive.file_type)
+    assert issubclass(MissingDataFileError, GribSourceError)
