@@ -17,13 +17,33 @@ Create and publish::
         members=[0, 1, 2],                                 # gefs only: ints, "mean"
         publish=True,                                      # False: write nothing yet
     )
-    archive.source         # a toolkit.virtual.sources.noaa GFS/GEFS whose bucket is store.url and
-                           # whose catalog is simulate.SIM_VARIABLES (match() works on its indexes)
+    archive.source         # toolkit.virtual.sources.noaa.GFS / GEFS with bucket = store.url and
+                           # the simulated catalog sim_variables(file_type) (6 variables below)
     archive.file_type      # "pgrb2" (gfs) or "pgrb2s" (gefs): one file type per (init, lead, member)
-    archive.files()        # every SimFile(init, lead, member), sorted
-    archive.publish(f)     # write one file (data, then its .idx); publish(list) writes several:
-                           # an update-loop test releases files one by one
+    archive.files()        # every SimFile(init, lead, member), sorted by (init, lead, member)
+    archive.publish(f)     # write one file (data object first, then its .idx); publish([f, g])
+                           # several; publish() all. An update-loop test releases files one by one.
     archive.data_key(f), archive.index_key(f), archive.data_url(f)   # keys are relative to store
+
+Layout (the real NODD key layout, relative to the store)::
+
+    gfs:  gfs.20250801/06/atmos/gfs.t06z.pgrb2.0p25.f007            (+ ".idx")
+    gefs: gefs.20250801/06/atmos/pgrb2sp25/gep01.t06z.pgrb2s.0p25.f007  (gec00 = member 0,
+          geavg = "mean")
+
+Each file holds, in this order, one message per field: temperature_2m (TMP, 2 m above ground),
+wind_u_10m, wind_v_10m (UGRD/VGRD, 10 m above ground), pressure_reduced_to_mean_sea_level
+(PRMSL), precipitation_surface (APCP, 6-hourly reset accumulation; absent at lead 0) and the
+vertical group temperature (TMP, ``{level:g} mb`` at SIM_LEVELS = 0.4, 500, 1000 mb).
+
+Turning a published file into references (what a virtual job's file_refs does)::
+
+    from toolkit.virtual.sources.resolve import resolve_file
+    resolved = resolve_file(store, archive.source, f.init, f.lead, archive.file_type, f.member,
+                            file_size=size_from_listing)
+    for field, record in resolved.fields.items():   # field.variable.name, field.level
+        ref = (resolved.url, record.offset, record.length)  # one chunk of field.variable.name
+    # codec for each array: toolkit.virtual.grib.decode.codec_config(field.variable.name)
 
 Expected values (exact: quarter steps, packed losslessly with decimal scale 2)::
 

@@ -201,3 +201,10 @@ def test_generated_inventories_round_trip(lengths: list[int], extra_after: int) 
     file_size = sum(lengths) + 50 * extra_after
     closed = with_byte_ranges(parsed, "u", file_size, header(lengths[-1]))
     assert [r.length for r in closed] == lengths
+
+
+def test_crlf_and_extra_fields() -> None:
+    text = "1:0:d=2025080100:A:surface:anl:ENS=+1:prob >0\r\n2:50:d=2025080100:B:surface:6 hour fcst:\r\n"
+    a, b = parse_index(text)
+    assert (a.window_text, a.extra, a.member, a.end) == ("anl", ("ENS=+1", "prob >0"), 1, 50)
+    assert (b.window_text, b.extra, b.window) == ("6 hour fcst", (), Window.instant(6 * H))
