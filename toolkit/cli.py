@@ -142,7 +142,9 @@ def demo(
     from toolkit.demo import run_demo
 
     with exit_codes(), progress_bars() as bars:
-        reports = run_demo(workdir, cluster=state.cluster, executor=executor, progress=bars)
+        reports = run_demo(
+            workdir, cluster=state.cluster, executor=executor, progress=bars, say=console.print
+        )
     for report in reports:
         print_report(report)
     if report_json is not None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolkit import storage
-from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.engine import Gate, ListedKeys, Plan, Stage, connect, run
 from toolkit.plan import Report
 from toolkit.tasks import stable
 
@@ -66,9 +67,27 @@ def run_demo(
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
+    say: Callable[[str], None] = print,
 ) -> list[Report]:
+    """Foundation plan, then a pyramid built and verified, then every store partitioned for archive."""
+    from toolkit.archive.demo import demo as archive_demo
+    from toolkit.pyramid.demo import demo as pyramid_demo
+
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="toolkit-demo-"))
     root.mkdir(parents=True, exist_ok=True)
+    say(f"demo stores under {root}")
     store = storage.open_store(str(root / "foundation"))
-    reports = [run(foundation_plan(store), cluster=cluster, executor=executor, progress=progress)]  # type: ignore[arg-type]
+    with ExitStack() as stack:
+        if executor == "dask":  # one cluster for every job of the demo
+            cluster = stack.enter_context(connect(cluster))
+        reports = [
+            run(foundation_plan(store), cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+        ]
+        reports += pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
+        say(f"pyramid: {root / 'pyramid-demo.zarr'} built and verified")
+    summary = archive_demo(root)
+    for scope in summary["scopes"]:
+        say(f"archive: scope {scope['scope']!r} epoch {scope['epoch']}: blobs {scope['blobs']}")
+    for r in summary["resolved"]:
+        say(f"archive: {r['key']} -> {r.get('kind')} {r.get('blob') or ''}")
     return reports
