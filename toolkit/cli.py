@@ -6,27 +6,18 @@ Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from importlib.metadata import version as _dist_version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from toolkit import storage
 from toolkit.archive.cli import app as archive_app
-from toolkit.engine import ClusterUnreachable
-from toolkit.plan import IncompleteStageError, Report
+from toolkit.console import err_console as console
+from toolkit.console import exit_codes, out, print_report, progress_bars
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
-
-console = Console(stderr=True)
-out = Console()
 
 app = typer.Typer(
     help="Dask-distributed array processing for Zarr v3 and Icechunk on object storage.",
@@ -67,65 +58,6 @@ def _main(
     ] = False,
 ) -> None:
     state.cluster = cluster
-
-
-# ----------------------------------------------------------------------------- shared helpers
-
-
-@contextmanager
-def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar per stage, driven by the engine's progress callback."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bars:
-        ids: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in ids:
-                ids[stage] = bars.add_task(stage, total=total)
-            bars.update(ids[stage], completed=done)
-
-        yield update
-
-
-def print_report(report: Report, json_path: Path | None = None) -> None:
-    table = Table(
-        title=f"{report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
-    )
-    for col in ("stage", "tasks", "skipped", "written", "seconds", "gate have/want"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
-    for s in report.stages:
-        gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
-        table.add_row(
-            s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate
-        )
-    out.print(table)
-    if json_path is not None:
-        json_path.write_text(json.dumps(report.as_dict(), indent=2))
-
-
-@contextmanager
-def exit_codes() -> Iterator[None]:
-    """Map failures to the documented exit codes with a one-line reason."""
-    try:
-        yield
-    except IncompleteStageError as err:
-        console.print(f"[red]gate failed:[/red] {err}")
-        raise typer.Exit(1) from None
-    except (storage.Unreachable, storage.AccessDenied) as err:
-        console.print(f"[red]store error:[/red] {err}")
-        raise typer.Exit(2) from None
-    except ClusterUnreachable as err:
-        console.print(f"[red]cluster error:[/red] {err}")
-        raise typer.Exit(2) from None
-    except storage.StorageError as err:
-        console.print(f"[red]store error:[/red] {err}")
-        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="Partition Zarr stores into archive blobs; resolve keys to blobs.",
-                  no_args_is_help=True)
-pin_app = typer.Typer(help="Keep a prefix hot, recorded with who, why and until when.",
-                      no_args_is_help=True)
+from toolkit.console import exit_codes, root_cluster, store_options
+
+app = typer.Typer(
+    help="Partition Zarr stores into archive blobs; resolve keys to blobs.", no_args_is_help=True
+)
+pin_app = typer.Typer(
+    help="Keep a prefix hot, recorded with who, why and until when.", no_args_is_help=True
+)
 app.add_typer(pin_app, name="pin")
 
 Data = Annotated[str, typer.Option("--data", help="Root of the Zarr stores (path or URL).")]
 Manifests = Annotated[str, typer.Option("--manifests", help="Where manifests live (path or URL).")]
-Exclude = Annotated[list[str] | None, typer.Option("--exclude", help="Glob of scopes/arrays to skip (repeatable).")]
+Exclude = Annotated[
+    list[str] | None, typer.Option("--exclude", help="Glob of scopes/arrays to skip (repeatable).")
+]
 TMax = Annotated[str, typer.Option("--t-max", help="Largest blob.")]
 THot = Annotated[str, typer.Option("--t-hot", help="Arrays smaller than this stay hot.")]
-TMin = Annotated[str, typer.Option("--t-min", help="Coalesce small arrays until a group reaches this.")]
+TMin = Annotated[
+    str, typer.Option("--t-min", help="Coalesce small arrays until a group reaches this.")
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Compute and show, write nothing.")]
 Force = Annotated[bool, typer.Option("--force", help="Re-cut (orphans blob ids; keeps pins).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -46,52 +52,37 @@ def _fail(code: int, message: str) -> typer.Exit:
     return typer.Exit(code)
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Exit codes without importing toolkit.cli (the layer contract forbids upward imports)."""
-    from toolkit import storage
+def _errors() -> Any:
     from toolkit.archive.discover import EventError
     from toolkit.archive.hierarchy import HierarchyError
     from toolkit.archive.manifests import ManifestConflict
     from toolkit.archive.model import ManifestError
-    from toolkit.plan import IncompleteStageError
 
-    try:
-        yield
-    except (ManifestConflict, IncompleteStageError) as err:
-        raise _fail(1, str(err)) from None
-    except (storage.Unreachable, storage.AccessDenied) as err:
-        raise _fail(2, f"store error: {err}") from None
-    except storage.StorageError as err:
-        raise _fail(1, f"store error: {err}") from None
-    except (ManifestError, HierarchyError, EventError, ValueError) as err:
-        raise _fail(2, str(err)) from None
+    return exit_codes(
+        usage_errors=(ManifestError, HierarchyError, EventError, ValueError),
+        check_errors=(ManifestConflict,),
+    )
 
 
 def _cluster(ctx: typer.Context) -> str | None:
-    """The global --cluster option of `toolkit`, read from the root context."""
-    root = ctx.find_root()
-    value = root.params.get("cluster") if root is not ctx else None
-    return value if isinstance(value, str) else None
+    return root_cluster(ctx)
 
 
 def _progress(stage: str, done: int, total: int) -> None:
     typer.echo(f"{stage}: {done}/{total}", err=True)
 
 
-def _open(url: str, endpoint: str | None, region: str | None, anonymous: bool, allow_http: bool,
-          path_style: bool) -> Any:
+def _open(
+    url: str,
+    endpoint: str | None,
+    region: str | None,
+    anonymous: bool,
+    allow_http: bool,
+    path_style: bool,
+) -> Any:
     from toolkit import storage
 
-    options: dict[str, Any] = {}
-    if "://" in url and url.split("://", 1)[0] in ("s3", "gs", "gcs", "az", "azure", "abfs"):
-        for name, value in (("endpoint", endpoint), ("region", region)):
-            if value is not None:
-                options[name] = value
-        for name, flag in (("anonymous", anonymous), ("allow_http", allow_http),
-                           ("path_style", path_style)):
-            if flag:
-                options[name] = True
+    options = store_options(url, endpoint, region, anonymous, allow_http, path_style)
     return storage.open_store(url, **options)
 
 
@@ -110,18 +101,33 @@ def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
         _echo(o.diff.describe())
         if o.orphaned:
             _echo(f"  orphaned blob ids: {', '.join(o.orphaned)}")
-        _echo("  (dry run: nothing written)" if dry_run else
-              ("  written" if o.written else "  no change written"))
+        _echo(
+            "  (dry run: nothing written)"
+            if dry_run
+            else ("  written" if o.written else "  no change written")
+        )
 
 
 @app.command()
 def partition(
-    scopes: Annotated[list[str] | None, typer.Argument(help="Store paths under --data (default: every store found).")] = None,
-    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
-    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB",
-    dry_run: DryRun = False, force: Force = False, as_json: Json = False,
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    scopes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Store paths under --data (default: every store found)."),
+    ] = None,
+    data: Data = ".",
+    manifests: Manifests = "manifests",
+    exclude: Exclude = None,
+    t_max: TMax = "50GiB",
+    t_hot: THot = "64MiB",
+    t_min: TMin = "10GiB",
+    dry_run: DryRun = False,
+    force: Force = False,
+    as_json: Json = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Partition stores one after another in this process (see `scan` for a Dask graph)."""
     from toolkit.archive.discover import find_stores
@@ -132,20 +138,31 @@ def partition(
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         policy = _policy(t_max, t_hot, t_min)
         todo = scopes or find_stores(d, exclude=exclude or ())
-        outcomes = [partition_store(d, m, s, policy, force=force, dry_run=dry_run,
-                                    exclude=exclude or ()) for s in todo]
+        outcomes = [
+            partition_store(d, m, s, policy, force=force, dry_run=dry_run, exclude=exclude or ())
+            for s in todo
+        ]
     _print_outcomes(outcomes, as_json, dry_run)
 
 
 @app.command()
 def scan(
     ctx: typer.Context,
-    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
-    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB",
-    dry_run: DryRun = False, force: Force = False, as_json: Json = False,
+    data: Data = ".",
+    manifests: Manifests = "manifests",
+    exclude: Exclude = None,
+    t_max: TMax = "50GiB",
+    t_hot: THot = "64MiB",
+    t_min: TMin = "10GiB",
+    dry_run: DryRun = False,
+    force: Force = False,
+    as_json: Json = False,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
@@ -153,19 +170,35 @@ def scan(
     with _errors():
         d = _open(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
-        outcomes, _ = run_scan(d, m, _policy(t_max, t_hot, t_min), exclude=exclude or (),
-                               force=force, dry_run=dry_run, cluster=_cluster(ctx),
-                               executor=executor, progress=_progress)
+        outcomes, _ = run_scan(
+            d,
+            m,
+            _policy(t_max, t_hot, t_min),
+            exclude=exclude or (),
+            force=force,
+            dry_run=dry_run,
+            cluster=_cluster(ctx),
+            executor=executor,
+            progress=_progress,
+        )
     _print_outcomes(outcomes, as_json, dry_run)
 
 
 @app.command()
 def diff(
     scope: Annotated[str, typer.Argument(help="Store path under --data.")],
-    data: Data = ".", manifests: Manifests = "manifests", exclude: Exclude = None,
-    t_max: TMax = "50GiB", t_hot: THot = "64MiB", t_min: TMin = "10GiB", force: Force = False,
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    data: Data = ".",
+    manifests: Manifests = "manifests",
+    exclude: Exclude = None,
+    t_max: TMax = "50GiB",
+    t_hot: THot = "64MiB",
+    t_min: TMin = "10GiB",
+    force: Force = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """What partitioning SCOPE now would change against its stored manifest (writes nothing)."""
     from toolkit.archive.service import partition_store
@@ -173,8 +206,15 @@ def diff(
     with _errors():
         d = _open(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
-        out = partition_store(d, m, scope, _policy(t_max, t_hot, t_min), force=force,
-                              dry_run=True, exclude=exclude or ())
+        out = partition_store(
+            d,
+            m,
+            scope,
+            _policy(t_max, t_hot, t_min),
+            force=force,
+            dry_run=True,
+            exclude=exclude or (),
+        )
     _echo(out.diff.describe())
     if out.orphaned:
         _echo(f"  orphaned blob ids: {', '.join(out.orphaned)}")
@@ -182,10 +222,16 @@ def diff(
 
 @app.command()
 def resolve(
-    keys: Annotated[list[str] | None, typer.Argument(help="Object keys (default: one per line on stdin).")] = None,
-    manifests: Manifests = "manifests", as_json: Json = False,
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    keys: Annotated[
+        list[str] | None, typer.Argument(help="Object keys (default: one per line on stdin).")
+    ] = None,
+    manifests: Manifests = "manifests",
+    as_json: Json = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Resolve keys (relative to the data root) to scope and blob id."""
     from toolkit.archive.manifests import ManifestStore
@@ -207,9 +253,13 @@ def resolve(
 @app.command()
 def show(
     scope: Annotated[str, typer.Argument(help="Store path (the manifest's scope).")],
-    manifests: Manifests = "manifests", as_json: Json = False,
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    manifests: Manifests = "manifests",
+    as_json: Json = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Print a scope's manifest."""
     from toolkit.archive.manifests import ManifestStore
@@ -251,30 +301,47 @@ def _edit(manifests: str, scope: str, change: Any, opts: tuple[Any, ...]) -> Non
 
 @pin_app.command("add")
 def pin_add(
-    scope: Annotated[str, typer.Argument()], prefix: Annotated[str, typer.Argument()],
-    who: Annotated[str, typer.Option("--who")], why: Annotated[str, typer.Option("--why")],
+    scope: Annotated[str, typer.Argument()],
+    prefix: Annotated[str, typer.Argument()],
+    who: Annotated[str, typer.Option("--who")],
+    why: Annotated[str, typer.Option("--why")],
     until: Annotated[str | None, typer.Option("--until", help="YYYY-MM-DD")] = None,
     manifests: Manifests = "manifests",
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1)."""
     from toolkit.archive.model import Pin
 
-    _edit(manifests, scope, lambda m: m.with_pin(Pin(prefix, who, why, until)),
-          (endpoint, region, anonymous, allow_http, path_style))
+    _edit(
+        manifests,
+        scope,
+        lambda m: m.with_pin(Pin(prefix, who, why, until)),
+        (endpoint, region, anonymous, allow_http, path_style),
+    )
 
 
 @pin_app.command("remove")
 def pin_remove(
-    scope: Annotated[str, typer.Argument()], prefix: Annotated[str, typer.Argument()],
+    scope: Annotated[str, typer.Argument()],
+    prefix: Annotated[str, typer.Argument()],
     manifests: Manifests = "manifests",
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Remove the pin on PREFIX (a conditional write; epoch + 1)."""
-    _edit(manifests, scope, lambda m: m.without_pin(prefix),
-          (endpoint, region, anonymous, allow_http, path_style))
+    _edit(
+        manifests,
+        scope,
+        lambda m: m.without_pin(prefix),
+        (endpoint, region, anonymous, allow_http, path_style),
+    )
 
 
 @app.command()
@@ -287,14 +354,25 @@ def schema() -> None:
 
 @app.command()
 def report(
-    scopes: Annotated[list[str] | None, typer.Argument(help="Scopes (default: every manifest).")] = None,
-    data: Data = ".", manifests: Manifests = "manifests",
+    scopes: Annotated[
+        list[str] | None, typer.Argument(help="Scopes (default: every manifest).")
+    ] = None,
+    data: Data = ".",
+    manifests: Manifests = "manifests",
     rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
-    mount: Annotated[float, typer.Option("--mount", help="Seconds per tape mount and seek.")] = 90.0,
-    events: Annotated[Path | None, typer.Option("--events", help="Recorded event notifications (JSON / JSON lines).")] = None,
+    mount: Annotated[
+        float, typer.Option("--mount", help="Seconds per tape mount and seek.")
+    ] = 90.0,
+    events: Annotated[
+        Path | None,
+        typer.Option("--events", help="Recorded event notifications (JSON / JSON lines)."),
+    ] = None,
     as_json: Json = False,
-    endpoint: Endpoint = None, region: Region = None, anonymous: Anonymous = False,
-    allow_http: AllowHttp = False, path_style: PathStyle = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Blobs with sizes, object counts, estimated recall time, and read/write counts from events."""
     from toolkit.archive.discover import dedupe, read_events
@@ -308,15 +386,23 @@ def report(
         evs = list(dedupe(read_events(events.read_text()))) if events else []
         rows = run_report(d, m, scopes, _relative(d, evs), bps, mount)
     if as_json:
-        _echo(json.dumps({"rate_bytes_per_s": bps, "mount_s": mount,
-                          "blobs": [r.to_dict() for r in rows]}, indent=2))
+        _echo(
+            json.dumps(
+                {"rate_bytes_per_s": bps, "mount_s": mount, "blobs": [r.to_dict() for r in rows]},
+                indent=2,
+            )
+        )
         return
     _echo(f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s")
-    _echo(f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} {'writes':>6}")
+    _echo(
+        f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} {'writes':>6}"
+    )
     for r in rows:
         label = r.blob if r.kind == "blob" else f"({r.kind})"
-        _echo(f"{(r.scope or '-'):30} {label:28} {r.bytes:>14} {r.objects:>8} {r.recall_s:>9.1f} "
-              f"{r.reads:>6} {r.writes:>6}")
+        _echo(
+            f"{(r.scope or '-'):30} {label:28} {r.bytes:>14} {r.objects:>8} {r.recall_s:>9.1f} "
+            f"{r.reads:>6} {r.writes:>6}"
+        )
 
 
 def _relative(data: Any, events: list[Any]) -> list[Any]:

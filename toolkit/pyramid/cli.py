@@ -1,24 +1,22 @@
 """`toolkit pyramid plan|build|verify`.
 
 Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable store. The
-helpers are local: a job layer may not import the face (`toolkit.cli`), so the global
-`--cluster` is read from the root click context instead.
+shared plumbing comes from `toolkit.console`; the global `--cluster` is read from the root
+context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from toolkit.console import err_console as console
+from toolkit.console import exit_codes, out, print_report, progress_bars, root_cluster
+
 app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
-console = Console(stderr=True)
-out = Console()
 
 Source = Annotated[str, typer.Argument(help="Store URL: a path, file://, memory://, s3://...")]
 Variables = Annotated[
@@ -31,61 +29,20 @@ Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler a
 Executor = Annotated[str, typer.Option(help="dask or sync")]
 
 
-def _cluster(ctx: typer.Context, cluster: str | None) -> str | None:
-    return cluster or ctx.find_root().params.get("cluster")
-
-
-@contextmanager
-def _exit_codes() -> Iterator[None]:
-    from toolkit import storage
-    from toolkit.plan import IncompleteStageError
+def _exit_codes() -> Any:
     from toolkit.pyramid.plan import PlanError
 
-    try:
-        yield
-    except PlanError as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    except IncompleteStageError as err:
-        console.print(f"[red]gate failed:[/red] {escape(str(err))}")
-        raise typer.Exit(1) from None
-    except (storage.Unreachable, storage.AccessDenied) as err:
-        console.print(f"[red]store error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    except storage.StorageError as err:
-        console.print(f"[red]store error:[/red] {escape(str(err))}")
-        raise typer.Exit(1) from None
-
-
-@contextmanager
-def _bars() -> Iterator[Callable[[str, int, int], None]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=console) as bars:
-        ids: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in ids:
-                ids[stage] = bars.add_task(stage, total=total)
-            bars.update(ids[stage], completed=done)
-
-        yield update
-
-
-def _print_report(report: Any) -> None:
-    table = Table(title=f"{report.plan} ({report.digest}, {report.seconds:.2f} s)")
-    for col in ("stage", "tasks", "skipped", "written", "seconds", "gate have/want"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
-    for s in report.stages:
-        gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
-        table.add_row(s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate)
-    out.print(table)
+    return exit_codes(usage_errors=(PlanError,))
 
 
 @app.command("plan")
-def plan_cmd(source: Source, variable: Variables = None, method: Method = "mean",
-             band_dim: BandDim = None, levels: Levels = None) -> None:
+def plan_cmd(
+    source: Source,
+    variable: Variables = None,
+    method: Method = "mean",
+    band_dim: BandDim = None,
+    levels: Levels = None,
+) -> None:
     """Tasks per level after pruning, and the gate targets (reads metadata and listings only)."""
     from toolkit.pyramid import plan
 
@@ -96,9 +53,15 @@ def plan_cmd(source: Source, variable: Variables = None, method: Method = "mean"
         table.add_column(col, justify="right")
     for lvl, naive in zip(p.levels, p.naive, strict=True):
         v = lvl.vars[0]
-        table.add_row(lvl.group, "x".join(map(str, lvl.shape)), "x".join(map(str, v.shards[-2:])),
-                      str(naive), str(len(lvl.tasks)), str(naive - len(lvl.tasks)),
-                      str(len(lvl.targets)))
+        table.add_row(
+            lvl.group,
+            "x".join(map(str, lvl.shape)),
+            "x".join(map(str, v.shards[-2:])),
+            str(naive),
+            str(len(lvl.tasks)),
+            str(naive - len(lvl.tasks)),
+            str(len(lvl.targets)),
+        )
     out.print(table)
 
 
@@ -111,19 +74,31 @@ def build_cmd(
     band_dim: BandDim = None,
     levels: Levels = None,
     cluster: Cluster = None,
-    rebuild_from: Annotated[str | None, typer.Option(
-        "--rebuild-from", help="Delete this level (e.g. 4x) and every coarser one, then rebuild.")
+    rebuild_from: Annotated[
+        str | None,
+        typer.Option(
+            "--rebuild-from",
+            help="Delete this level (e.g. 4x) and every coarser one, then rebuild.",
+        ),
     ] = None,
     executor: Executor = "dask",
 ) -> None:
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
     from toolkit.pyramid import build
 
-    with _exit_codes(), _bars() as bars:
-        report = build(source, variable or None, method, band_dim, levels,
-                       cluster=_cluster(ctx, cluster), executor=executor, progress=bars,
-                       rebuild_from=rebuild_from)
-    _print_report(report)
+    with _exit_codes(), progress_bars() as bars:
+        report = build(
+            source,
+            variable or None,
+            method,
+            band_dim,
+            levels,
+            cluster=root_cluster(ctx, cluster),
+            executor=executor,
+            progress=bars,
+            rebuild_from=rebuild_from,
+        )
+    print_report(report)
 
 
 @app.command("verify")
@@ -138,7 +113,7 @@ def verify_cmd(
     from toolkit.pyramid import verify
 
     with _exit_codes():
-        result = verify(source, sample, cluster=_cluster(ctx, cluster), executor=executor)
+        result = verify(source, sample, cluster=root_cluster(ctx, cluster), executor=executor)
     for f in result.failures:
         console.print(f"[red]FAIL[/red] {escape(str(f))}")
     if not result.ok:
