@@ -19,6 +19,7 @@ __all__ = [
     "METHODS",
     "joint_valid",
     "pool",
+    "pool_level0",
     "pool_mode",
 ]
 
@@ -171,6 +172,103 @@ def _pool_mode(values, weights, f, count, out, nodata):  # pragma: no cover - nu
                 out[b, oy, ox] = best
 
 
+# --- factor 2: the path every cascade level takes ------------------------------------------------
+# One pass over a pair of input rows per output row, window offsets by shifts, no integer division
+# and no data-dependent branches in the inner loop (invalid pixels add +0.0 through a select).
+# The sum is taken in the general kernel's order (row 0 left, row 0 right, row 1 left, row 1 right,
+# from +0.0, float64), so the results are bitwise those of `_pool_mean`: adding +0.0 never changes
+# an accumulator that starts at +0.0 under round-to-nearest. A missing bottom row is a zero-weight
+# row; a missing right column is the scalar tail.
+
+
+@njit(nogil=True, cache=True)
+def _count_rows2(m0, m1, crow):  # pragma: no cover - numba
+    w = m0.shape[0]
+    wf = w >> 1
+    for ox in range(wf):
+        x = ox << 1
+        crow[ox] = np.uint32(m0[x]) + np.uint32(m0[x + 1]) + np.uint32(m1[x]) + np.uint32(m1[x + 1])
+    if crow.shape[0] > wf:
+        crow[wf] = np.uint32(m0[w - 1]) + np.uint32(m1[w - 1])
+
+
+@njit(nogil=True, cache=True)
+def _mean_rows2(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
+    w = r0.shape[0]
+    wf = w >> 1
+    for ox in range(wf):
+        x = ox << 1
+        a = m0[x]
+        b = m0[x + 1]
+        c = m1[x]
+        d = m1[x + 1]
+        s = 0.0
+        s += np.float64(r0[x]) * a if a != 0 else 0.0
+        s += np.float64(r0[x + 1]) * b if b != 0 else 0.0
+        s += np.float64(r1[x]) * c if c != 0 else 0.0
+        s += np.float64(r1[x + 1]) * d if d != 0 else 0.0
+        n = crow[ox]
+        orow[ox] = s / n if n != 0 else nodata
+    if orow.shape[0] > wf:
+        x = w - 1
+        a = m0[x]
+        c = m1[x]
+        s = 0.0
+        s += np.float64(r0[x]) * a if a != 0 else 0.0
+        s += np.float64(r1[x]) * c if c != 0 else 0.0
+        n = crow[wf]
+        orow[wf] = s / n if n != 0 else nodata
+
+
+@njit(nogil=True, cache=True)
+def _mean2(values, weights, count, out, nodata):  # pragma: no cover - numba
+    """Count-weighted factor-2 mean; `weights` is 0/1 (level 0) or the parent's count plane."""
+    nb, h, w = values.shape
+    oh = count.shape[0]
+    zero = np.zeros(w, dtype=weights.dtype)
+    for oy in range(oh):
+        y0 = oy << 1
+        y1 = y0 + 1 if y0 + 1 < h else y0
+        m1 = weights[y1] if y1 != y0 else zero
+        _count_rows2(weights[y0], m1, count[oy])
+        for b in range(nb):
+            _mean_rows2(values[b, y0], values[b, y1], weights[y0], m1, count[oy], out[b, oy], nodata)
+
+
+@njit(nogil=True, cache=True)
+def _valid_rows2(values, y0, y1, fill, check_fill, m0, m1):  # pragma: no cover - numba
+    """Joint validity (every band) of rows y0 and y1 into m0, m1 (m1 all 0 when y1 == y0)."""
+    nb, _, w = values.shape
+    one = np.uint8(1)
+    for x in range(w):
+        m0[x] = one
+        m1[x] = one if y1 != y0 else np.uint8(0)
+    for b in range(nb):
+        for x in range(w):
+            v = values[b, y0, x]
+            m0[x] &= np.uint8((v == v) & ((not check_fill) | (v != fill)))
+        if y1 != y0:
+            for x in range(w):
+                v = values[b, y1, x]
+                m1[x] &= np.uint8((v == v) & ((not check_fill) | (v != fill)))
+
+
+@njit(nogil=True, cache=True)
+def _mean2_level0(values, fill, check_fill, count, out, nodata):  # pragma: no cover - numba
+    """Factor-2 mean of level 0 with the joint mask computed per row pair (no weights plane)."""
+    nb, h, w = values.shape
+    oh = count.shape[0]
+    m0 = np.empty(w, dtype=np.uint8)
+    m1 = np.empty(w, dtype=np.uint8)
+    for oy in range(oh):
+        y0 = oy << 1
+        y1 = y0 + 1 if y0 + 1 < h else y0
+        _valid_rows2(values, y0, y1, fill, check_fill, m0, m1)
+        _count_rows2(m0, m1, count[oy])
+        for b in range(nb):
+            _mean_rows2(values[b, y0], values[b, y1], m0, m1, count[oy], out[b, oy], nodata)
+
+
 def _out_shape(values: np.ndarray, f: int) -> tuple[int, int, int]:
     nb, h, w = values.shape
     return nb, -(-h // f), -(-w // f)
@@ -186,6 +284,17 @@ def _check(values: np.ndarray, weights: np.ndarray, f: int) -> None:
         raise ValueError(f"pool factor must be >= 1, got {f}")
 
 
+def _out_dtype(values: np.ndarray, method: str, out_dtype: np.dtype | None) -> np.dtype:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    dtype = np.dtype(out_dtype) if out_dtype is not None else values.dtype
+    if method == "mean" and dtype.kind != "f":
+        raise ValueError(f"mean needs a float output dtype, got {dtype}")
+    if method == "mode" and values.dtype.kind not in "iu":
+        raise ValueError(f"mode is for categorical integers, not {values.dtype} data")
+    return dtype
+
+
 def pool(
     values: np.ndarray,
     weights: np.ndarray,
@@ -193,6 +302,7 @@ def pool(
     nodata: float | int,
     factor: int = 2,
     out_dtype: np.dtype | None = None,
+    fast: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pool [B, H, W] by `factor`; returns (out [B, h, w], count [h, w] uint32).
 
@@ -200,21 +310,22 @@ def pool(
     is count-weighted (float64 accumulator), so pooling a pooled level gives the same answer as
     pooling level 0 directly; sum/min/max/mode consider pixels with a non-zero weight.
     Mode pools labels, not counts: it is exact only when applied to level 0.
+    A factor-2 mean takes the dedicated row-pair kernel (bitwise equal to the general one);
+    `fast=False` forces the general any-factor kernels, the reference the fast path is tested on.
     """
     _check(values, weights, factor)
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    dtype = _out_dtype(values, method, out_dtype)
     nb, oh, ow = _out_shape(values, factor)
     weights = np.ascontiguousarray(weights, dtype=np.uint32)
     count = np.empty((oh, ow), dtype=np.uint32)
-    _pool_count(weights, factor, count)
-    dtype = np.dtype(out_dtype) if out_dtype is not None else values.dtype
     out = np.empty((nb, oh, ow), dtype=dtype)
     nd = dtype.type(nodata)
     values = np.ascontiguousarray(values)
+    if fast and factor == 2 and method == "mean":
+        _mean2(values, weights, count, out, nd)
+        return out, count
+    _pool_count(weights, factor, count)
     if method == "mean":
-        if dtype.kind != "f":
-            raise ValueError(f"mean needs a float output dtype, got {dtype}")
         _pool_mean(values, weights, factor, count, out, nd)
     elif method == "sum":
         _pool_sum(values.astype(dtype, copy=False), weights, factor, count, out, nd)
@@ -222,9 +333,40 @@ def pool(
         _pool_extreme(values.astype(dtype, copy=False), weights, factor, count, out, nd,
                       method == "max")
     else:
-        if values.dtype.kind not in "iu":
-            raise ValueError(f"mode is for categorical integers, not {values.dtype} data")
         _pool_mode(values, weights, factor, count, out, nd)
+    return out, count
+
+
+def pool_level0(
+    values: np.ndarray,
+    fill: float | int,
+    method: str,
+    nodata: float | int,
+    factor: int = 2,
+    out_dtype: np.dtype | None = None,
+    fast: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pool level-0 values [B, H, W] whose nodata is `fill`: `pool(values, joint_valid(...))`.
+
+    A factor-2 mean fuses the joint mask into the pooling pass (a row pair at a time, so no
+    weights plane is written and read back); everything else goes through `joint_valid` + `pool`.
+    """
+    if values.ndim != 3:
+        raise ValueError(f"pool_level0 wants [band, y, x], got shape {values.shape}")
+    if not (fast and factor == 2 and method == "mean"):
+        return pool(values, joint_valid(values, fill), method, nodata, factor, out_dtype, fast)
+    dtype = _out_dtype(values, method, out_dtype)
+    nb, oh, ow = _out_shape(values, factor)
+    count = np.empty((oh, ow), dtype=np.uint32)
+    out = np.empty((nb, oh, ow), dtype=dtype)
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind == "f":
+        fill_f = float(fill) if fill is not None else np.nan
+        check_fill = not np.isnan(fill_f)
+        fill_v = values.dtype.type(fill_f)
+    else:
+        check_fill, fill_v = True, values.dtype.type(fill)
+    _mean2_level0(values, fill_v, check_fill, count, out, dtype.type(nodata))
     return out, count
 
 

@@ -85,21 +85,24 @@ def compute(store: storage.Store, spec: VarSource, method: str, index: tuple[int
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
     raw = np.asarray(open_array(store, spec.src_path)[sreg])
     vals, lead = _to_canonical(raw, spec.band_axis)
-    if spec.src_count_path is None:
-        weights = _level0_weights(vals, spec.src_fill)
-    else:
+    weights = None  # level 0: the kernel derives the joint mask from the values and fill
+    if spec.src_count_path is not None:
         cnt = np.asarray(open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)])
         weights = cnt.reshape((-1, *cnt.shape[-2:]))
     return _pool_all(vals, weights, lead, spec, method)
 
 
-def _pool_all(vals: np.ndarray, weights: np.ndarray, lead: tuple[int, ...], spec: VarSource,
-              method: str) -> tuple[np.ndarray, np.ndarray]:
+def _pool_all(vals: np.ndarray, weights: np.ndarray | None, lead: tuple[int, ...],
+              spec: VarSource, method: str) -> tuple[np.ndarray, np.ndarray]:
     out = spec.out
     datas, counts = [], []
     for t in range(vals.shape[0]):
-        d, c = kernels.pool(vals[t], weights[t], method, out.fill_value, spec.factor,
-                            np.dtype(out.dtype))
+        if weights is None:
+            d, c = kernels.pool_level0(vals[t], spec.src_fill, method, out.fill_value,
+                                       spec.factor, np.dtype(out.dtype))
+        else:
+            d, c = kernels.pool(vals[t], weights[t], method, out.fill_value, spec.factor,
+                                np.dtype(out.dtype))
         datas.append(d)
         counts.append(c)
     data = _from_canonical(np.stack(datas), lead, spec.band_axis)
@@ -120,7 +123,7 @@ def _compute_banded(store: storage.Store, spec: VarSource, reg: tuple[slice, ...
         sreg = source_region(sub, f, spec.src_shape, spec.band_axis)
         raw = np.asarray(open_array(store, spec.src_path)[sreg])
         vals, lead = _to_canonical(raw, spec.band_axis)
-        parts.append(_pool_all(vals, _level0_weights(vals, spec.src_fill), lead, spec, "mode"))
+        parts.append(_pool_all(vals, None, lead, spec, "mode"))
     return (np.concatenate([p[0] for p in parts], axis=-2),
             np.concatenate([p[1] for p in parts], axis=-2))
 
