@@ -81,6 +81,22 @@ def test_partition_show_resolve_pin_report(local, tmp_path: Path) -> None:
     assert "b_tas_3" in text and "recall" in text
 
 
+def test_pasted_paths_and_hot_always(local) -> None:
+    data, manifests = local
+    base = ["--data", data, "--manifests", manifests]
+    res = invoke("partition", *base, *POLICY, "--hot-always", "NOTES")
+    assert res.exit_code == 0, res.output
+    assert "NOTES" in json.loads(invoke("show", "cordex/a.zarr", "--manifests", manifests,
+                                        "--json").stdout)["hot_always"]
+    keys = [f"{data}/cordex/a.zarr/tas/c/7/0/0", f"file://{data}/cordex/a.zarr/tas/c/7/0/0",
+            "cordex/a.zarr/tas/c/7/0/0", "cordex/a.zarr/pr/NOTES"]
+    for extra in ([], ["--data", data]):
+        res = invoke("resolve", *keys, "--manifests", manifests, "--json", *extra)
+        assert res.exit_code == 0, res.output
+        rows = json.loads(res.stdout)
+        assert [(r["kind"], r["blob"]) for r in rows] == [("blob", "b_tas_1")] * 3 + [("hot", None)]
+
+
 def test_bad_input_exits_2_with_a_reason(local, tmp_path: Path) -> None:
     data, manifests = local
     res = invoke("partition", "--data", data, "--manifests", manifests, "--t-max", "lots")
@@ -90,6 +106,34 @@ def test_bad_input_exits_2_with_a_reason(local, tmp_path: Path) -> None:
     (bad / "manifest.json").write_text('{"format": "toolkit-archive-manifest/1"}')
     res = invoke("show", "cordex/a.zarr", "--manifests", manifests)
     assert res.exit_code == 2 and "'scope'" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["partition", "--data", "{tmp}/nope"], "does not exist"),
+        (["scan", "--data", "{tmp}/empty", "--executor", "sync"], "no Zarr stores"),
+        (["partition", "--data", "{data}", "--t-max", "1KiB", "--t-min", "1MiB"], "--t-min"),
+        (["partition", "missing.zarr", "--data", "{data}"], "missing.zarr: no Zarr metadata"),
+        (["resolve", "a/b", "--manifests", "{tmp}/nowhere"], "no manifests under"),
+        (["report", "--data", "{data}", "--manifests", "{tmp}/nowhere"], "no manifests under"),
+        (["report", "--data", "{data}", "--events", "{tmp}/none.jsonl"], "does not exist"),
+        (["report", "--data", "{data}", "--events", "{tmp}/bad.jsonl"], "line 1: not JSON"),
+        (["partition", "--data", "{data}", "--bogus"], "No such option"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_reason(local, tmp_path: Path, args: list[str], says: str) -> None:
+    data, manifests = local
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.jsonl").write_text("{oops\n")
+    invoke("partition", "--data", data, "--manifests", manifests, *POLICY)
+    argv = [a.format(tmp=tmp_path, data=data) for a in args]
+    if "--manifests" not in argv:
+        argv += ["--manifests", manifests]
+    res = invoke(*argv)
+    assert res.exit_code == 2, res.output
+    assert says in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output
 
 
 def test_scan_on_s3_with_storage_options(s3_endpoint: str) -> None:
@@ -105,3 +149,17 @@ def test_scan_on_s3_with_storage_options(s3_endpoint: str) -> None:
     assert [o["scope"] for o in json.loads(res.stdout)] == ["a.zarr", "b.zarr"]
     res = invoke("resolve", "b.zarr/tas/c/0/0/0", "--manifests", f"s3://{bucket}/m", *opts)
     assert res.stdout.split("\t")[:3] == ["b.zarr/tas/c/0/0/0", "b.zarr", "b_tas_0"]
+    url = f"s3://{bucket}/data/b.zarr/tas/c/0/0/0"  # as a user pastes it
+    for extra in ([], ["--data", f"s3://{bucket}/data"]):
+        res = invoke("resolve", url, "--manifests", f"s3://{bucket}/m", *opts, *extra, "--json")
+        assert res.exit_code == 0, res.output
+        (row,) = json.loads(res.stdout)
+        assert (row["key"], row["scope"], row["blob"]) == (url, "b.zarr", "b_tas_0")
+
+
+def test_unreachable_endpoint_exits_2_naming_the_store() -> None:
+    res = invoke("partition", "--data", "s3://bkt/data", "--manifests", "s3://bkt/m",
+                 "--endpoint", "http://127.0.0.1:9", "--allow-http", "--region", "us-east-1")
+    assert res.exit_code == 2 and "unreachable" in res.output and "s3://bkt/data" in res.output
+    res = invoke("resolve", "a/b", "--manifests", "s3://bkt/m", "--endpoint", "http://127.0.0.1:9")
+    assert res.exit_code == 2 and "--allow-http" in res.output

@@ -81,13 +81,16 @@ MALFORMED = [
     (("pins.0.who", ""), "pins[0].who"),
     (("pins.0.until", "next week"), "pins[0].until"),
     (("extra", 1), "extra"),
+    (("root_array", "yes"), "root_array"),
 ]
 
 # Cross-field rules JSON Schema cannot express; the model refuses them.
 SEMANTIC = [
     (("blobs.1.id", "b_tas"), "blobs[1].id"),  # duplicate id
     (("blobs.1.prefixes", ["cordex/a.zarr/tas/c/0"]), "blobs[1].prefixes[0]"),  # overlapping
-    (("blobs.1.prefixes", ["cordex/a.zarr"]), "blobs[0].prefixes[0]"),  # swallows the scope
+    (("blobs.1.prefixes", ["cordex/a.zarr"]), "blobs[1].prefixes[0]"),  # swallows the scope
+    (("blobs", [{"id": "w_all", "prefixes": ["cordex/a.zarr"]}]), "blobs[0].prefixes[0]"),  # alone
+    (("hot", ["cordex/a.zarr"]), "hot[0]"),  # a hot prefix may not swallow the scope either
     (("hot.0", "cordex/a.zarr/tas"), "hot[0]"),  # hot and blob claim the same prefix
     (("blobs.1.prefixes", ["other/b.zarr/x"]), "blobs[1].prefixes[0]"),  # outside the scope
     (("policy.t_min", 5000), "policy.t_min"),  # t_min above t_max
@@ -107,6 +110,18 @@ def test_malformed_is_refused_naming_the_field(mutation: tuple, field: str) -> N
         Manifest.from_dict(mutate(*mutation))
     assert err.value.field == field
     assert repr(field) in str(err.value)
+
+
+def test_only_a_root_array_store_may_claim_its_scope() -> None:
+    doc = {**good_doc(), "scope": "bare/arr", "hot": [], "pins": [], "root_array": True,
+           "blobs": [{"id": "w_root", "prefixes": ["bare/arr"], "bucket": None, "bytes": 1,
+                      "objects": 1}]}
+    m = Manifest.from_dict(doc)
+    assert m.root_array and m.to_dict() == doc and Manifest.loads(m.dumps()) == m
+    with pytest.raises(ManifestError, match="swallow every future array") as err:
+        Manifest.from_dict({**doc, "root_array": False})
+    assert err.value.field == "blobs[0].prefixes[0]"
+    assert "root_array" not in Manifest.from_dict(good_doc()).to_dict()  # group stores unchanged
 
 
 def test_bad_json_is_refused() -> None:

@@ -94,6 +94,39 @@ def test_force_recuts_keeps_pins_and_lists_orphans() -> None:
     assert m3.pins == m1.pins and "orphaned" in d.describe()
 
 
+def test_an_array_without_chunks_waits_instead_of_freezing_hot() -> None:
+    empty = ArrayInfo(f"{S}/fresh", (100,), (1,), stored_bytes=0, objects=0)
+    m = partition([arr("pr", 400), empty], S, P)
+    assert m.hot == () and [b.prefixes for b in m.blobs] == [(f"{S}/pr",)]
+    assert Trie([m]).lookup(f"{S}/fresh/c/0").kind == "unmanaged"
+    filled = ArrayInfo(f"{S}/fresh", (100,), (1,), stored_bytes=5000, objects=100)
+    m2 = partition([arr("pr", 400), filled], S, P, m)
+    assert m2.blob("b_fresh").bucket is not None and m2.blobs[0] == m.blobs[0]
+
+
+def test_a_root_array_store_is_the_one_cut_that_claims_its_scope() -> None:
+    root = ArrayInfo("bare/arr", (10,), (1,), stored_bytes=500, objects=10)
+    m = partition([root], "bare/arr", P)
+    assert m.root_array and m.blobs[0].prefixes == ("bare/arr",) and m.blobs[0].id == "w_root"
+    assert Trie([m]).lookup("bare/arr/c/3").blob == "w_root"
+    grown = ArrayInfo("bare/arr", (10,), (1,), stored_bytes=5000, objects=10)
+    assert partition([grown], "bare/arr", P, m) is m
+    assert not partition([arr("a", 100)], S, P).root_array
+
+
+def test_hot_always_extends_and_survives_repartitions() -> None:
+    m1 = partition([arr("pr", 400)], S, P)
+    assert partition([arr("pr", 400)], S, P, m1, hot_always=["zarr.json"]) is m1  # a default
+    m2 = partition([arr("pr", 400)], S, P, m1, hot_always=["README"])
+    assert m2.epoch == 2 and m2.blobs == m1.blobs and "README" in m2.hot_always
+    d = diff(m1, m2)
+    assert d.hot_always_added == ("README",) and "+ hot_always README" in d.describe()
+    assert partition([arr("pr", 400)], S, P, m2) is m2  # not asked again: kept, no new epoch
+    forced = partition([arr("pr", 400)], S, P, m2, force=True)
+    assert "README" in forced.hot_always
+    assert Trie([m2]).lookup(f"{S}/pr/README").kind == "hot"
+
+
 def test_exclude_patterns() -> None:
     assert excluded(f"{S}/tmp/x", [f"{S}/tmp"])
     assert excluded(f"{S}/tas", ["*/tas"]) and not excluded(f"{S}/tas", ["*/pr"])

@@ -1,7 +1,8 @@
 """`toolkit archive`: partition Zarr stores into archive blobs, resolve keys, report.
 
-Exit codes: 0 ok, 1 a conflict or failed check, 2 bad usage, a malformed manifest or an
-unreachable store.
+Exit codes: 0 ok, 1 a conflict, a missing manifest or another failed check, 2 bad usage (a bad
+flag, a missing store or events file, no Zarr stores or no manifests where pointed), a malformed
+manifest or metadata document, or an unreachable store.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
 Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests.")]
 AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow http:// endpoints.")]
 PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+HotAlways = Annotated[
+    list[str] | None,
+    typer.Option("--hot-always", help="Object basename never archived, added to the defaults "
+                 "(zarr.json, .zarray, .zattrs, .zgroup, .zmetadata) (repeatable)."),
+]
 
 
 def _echo(text: str) -> None:
@@ -83,14 +89,60 @@ def _open(
     from toolkit import storage
 
     options = store_options(url, endpoint, region, anonymous, allow_http, path_style)
+    if str(options.get("endpoint", "")).startswith("http://") and not allow_http:
+        raise ValueError(f"--endpoint {endpoint} is plain http: add --allow-http to use it")
     return storage.open_store(url, **options)
 
 
+def _open_data(url: str, *opts: Any) -> Any:
+    """The data root; a local one must exist (a typo would otherwise find nothing, silently)."""
+    if "://" not in url or url.startswith("file://"):  # checked first: opening creates it
+        path = Path(url.removeprefix("file://")).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"data root {path.resolve()} does not exist or is not a directory")
+    return _open(url, *opts)
+
+
+def _stores(data: Any, exclude: list[str] | None) -> list[str]:
+    from toolkit.archive.discover import find_stores
+
+    found = find_stores(data, exclude=exclude or ())
+    if not found:
+        raise ValueError(f"no Zarr stores (zarr.json / .zgroup / .zarray) under {data.url}")
+    return found
+
+
+def _load(m: Any) -> list[Any]:
+    """Every manifest under the manifest store; none at all means a wrong --manifests."""
+    from toolkit.archive.manifests import ManifestStore
+
+    loaded = ManifestStore(m).load_all()
+    if not loaded:
+        raise ValueError(f"no manifests under {m.url}: partition first, or check --manifests")
+    return loaded
+
+
+def _require_scopes(m: Any, scopes: list[str] | None) -> None:
+    """One listing: some manifests exist, and every scope asked for has one."""
+    from toolkit.archive.manifests import ManifestStore
+
+    have = ManifestStore(m).scopes()
+    if not have:
+        raise ValueError(f"no manifests under {m.url}: partition first, or check --manifests")
+    missing = sorted(set(scopes or ()) - set(have))
+    if missing:
+        raise ValueError(f"no manifest for scope {missing[0]!r} under {m.url}")
+
+
 def _policy(t_max: str, t_hot: str, t_min: str) -> Any:
-    from toolkit.archive.model import Policy
+    from toolkit.archive.model import ManifestError, Policy
     from toolkit.archive.units import parse_size
 
-    return Policy(parse_size(t_max), parse_size(t_hot), parse_size(t_min))
+    try:
+        return Policy(parse_size(t_max), parse_size(t_hot), parse_size(t_min))
+    except ManifestError as err:
+        flag = "--" + err.field.split(".")[-1].replace("_", "-")
+        raise ValueError(f"{flag}: {err.problem}") from None
 
 
 def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
@@ -122,6 +174,7 @@ def partition(
     t_min: TMin = "10GiB",
     dry_run: DryRun = False,
     force: Force = False,
+    hot_always: HotAlways = None,
     as_json: Json = False,
     endpoint: Endpoint = None,
     region: Region = None,
@@ -130,16 +183,16 @@ def partition(
     path_style: PathStyle = False,
 ) -> None:
     """Partition stores one after another in this process (see `scan` for a Dask graph)."""
-    from toolkit.archive.discover import find_stores
     from toolkit.archive.service import partition_store
 
     with _errors():
-        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         policy = _policy(t_max, t_hot, t_min)
-        todo = scopes or find_stores(d, exclude=exclude or ())
+        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        todo = scopes or _stores(d, exclude)
         outcomes = [
-            partition_store(d, m, s, policy, force=force, dry_run=dry_run, exclude=exclude or ())
+            partition_store(d, m, s, policy, force=force, dry_run=dry_run, exclude=exclude or (),
+                            hot_always=hot_always or ())
             for s in todo
         ]
     _print_outcomes(outcomes, as_json, dry_run)
@@ -156,6 +209,7 @@ def scan(
     t_min: TMin = "10GiB",
     dry_run: DryRun = False,
     force: Force = False,
+    hot_always: HotAlways = None,
     as_json: Json = False,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
@@ -168,15 +222,18 @@ def scan(
     from toolkit.archive.service import scan as run_scan
 
     with _errors():
-        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        policy = _policy(t_max, t_hot, t_min)
+        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         outcomes, _ = run_scan(
             d,
             m,
-            _policy(t_max, t_hot, t_min),
+            policy,
+            scopes=_stores(d, exclude),
             exclude=exclude or (),
             force=force,
             dry_run=dry_run,
+            hot_always=hot_always or (),
             cluster=_cluster(ctx),
             executor=executor,
             progress=_progress,
@@ -194,6 +251,7 @@ def diff(
     t_hot: THot = "64MiB",
     t_min: TMin = "10GiB",
     force: Force = False,
+    hot_always: HotAlways = None,
     endpoint: Endpoint = None,
     region: Region = None,
     anonymous: Anonymous = False,
@@ -204,16 +262,18 @@ def diff(
     from toolkit.archive.service import partition_store
 
     with _errors():
-        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
+        policy = _policy(t_max, t_hot, t_min)
+        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         out = partition_store(
             d,
             m,
             scope,
-            _policy(t_max, t_hot, t_min),
+            policy,
             force=force,
             dry_run=True,
             exclude=exclude or (),
+            hot_always=hot_always or (),
         )
     _echo(out.diff.describe())
     if out.orphaned:
@@ -223,7 +283,14 @@ def diff(
 @app.command()
 def resolve(
     keys: Annotated[
-        list[str] | None, typer.Argument(help="Object keys (default: one per line on stdin).")
+        list[str] | None,
+        typer.Argument(help="Keys relative to the data root, or full URLs / absolute paths "
+                       "(default: one per line on stdin)."),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option("--data", help="Data root, stripped from URL / path keys (needed only "
+                     "when a pasted URL could enter two scopes)."),
     ] = None,
     manifests: Manifests = "manifests",
     as_json: Json = False,
@@ -233,15 +300,16 @@ def resolve(
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
 ) -> None:
-    """Resolve keys (relative to the data root) to scope and blob id."""
-    from toolkit.archive.manifests import ManifestStore
+    """Resolve keys to scope and blob id; s3://bucket/prefix/store.zarr/... URLs work too."""
     from toolkit.archive.resolve import Trie
 
+    opts = (endpoint, region, anonymous, allow_http, path_style)
     with _errors():
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
-        trie = Trie(ManifestStore(m).load_all())
-    todo = keys or [line.strip() for line in sys.stdin if line.strip()]
-    results = [(k, trie.lookup(k)) for k in todo]
+        m = _open(manifests, *opts)
+        root = _open(data, *opts).url if data is not None else None
+        trie = Trie(_load(m))
+        todo = keys or [line.strip() for line in sys.stdin if line.strip()]
+        results = [(k, trie.resolve(k, root)) for k in todo]
     if as_json:
         _echo(json.dumps([{"key": k, **r.to_dict()} for k, r in results], indent=2))
         return
@@ -365,7 +433,8 @@ def report(
     ] = 90.0,
     events: Annotated[
         Path | None,
-        typer.Option("--events", help="Recorded event notifications (JSON / JSON lines)."),
+        typer.Option("--events", help="Recorded event notifications (JSON / JSON lines).",
+                     exists=True, dir_okay=False, readable=True),
     ] = None,
     as_json: Json = False,
     endpoint: Endpoint = None,
@@ -380,9 +449,10 @@ def report(
     from toolkit.archive.units import parse_rate
 
     with _errors():
-        d = _open(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         bps = parse_rate(rate)
+        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        _require_scopes(m, scopes)
         evs = list(dedupe(read_events(events.read_text()))) if events else []
         rows = run_report(d, m, scopes, _relative(d, evs), bps, mount)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.archive.model import Blob, Manifest, Pin
+from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Blob, Manifest, Pin
 
 __all__ = ["Diff", "diff"]
 
@@ -30,11 +30,13 @@ class Diff:
     hot_removed: tuple[str, ...] = ()
     pins_added: tuple[Pin, ...] = ()
     pins_removed: tuple[Pin, ...] = ()
+    hot_always_added: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed or self.hot_added
-                    or self.hot_removed or self.pins_added or self.pins_removed)
+                    or self.hot_removed or self.pins_added or self.pins_removed
+                    or self.hot_always_added)
 
     @property
     def orphaned(self) -> tuple[str, ...]:
@@ -59,6 +61,7 @@ class Diff:
         lines += [f"  - hot {p}" for p in self.hot_removed]
         lines += [f"  + pin {p.prefix} by {p.who}: {p.why}" for p in self.pins_added]
         lines += [f"  - pin {p.prefix} by {p.who}" for p in self.pins_removed]
+        lines += [f"  + hot_always {name}" for name in self.hot_always_added]
         if self.empty:
             lines.append("  (no change in cuts)")
         return "\n".join(lines)
@@ -86,4 +89,6 @@ def diff(previous: Manifest | None, new: Manifest) -> Diff:
         hot_removed=tuple(sorted(old_hot - set(new.hot))),
         pins_added=tuple(p for k, p in new_pins.items() if old_pins.get(k) != p),
         pins_removed=tuple(p for k, p in old_pins.items() if k not in new_pins),
+        hot_always_added=tuple(n for n in new.hot_always
+                               if n not in (previous.hot_always if previous else DEFAULT_HOT_ALWAYS)),
     )

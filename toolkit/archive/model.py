@@ -3,7 +3,8 @@
 A manifest describes one scope (one Zarr store, named by its path under the data root): the
 policy it was cut with, the blobs (archive units), the prefixes pinned hot by the partitioner,
 the pins people placed, and which object basenames are never archived. Every prefix is a full key
-prefix relative to the data root and is never empty, so no blob can swallow future arrays.
+prefix relative to the data root, never empty and never the scope itself (unless the store's root is
+an array, `root_array`), so no blob can swallow future arrays.
 
 Errors are `ManifestError` naming the offending field (`blobs[2].id`, `epoch`, ...).
 To test a malformed document, build the dict, not the dataclass.
@@ -199,12 +200,15 @@ class Manifest:
     pins: tuple[Pin, ...] = ()
     hot_always: tuple[str, ...] = DEFAULT_HOT_ALWAYS
     format: str = field(default=FORMAT)
+    root_array: bool = False  # the store's root node is an array: its prefix is the scope
 
     def __post_init__(self) -> None:
         scope = _prefix(self.scope, "scope")
         if self.format != FORMAT:
             raise ManifestError("format", f"must be {FORMAT!r}, got {self.format!r}", scope)
         _int(self.epoch, "epoch", 1)
+        if not isinstance(self.root_array, bool):
+            raise ManifestError("root_array", "must be true or false", scope)
         if not isinstance(self.policy, Policy):
             raise ManifestError("policy", "must be a Policy", scope)
         for name in ("blobs", "hot", "pins", "hot_always"):
@@ -240,6 +244,11 @@ class Manifest:
         for name, p in claims:
             if not is_under(p, scope):
                 raise ManifestError(name, f"{p!r} is outside scope {scope!r}", scope)
+            if p == scope and not self.root_array:
+                raise ManifestError(
+                    name, f"{p!r} is the whole scope and would swallow every future array "
+                    "(claim the arrays' prefixes; only a store whose root is an array, "
+                    "root_array, may claim its scope)", scope)
             if p in owners:
                 raise ManifestError(name, f"prefix {p!r} is also claimed by {owners[p]}", scope)
             owners[p] = name
@@ -295,7 +304,7 @@ class Manifest:
     # ------------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "format": self.format,
             "scope": self.scope,
             "epoch": self.epoch,
@@ -305,6 +314,9 @@ class Manifest:
             "pins": [p.to_dict() for p in self.pins],
             "blobs": [b.to_dict() for b in self.blobs],
         }
+        if self.root_array:  # only then: manifests of group stores stay byte-identical
+            doc["root_array"] = True
+        return doc
 
     def dumps(self) -> bytes:
         return (json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n").encode()
@@ -322,7 +334,8 @@ class Manifest:
         if not isinstance(doc, Mapping):
             raise ManifestError("(document)", f"must be a JSON object, got {type(doc).__name__}")
         scope = doc.get("scope") if isinstance(doc.get("scope"), str) else None
-        _only(doc, {"format", "scope", "epoch", "policy", "hot_always", "hot", "pins", "blobs"}, "", scope)
+        _only(doc, {"format", "scope", "epoch", "policy", "hot_always", "hot", "pins", "blobs",
+                    "root_array"}, "", scope)
         for name in ("format", "scope", "epoch", "policy", "blobs"):
             if name not in doc:
                 raise ManifestError(name, "is required", scope)
@@ -346,6 +359,7 @@ class Manifest:
             pins=pins,
             hot_always=tuple(_list(doc.get("hot_always", list(DEFAULT_HOT_ALWAYS)), "hot_always", scope)),
             format=doc["format"],
+            root_array=doc.get("root_array", False),
         )
 
 

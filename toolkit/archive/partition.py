@@ -9,6 +9,9 @@
 Cuts are frozen: with a previous manifest its blobs and hot prefixes are kept verbatim and the
 rules only see unclaimed arrays, so a policy change never re-cuts a scope. `force=True` is the
 one way to re-cut: it starts from nothing but the pins and `hot_always`.
+
+An array with no chunk objects yet is left unclaimed (it resolves to "unmanaged", which stays
+hot): cutting it now would freeze it hot by size before its first write, forever.
 """
 
 from __future__ import annotations
@@ -87,8 +90,8 @@ def _coalesce(arrays: Sequence[ArrayInfo], policy: Policy) -> list[list[ArrayInf
 
 
 def cut(arrays: Sequence[ArrayInfo], scope: str, policy: Policy) -> tuple[list[Blob], list[str]]:
-    """The four rules on unclaimed arrays: (new blobs, new hot prefixes)."""
-    ordered = sorted(arrays, key=lambda a: a.path)
+    """The four rules on unclaimed arrays that hold data: (new blobs, new hot prefixes)."""
+    ordered = sorted((a for a in arrays if a.objects > 0), key=lambda a: a.path)
     hot = [a.path for a in ordered if a.is_coordinate or a.stored_bytes < policy.t_hot]
     rest = [a for a in ordered if a.path not in set(hot)]
     if not rest:
@@ -126,12 +129,11 @@ def partition(
     claimed = [p for b in kept_blobs for p in b.prefixes] + list(kept_hot)
     fresh = [a for a in inside if not _claimed(a.path, claimed)]
     blobs, hot = cut(fresh, scope, policy)
-    if previous is not None and not force and not blobs and not hot:
+    # hot_always only grows: the defaults, what the stored manifest added, what is asked for now
+    names = tuple(dict.fromkeys((*DEFAULT_HOT_ALWAYS, *(previous.hot_always if previous else ()),
+                                 *(hot_always or ()))))
+    if previous is not None and not force and not blobs and not hot and names == previous.hot_always:
         return previous
-    names = tuple(hot_always) if hot_always is not None else (
-        previous.hot_always if previous is not None else DEFAULT_HOT_ALWAYS
-    )
-    names = tuple(dict.fromkeys((*DEFAULT_HOT_ALWAYS, *names)))
     return Manifest(
         scope=scope,
         epoch=previous.epoch + 1 if previous is not None else 1,
@@ -140,4 +142,5 @@ def partition(
         hot=(*kept_hot, *hot),
         pins=previous.pins if previous is not None else (),
         hot_always=names,
+        root_array=any(a.path == scope for a in inside) or bool(previous and previous.root_array),
     )

@@ -3,6 +3,10 @@
 A bucketed array is a single node however many blobs it spans: the bucket is computed from the
 next key segment. A miss is normal and safe ("unmanaged" stays hot). A resolution always carries
 the scope, because blob ids repeat across stores.
+
+Keys are relative to the data root. `Trie.resolve` also takes what users paste (an s3:// URL, a
+file:// URL or an absolute path): with the data root known it is stripped; without it, the key is
+cut where it enters a loaded scope, which must be unambiguous.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, Literal
 from toolkit.archive.ids import bucket_id
 from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Bucket, Manifest
 
-__all__ = ["Resolution", "Trie"]
+__all__ = ["AmbiguousKey", "Resolution", "Trie", "relative_to"]
 
 Kind = Literal["blob", "hot", "unmanaged"]
 
@@ -34,6 +38,31 @@ class Resolution:
 
 UNMANAGED = Resolution("unmanaged", reason="no manifest covers this key")
 _DEFAULT_NAMES = frozenset(DEFAULT_HOT_ALWAYS)
+
+
+class AmbiguousKey(ValueError):
+    """A pasted URL or path enters more than one loaded scope; the data root decides."""
+
+
+def _canonical(text: str) -> str | None:
+    """`scheme://rest` for a URL or an absolute path (as file://); None for a relative key."""
+    if "://" in text:
+        scheme, rest = text.split("://", 1)
+        scheme = scheme.lower()
+        return f"file:///{rest.lstrip('/')}" if scheme == "file" else f"{scheme}://{rest}"
+    return f"file://{text}" if text.startswith("/") else None
+
+
+def relative_to(key: str, root: str) -> str | None:
+    """`key` relative to the data root `root` (a store URL); None when it lies outside.
+
+    A key that is neither a URL nor an absolute path is taken as already relative.
+    """
+    full = _canonical(key)
+    if full is None:
+        return key
+    base = (_canonical(root) or root).rstrip("/")
+    return full[len(base) + 1 :] if full.startswith(base + "/") else None
 
 
 class _Node:
@@ -82,11 +111,14 @@ class Trie:
 
     def add(self, manifest: Manifest) -> None:
         scope = manifest.scope
-        node = self._root
+        node: _Node | None = self._root
         for seg in scope.split("/"):
-            node = node.children.get(seg) or _Node()
-            if node.scope is not None:
+            node = node.children.get(seg) if node is not None else None
+            if node is not None and node.scope is not None:
                 raise ValueError(f"scope {scope!r} overlaps loaded scope {node.scope[0].scope!r}")
+        inner = _scope_below(node) if node is not None else None
+        if inner is not None:
+            raise ValueError(f"scope {scope!r} contains loaded scope {inner!r}")
         self._node(scope).scope = (manifest, frozenset(manifest.hot_always))
         self._manifests[scope] = manifest
         epoch = manifest.epoch
@@ -114,6 +146,35 @@ class Trie:
         fresh = Trie(current.values())
         self._root, self._manifests = fresh._root, fresh._manifests
         self._cuts, self._nodes = fresh._cuts, fresh._nodes
+
+    def resolve(self, key: str, root: str | None = None) -> Resolution:
+        """`lookup` for what users paste: URLs and absolute paths as well as relative keys."""
+        if root is not None:
+            rel = relative_to(key, root)
+            if rel is None:
+                return Resolution("unmanaged", reason=f"outside the data root {root}")
+            return self.lookup(rel)
+        full = _canonical(key)
+        if full is None:
+            return self.lookup(key)
+        parts = [p for p in full.split("://", 1)[1].split("/") if p]
+        starts = [(s, i) for i in range(len(parts)) if (s := self._scope_at(parts, i))]
+        if len(starts) > 1:
+            where = ", ".join(f"{s!r} at segment {i}" for s, i in starts)
+            raise AmbiguousKey(f"{key}: enters {where}; pass the data root (--data)")
+        if not starts:
+            return Resolution("unmanaged", reason="no loaded scope in this URL or path")
+        return self.lookup("/".join(parts[starts[0][1] :]))
+
+    def _scope_at(self, parts: list[str], start: int) -> str | None:
+        node: _Node | None = self._root
+        for seg in parts[start:]:
+            node = node.children.get(seg) if node is not None else None
+            if node is None:
+                return None
+            if node.scope is not None:
+                return node.scope[0].scope
+        return None
 
     def lookup(self, key: str) -> Resolution:
         parts = key.split("/")
@@ -154,3 +215,13 @@ class Trie:
                               cut.epoch)
         return Resolution("blob", cut.scope, bucket_id(cut.blob or "", index, best.bucket.width),
                           "bucket", cut.epoch)
+
+
+def _scope_below(node: _Node) -> str | None:
+    stack = list(node.children.values())
+    while stack:
+        n = stack.pop()
+        if n.scope is not None:
+            return n.scope[0].scope
+        stack.extend(n.children.values())
+    return None

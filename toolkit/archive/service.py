@@ -78,11 +78,12 @@ def propose(
     *,
     force: bool = False,
     exclude: Iterable[str] = (),
+    hot_always: Iterable[str] = (),
 ) -> Proposal:
     previous = manifests.read(scope)
     arrays = read_arrays(data, scope)
     new = partition(arrays, scope, policy, previous.manifest if previous else None,
-                    force=force, exclude=exclude)
+                    force=force, exclude=exclude, hot_always=tuple(hot_always))
     return Proposal(scope, previous, new, diff(previous.manifest if previous else None, new))
 
 
@@ -103,9 +104,11 @@ def partition_store(
     force: bool = False,
     dry_run: bool = False,
     exclude: Iterable[str] = (),
+    hot_always: Iterable[str] = (),
 ) -> Outcome:
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
-    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude)
+    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude,
+                       hot_always=hot_always)
     if dry_run:
         return Outcome(scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest)
     return commit(ms, proposal)
@@ -133,10 +136,12 @@ class PartitionScope:
     force: bool = False
     dry_run: bool = False
     exclude: tuple[str, ...] = ()
+    hot_always: tuple[str, ...] = ()
 
     def __call__(self, task: ScopeTask) -> Outcome:
         return partition_store(self.data, self.manifests, task.scope, self.policy,
-                               force=self.force, dry_run=self.dry_run, exclude=self.exclude)
+                               force=self.force, dry_run=self.dry_run, exclude=self.exclude,
+                               hot_always=self.hot_always)
 
 
 def _collect(values: list[Any]) -> tuple[Outcome, ...]:
@@ -165,6 +170,7 @@ def scan(
     exclude: Iterable[str] = (),
     force: bool = False,
     dry_run: bool = False,
+    hot_always: Iterable[str] = (),
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
@@ -172,7 +178,7 @@ def scan(
     """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
     patterns = tuple(exclude)
     found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
-    service = PartitionScope(data, manifests, policy, force, dry_run, patterns)
+    service = PartitionScope(data, manifests, policy, force, dry_run, patterns, tuple(hot_always))
     if not found:
         return [], None
     result = run(scan_plan(service, found), cluster=cluster, executor=executor,  # type: ignore[arg-type]
