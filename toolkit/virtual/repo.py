@@ -1,0 +1,553 @@
+"""The Icechunk edge: the only module that imports icechunk.
+
+Datasets describe their storage with the real Icechunk objects this module's factories build
+(virtual chunk containers, manifest splitting), so nothing lossy stands between a dataset and
+Icechunk. Container definitions persist in the repo config: a reader needs only the repo's
+location and an anonymous credentials map, which `open_repo` derives from that config.
+Credentials are never persisted.
+
+Everything else in toolkit talks to Icechunk through these functions and duck-typed session
+objects (`session.store` is a zarr store).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import icechunk as ic
+
+from toolkit import storage
+
+__all__ = [
+    "BranchMoved",
+    "ConflictError",
+    "OutsideContainers",
+    "RepoRef",
+    "VirtualConfig",
+    "commit",
+    "create_branch",
+    "delete_branch",
+    "fork",
+    "gcs_container",
+    "history",
+    "local_container",
+    "manifest_append_dim_split",
+    "manifest_report",
+    "merge",
+    "open_repo",
+    "readonly",
+    "reset_branch",
+    "s3_container",
+    "set_virtual_refs",
+    "snapshot_of",
+    "writable",
+]
+
+ConflictError = ic.ConflictError
+Container = ic.VirtualChunkContainer
+Session = ic.Session
+
+ic.set_logs_filter("error")
+
+
+class OutsideContainers(ValueError):
+    """A ref points outside every virtual chunk container: it could never be read."""
+
+
+class BranchMoved(RuntimeError):
+    """A guarded reset found the branch somewhere other than the snapshot recorded at setup."""
+
+
+# ----------------------------------------------------------------------------- containers
+
+
+def _prefix(url: str) -> str:
+    if "://" not in url:
+        raise ValueError(f"container prefix {url!r} must be a URL (file://, s3://, gs://)")
+    return url if url.endswith("/") else url + "/"
+
+
+def local_container(path_or_url: str) -> Container:
+    """A container for source files under a local directory (file:// prefix)."""
+    url = path_or_url if path_or_url.startswith("file://") else storage.Store(path_or_url).url
+    prefix = _prefix(url)
+    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(urlparse(prefix).path))
+
+
+def s3_container(
+    url: str,
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    allow_http: bool = False,
+    path_style: bool = False,
+    anonymous: bool = True,
+) -> Container:
+    """A container for s3://bucket/prefix/ on AWS or an S3-compatible endpoint (Source Coop, moto)."""
+    prefix = _prefix(url)
+    if not prefix.startswith("s3://"):
+        raise ValueError(f"s3 container prefix must start with s3://, got {url!r}")
+    store = ic.s3_store(
+        region=region,
+        endpoint_url=endpoint_url,
+        allow_http=allow_http,
+        anonymous=anonymous,
+        s3_compatible=endpoint_url is not None,
+        force_path_style=path_style,
+    )
+    return ic.VirtualChunkContainer(prefix, store)
+
+
+def gcs_container(url: str, opts: Mapping[str, str] | None = None) -> Container:
+    """A container for a gs://bucket/prefix/ mirror."""
+    prefix = _prefix(url)
+    if not prefix.startswith("gs://"):
+        raise ValueError(f"gcs container prefix must start with gs://, got {url!r}")
+    return ic.VirtualChunkContainer(prefix, ic.gcs_store(dict(opts or {})))
+
+
+def container_for(store: storage.Store) -> Container:
+    """The container matching a toolkit Store (the source archive's location)."""
+    if store.is_local:
+        return local_container(store.url)
+    if store.scheme == "s3":
+        o = store.options
+        return s3_container(
+            store.url,
+            region=o.get("region"),
+            endpoint_url=o.get("endpoint"),
+            allow_http=bool(o.get("allow_http")),
+            path_style=bool(o.get("path_style")),
+        )
+    if store.scheme in ("gs", "gcs"):
+        return gcs_container(store.url.replace("gcs://", "gs://", 1))
+    raise ValueError(
+        f"no virtual chunk container for store {store.url}: use file://, s3:// or gs://"
+    )
+
+
+def _credential(prefix: str, mode: Literal["anonymous", "env"]) -> Any:
+    scheme = urlparse(prefix).scheme
+    if scheme == "file":
+        return ic.credentials.LocalFileSystemAccess
+    if scheme == "s3":
+        return (
+            ic.s3_anonymous_credentials() if mode == "anonymous" else ic.s3_from_env_credentials()
+        )
+    if scheme == "gs":
+        return (
+            ic.credentials.gcs_anonymous_credentials()
+            if mode == "anonymous"
+            else ic.gcs_from_env_credentials()
+        )
+    raise ValueError(f"no reader credential for container {prefix!r}")
+
+
+def reader_credentials(
+    prefixes: Iterable[str], mode: Literal["anonymous", "env"] = "anonymous"
+) -> dict[str, Any]:
+    """The credentials map a reader passes at open: anonymous (or from-env) per container."""
+    return ic.containers_credentials({p: _credential(p, mode) for p in prefixes})
+
+
+# ----------------------------------------------------------------------------- manifest splitting
+
+
+def manifest_append_dim_split(
+    append_dim: str, split: int | Mapping[str | None, int]
+) -> ic.ManifestSplittingConfig:
+    """Split every array's manifest along `append_dim` every `split` positions.
+
+    `split` may be `{path_regex: size, None: default}` to size array groups differently; the
+    first matching regex wins, `None` catches the rest.
+    """
+    dim = ic.ManifestSplitDimCondition.DimensionName(append_dim)
+    sizes = {None: split} if isinstance(split, int) else dict(split)
+    for k, v in sizes.items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(
+                f"manifest split size for {k or 'all arrays'!r} must be an int >= 1, got {v!r}"
+            )
+        if k is not None:
+            re.compile(k)
+    rules: dict[Any, Any] = {}
+    for k, v in sizes.items():
+        if k is not None:
+            rules[ic.ManifestSplitCondition.path_matches(k)] = {dim: v}
+    if None in sizes:
+        rules[ic.ManifestSplitCondition.AnyArray()] = {dim: sizes[None]}
+    return ic.ManifestSplittingConfig.from_dict(rules)
+
+
+@dataclass
+class VirtualConfig:
+    """A virtual dataset's Icechunk settings, as real Icechunk objects (validated on construction).
+
+    Not picklable (Icechunk's objects are not): datasets build it where they run.
+    """
+
+    containers: Sequence[Container]
+    splitting: Any = None  # ic.ManifestSplittingConfig
+    manifest_fetch_concurrency: int = 32
+    chunk_ref_cache: int = 2_000_000
+
+    def __post_init__(self) -> None:
+        if not self.containers:
+            raise ValueError("a virtual dataset needs at least one virtual chunk container")
+        seen: set[str] = set()
+        for c in self.containers:
+            if not isinstance(c, ic.VirtualChunkContainer):
+                raise TypeError(
+                    f"container {c!r} is not an icechunk VirtualChunkContainer: build "
+                    "it with local_container / s3_container / gcs_container"
+                )
+            if c.url_prefix in seen:
+                raise ValueError(f"container prefix {c.url_prefix!r} registered twice")
+            seen.add(c.url_prefix)
+        if self.splitting is not None and not isinstance(
+            self.splitting, ic.ManifestSplittingConfig
+        ):
+            raise TypeError("splitting must come from manifest_append_dim_split")
+        if self.manifest_fetch_concurrency < 1 or self.chunk_ref_cache < 1:
+            raise ValueError("manifest_fetch_concurrency and chunk_ref_cache must be >= 1")
+
+    @property
+    def prefixes(self) -> list[str]:
+        return [c.url_prefix for c in self.containers]
+
+    def repository_config(self) -> ic.RepositoryConfig:
+        cfg = ic.RepositoryConfig.default()
+        for c in self.containers:
+            cfg.set_virtual_chunk_container(c)
+        cfg.manifest = ic.ManifestConfig(
+            splitting=self.splitting,
+            max_concurrent_manifest_fetches_during_commit=self.manifest_fetch_concurrency,
+        )
+        cfg.caching = ic.CachingConfig(num_chunk_refs=self.chunk_ref_cache)
+        return cfg
+
+
+# ----------------------------------------------------------------------------- repositories
+
+
+def _storage(store: storage.Store) -> ic.Storage:
+    if store.is_local:
+        return ic.local_filesystem_storage(str(store.local_path))
+    if store.scheme == "s3":
+        bucket, prefix = urlparse(store.url).netloc, urlparse(store.url).path.strip("/")
+        o = store.options
+        return ic.s3_storage(
+            bucket=bucket,
+            prefix=prefix or None,
+            region=o.get("region"),
+            endpoint_url=o.get("endpoint"),
+            allow_http=bool(o.get("allow_http")),
+            force_path_style=bool(o.get("path_style")),
+            from_env=not o.get("anonymous"),
+            anonymous=bool(o.get("anonymous")) or None,
+        )
+    if store.scheme in ("gs", "gcs"):
+        bucket, prefix = urlparse(store.url).netloc, urlparse(store.url).path.strip("/")
+        return ic.gcs_storage(bucket=bucket, prefix=prefix or None, from_env=True)
+    raise ValueError(
+        f"cannot hold an Icechunk repo at {store.url}: use a path, file:// s3:// or gs://"
+    )
+
+
+_OPEN: dict[tuple[str, str], Any] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RepoRef:
+    """A picklable pointer to a repo: where it lives. Opening derives everything else."""
+
+    store: storage.Store
+    credentials: Literal["anonymous", "env"] = field(default="anonymous")
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def open(self, fresh: bool = False) -> ic.Repository:
+        return open_repo(self.store, credentials=self.credentials, fresh=fresh)
+
+
+def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
+    """Create a repo whose config persists `config`'s containers and manifest settings."""
+    repo = ic.Repository.create(
+        _storage(store),
+        config=config.repository_config(),
+        authorize_virtual_chunk_access=reader_credentials(config.prefixes),
+    )
+    repo.save_config()
+    return repo
+
+
+def open_repo(
+    store: storage.Store,
+    credentials: Literal["anonymous", "env"] = "anonymous",
+    fresh: bool = False,
+) -> ic.Repository:
+    """Open with nothing but the location: containers come from the persisted config.
+
+    Cached per process (Repository handles are cheap to share, costly to rebuild per task).
+    """
+    key = (store.url, credentials)
+    if not fresh:
+        with _OPEN_LOCK:
+            if key in _OPEN:
+                return _OPEN[key]
+    st = _storage(store)
+    cfg = ic.Repository.fetch_config(st)
+    if cfg is None:
+        raise FileNotFoundError(f"no Icechunk repo at {store.url}")
+    prefixes = list(cfg.virtual_chunk_containers or {})
+    repo = ic.Repository.open(
+        st, authorize_virtual_chunk_access=reader_credentials(prefixes, credentials)
+    )
+    with _OPEN_LOCK:
+        _OPEN[key] = repo
+    return repo
+
+
+def open_or_create(store: storage.Store, config: VirtualConfig) -> ic.Repository:
+    if ic.Repository.exists(_storage(store)):
+        return open_repo(store)
+    return create_repo(store, config)
+
+
+def repoint_container(store: storage.Store, container: Container) -> None:
+    """Replace the container registered at `container.url_prefix` (e.g. with a mirror's store).
+
+    Refs are stored relative to the prefix, so this repoints every ref without a manifest rewrite.
+    """
+    repo = open_repo(store, fresh=True)
+    cfg = repo.config
+    if container.url_prefix not in (cfg.virtual_chunk_containers or {}):
+        raise KeyError(f"{store.url} has no container at {container.url_prefix!r}")
+    cfg.set_virtual_chunk_container(container)
+    ic.Repository.open(
+        _storage(store),
+        config=cfg,
+        authorize_virtual_chunk_access=reader_credentials([container.url_prefix]),
+    ).save_config()
+    _OPEN.pop((store.url, "anonymous"), None)
+    _OPEN.pop((store.url, "env"), None)
+
+
+def container_prefixes(repo: ic.Repository) -> list[str]:
+    return sorted(repo.config.virtual_chunk_containers or {})
+
+
+# ----------------------------------------------------------------------------- sessions
+
+
+def writable(repo: ic.Repository, branch: str = "main") -> ic.Session:
+    """A fresh writable session (a committed session is read-only: open one per commit)."""
+    return repo.writable_session(branch)
+
+
+def readonly(repo: ic.Repository, branch: str = "main", snapshot: str | None = None) -> ic.Session:
+    if snapshot is not None:
+        return repo.readonly_session(snapshot_id=snapshot)
+    return repo.readonly_session(branch)
+
+
+def set_virtual_refs(
+    session: Any,
+    array: str,
+    refs: Sequence[tuple[Sequence[int], str, int, int, _dt.datetime | None]],
+) -> int:
+    """Set (index, location, offset, length, last_modified) refs on `array`; return the count.
+
+    Icechunk returns the refs it could not place instead of raising; a ref outside every
+    container can never be read, so this raises `OutsideContainers` naming them.
+    """
+    if not refs:
+        return 0
+    specs = [
+        ic.VirtualChunkSpec(
+            index=list(idx),
+            location=loc,
+            offset=int(off),
+            length=int(n),
+            last_updated_at_checksum=(mod.replace(microsecond=0) if mod is not None else None),
+        )
+        for idx, loc, off, n, mod in refs
+    ]
+    failed = session.store.set_virtual_refs(array, specs, validate_containers=True)
+    if failed:
+        bad = {tuple(i) for i in failed}
+        shown = [f"{tuple(r[0])} -> {r[1]}" for r in refs if tuple(r[0]) in bad][:5]
+        raise OutsideContainers(
+            f"{len(failed)} refs for array {array!r} fall outside every virtual chunk container "
+            f"(first: {shown}); register a container covering them"
+        )
+    return len(specs)
+
+
+def commit(
+    session: Any,
+    message: str,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    max_attempts: int = 50,
+) -> str:
+    """Commit, rebasing on a lost branch-HEAD race; stamps `rebase_attempts` into the metadata.
+
+    Never commits an empty change set (Icechunk refuses one).
+    """
+    if not session.has_uncommitted_changes:
+        raise ValueError(f"refusing an empty commit ({message!r})")
+    attempts = 0
+    while True:
+        meta = {**(metadata or {}), "rebase_attempts": attempts}
+        try:
+            return session.commit(message, metadata=meta)
+        except ic.ConflictError:
+            attempts += 1
+            if attempts >= max_attempts:
+                raise
+            session.rebase(ic.BasicConflictSolver())
+
+
+def fork(session: Any) -> Any:
+    """A picklable fork of a writable session (fork once per stage, not per task)."""
+    return session.fork()
+
+
+def merge(session: Any, forks: Sequence[Any]) -> None:
+    if forks:
+        session.merge(*forks)
+
+
+def has_changes(session: Any) -> bool:
+    return bool(session.has_uncommitted_changes)
+
+
+def snapshot_of(repo: ic.Repository, branch: str = "main") -> str:
+    return repo.lookup_branch(branch)
+
+
+def branches(repo: ic.Repository) -> list[str]:
+    return sorted(repo.list_branches())
+
+
+def create_branch(repo: ic.Repository, name: str, snapshot: str) -> None:
+    repo.create_branch(name, snapshot)
+
+
+def delete_branch(repo: ic.Repository, name: str) -> None:
+    repo.delete_branch(name)
+
+
+def reset_branch(repo: ic.Repository, branch: str, to_snapshot: str, *, expected: str) -> None:
+    """Point `branch` at `to_snapshot` only if it is still at `expected` (recorded at setup)."""
+    try:
+        repo.reset_branch(branch, to_snapshot, from_snapshot_id=expected)
+    except ic.ConflictError as err:
+        now = repo.lookup_branch(branch)
+        raise BranchMoved(
+            f"branch {branch!r} moved since setup (expected {expected}, now {now}); "
+            "refusing to reset it: rerun the backfill between operational fires"
+        ) from err
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    id: str
+    parent: str | None
+    written_at: _dt.datetime
+    message: str
+    metadata: Mapping[str, Any]
+
+    @property
+    def rebase_attempts(self) -> int | None:
+        value = self.metadata.get("rebase_attempts")
+        return int(value) if value is not None else None
+
+
+def history(
+    repo: ic.Repository, branch: str = "main", limit: int | None = None
+) -> list[CommitInfo]:
+    """Newest first: id, message, metadata (with `rebase_attempts` where we committed)."""
+    out = []
+    for i, snap in enumerate(repo.ancestry(branch=branch)):
+        if limit is not None and i >= limit:
+            break
+        out.append(
+            CommitInfo(
+                snap.id, snap.parent_id, snap.written_at, snap.message, dict(snap.metadata or {})
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- manifests
+
+
+@dataclass(frozen=True)
+class ManifestReport:
+    manifests: int
+    refs: int
+    bytes: int
+    per_array: Mapping[str, Mapping[str, float]]
+
+    @property
+    def bytes_per_ref(self) -> float:
+        return self.bytes / self.refs if self.refs else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "manifests": self.manifests,
+            "refs": self.refs,
+            "bytes": self.bytes,
+            "bytes_per_ref": round(self.bytes_per_ref, 2),
+            "per_array": {k: dict(v) for k, v in self.per_array.items()},
+        }
+
+
+def manifest_report(repo: ic.Repository, branch: str = "main") -> ManifestReport:
+    """Every live manifest of `branch`'s HEAD: refs, bytes, bytes/ref, per array."""
+    doc = _await(repo.inspect_snapshot_async(repo.lookup_branch(branch)))
+    sizes = {m["id"]: (int(m["num_chunk_refs"]), int(m["size_bytes"])) for m in doc["manifests"]}
+    per_array: dict[str, dict[str, float]] = {}
+    for node in doc.get("nodes", []):
+        if node.get("node_type") != "array":
+            continue
+        ids = {m["id"] for m in node.get("manifest_refs") or []}
+        refs = sum(sizes[i][0] for i in ids if i in sizes)
+        byts = sum(sizes[i][1] for i in ids if i in sizes)
+        per_array[node["path"].lstrip("/")] = {
+            "manifests": len(ids),
+            "refs": refs,
+            "bytes": byts,
+            "bytes_per_ref": round(byts / refs, 2) if refs else 0.0,
+        }
+    total_refs = sum(r for r, _ in sizes.values())
+    total_bytes = sum(b for _, b in sizes.values())
+    return ManifestReport(len(sizes), total_refs, total_bytes, per_array)
+
+
+def _await(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, inside or outside a running loop.
+
+    (The sync `inspect_snapshot` holds the GIL across its I/O, which deadlocks against an
+    in-process S3 emulator; the async form releases it.)
+    """
+    import asyncio
+    import concurrent.futures
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
