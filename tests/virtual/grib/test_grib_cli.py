@@ -116,5 +116,47 @@ def test_s3_url_and_unreachable_endpoint(s3_endpoint: str) -> None:
         url, "--index", url + ".idx", "--endpoint", s3_endpoint, "--region", "us-east-1"
     )
     assert code == 1 and url in out["error"]
-    code, _ = _scan(url, "--endpoint", "http://127.0.0.1:9", "--region", "us-east-1")
-    assert code == 2
+    code, out = _scan(
+        url, "--endpoint", "http://127.0.0.1:9", "--region", "us-east-1", "--anonymous"
+    )
+    assert code == 2 and url in out["error"] and "unreachable" in out["error"]
+
+
+def test_empty_file_exits_1_naming_it(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.grib2"
+    empty.write_bytes(b"")
+    code, out = _scan(str(empty))
+    assert code == 1 and not out["ok"]
+    assert "empty.grib2: empty file" in out["error"]
+
+
+def test_statistic_windows_are_spelled_like_the_index() -> None:
+    code, out = _scan(str(DATA / "grib" / "s2s-pdt9-pdt10-pdt12.grib2"))
+    assert code == 0
+    windows = [m["window"] for m in out["messages"]]
+    assert windows[:2] == ["0-24 hour min fcst", "0-24 hour max fcst"]
+    assert "0-24 hour ave fcst" in windows
+    code, out = _scan(str(DATA / "grib" / "hrrr.t00z.wrfprsf00-template8.grib2"))
+    assert out["messages"][0]["window"] == "0-0 hour max fcst"
+    code, out = _scan(str(WAVE))
+    assert {m["window"] for m in out["messages"]} == {"1 hour fcst"}
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    # obstore appends a multi-line debug dump to configuration errors
+    result = runner.invoke(app, ["grib", "scan", "gs://bucket/x.grib2", "--endpoint", "http://x"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "gs://bucket" in lines[0]
+    code, out = _scan("gs://bucket/x.grib2", "--endpoint", "http://x")
+    assert code == 2 and "\n" not in out["error"]
+
+
+def test_shifted_last_offset_exits_1(tmp_path: Path) -> None:
+    lines = Path(f"{WAVE}.idx").read_text().splitlines()
+    number, offset, rest = lines[-1].split(":", 2)
+    idx = tmp_path / "shifted.idx"
+    idx.write_text("\n".join([*lines[:-1], f"{number}:{int(offset) + 8}:{rest}"]) + "\n")
+    code, out = _scan(str(WAVE), "--index", str(idx))
+    assert code == 1 and out["error"].startswith("stale index: ")
+    assert WAVE.name in out["error"] and f"offset {int(offset) + 8}" in out["error"]

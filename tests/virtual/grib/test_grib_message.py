@@ -125,3 +125,38 @@ def test_split_and_join_fields_on_real_messages() -> None:
             gribberish.parse_grib_message_metadata(original, 0).var_abbrev
         )
     assert split_fields(a) == [a]
+
+
+def test_empty_data_is_not_a_grib_file() -> None:
+    with pytest.raises(InvalidMessageError, match=r"file\.grib2: empty file"):
+        scan_messages(b"", "file.grib2")
+
+
+def _section_bytes(message: bytes) -> dict[int, bytes]:
+    return {s.number: message[s.offset : s.offset + s.length] for s in sections(message)}
+
+
+def test_split_field_that_reuses_the_previous_bitmap() -> None:
+    """GRIB2 lets a repeated field say "the previous bit-map applies" (section 6 indicator 254);
+    the standalone field must carry that bit-map, or it decodes without its missing points."""
+    import gribberish
+
+    data = WAVE.read_bytes()
+    spans = scan_messages(data)
+    a, b = (data[s.offset : s.end] for s in spans[:2])
+    sa, sb = _section_bytes(a), _section_bytes(b)
+    assert sa[6][5] == 0 and sa[6] == sb[6], "both wave fields carry the same land mask"
+    reuse = struct.pack(">IBB", 6, 6, 254)
+    body = sa[1] + sa[3] + sa[4] + sa[5] + sa[6] + sa[7] + sb[4] + sb[5] + reuse + sb[7]
+    shared = a[:8] + struct.pack(">Q", 16 + len(body) + 4) + body + b"7777"
+    first, second = split_fields(shared, "u")
+    assert first == a
+    assert _section_bytes(second)[6] == sa[6]
+    expected = gribberish.parse_grib_array(b, 0)
+    assert np.isnan(expected).any()
+    np.testing.assert_array_equal(gribberish.parse_grib_array(second, 0), expected)
+    # a 254 with no bit-map before it is refused, naming the file
+    orphan = a[:8] + struct.pack(">Q", 0) + sa[1] + sa[3] + sa[4] + sa[5] + reuse + sa[7]
+    orphan = orphan[:8] + struct.pack(">Q", len(orphan) + 4) + orphan[16:] + b"7777"
+    with pytest.raises(InvalidMessageError, match=r"s3://b/f: section 6 .* never defined"):
+        split_fields(orphan, "s3://b/f")

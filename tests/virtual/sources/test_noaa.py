@@ -197,3 +197,36 @@ def test_duplicate_records_are_ambiguous() -> None:
     records = parse_index("\n".join([*lines, dup]) + "\n")
     with pytest.raises(InvalidIndexError, match="matches records 2, 39"):
         GEFS().match(records, "pgrb2s", 15, 1)
+
+
+def _kinds(name: str) -> set[tuple[str, str, str]]:
+    records = parse_index((DATA / "idx" / name).read_text())
+    return {(r.element, r.level, r.window.step_type) for r in records if r.window}
+
+
+def test_real_gefs_inventories_show_no_omission() -> None:
+    """Why GEFS.known_missing is empty: the real pgrb2s inventories of different members and
+    leads list the same records, and lead 0 differs only by what lead 0 structurally lacks."""
+    mean_9 = _kinds("geavg.t00z.pgrb2s.0p25.f009.idx")
+    member_15 = _kinds("gep01.t00z.pgrb2s.0p25.f015.idx")
+    assert mean_9 == member_15
+    mean_0 = _kinds("geavg.t00z.pgrb2s.0p25.f000.idx")
+    # lead 0 adds the static orography and lacks the statistics apart from 0-0 max/min
+    assert mean_0 - mean_9 == {("HGT", "surface", "instant")}
+    assert {k[2] for k in mean_9 - mean_0} == {"accum", "avg"}
+
+
+def test_zero_length_windows_at_lead_zero_are_not_matched() -> None:
+    """HRRR and GEFS publish statistics over an empty window at lead 0 (``0-0 day max fcst``);
+    a max over no time is no data, so those variables are structurally absent there."""
+    for source, file_type, member, name, element in [
+        (GEFS(), "pgrb2s", "mean", "geavg.t00z.pgrb2s.0p25.f000.idx", "TMAX"),
+        (HRRR(), "sfc", None, "hrrr.t00z.wrfsfcf00.grib2.idx", "APCP"),
+        (HRRR(), "sfc", None, "hrrr.t00z.wrfsfcf00.grib2.idx", "WIND"),
+    ]:
+        records = parse_index((DATA / "idx" / name).read_text())
+        empty = [r for r in records if r.element == element and r.window.step_type != "instant"]
+        assert empty and all(r.window.start == r.window.end == timedelta(0) for r in empty)
+        matched = source.match(records, file_type, 0, member, url=name)
+        assert not any(rec in empty for rec in matched.values())
+        assert all(f.variable.step_type == "instant" for f in matched)

@@ -10,7 +10,13 @@ import pytest
 from toolkit import storage
 from toolkit.virtual import simulate
 from toolkit.virtual.grib.decode import decode_via_codec
-from toolkit.virtual.grib.errors import GribSourceError, MissingDataFileError, StaleIndexError
+from toolkit.virtual.grib.errors import (
+    GribSourceError,
+    InvalidIndexError,
+    MissingDataFileError,
+    MissingRecordError,
+    StaleIndexError,
+)
 from toolkit.virtual.sources.resolve import resolve_file
 
 INIT = datetime(2025, 8, 1, 12)
@@ -46,3 +52,38 @@ def test_resolve_discards_bad_files_naming_them() -> None:
     with pytest.raises(storage.NotFound):
         resolve_file(store, archive.source, second.init, second.lead, archive.file_type)
     assert issubclass(MissingDataFileError, GribSourceError)
+
+
+def test_resolve_only_the_variables_asked_for() -> None:
+    store = storage.open_store("memory://resolve-subset")
+    archive = simulate.make_archive(store, kind="gfs", inits=[INIT], leads=[6], publish=False)
+    (f,) = archive.files()
+    archive.publish(f, drop=[("wind_v_10m", None)])
+    wanted = [archive.source.variable("temperature_2m"), archive.source.variable("temperature")]
+    resolved = resolve_file(
+        store, archive.source, f.init, f.lead, archive.file_type, variables=wanted
+    )
+    assert sorted(fld.key for fld in resolved.fields) == [
+        ("temperature", lv) for lv in simulate.SIM_LEVELS
+    ] + [("temperature_2m", None)]
+    # the whole catalog is still held to every record
+    with pytest.raises(MissingRecordError, match="VGRD:10 m above ground"):
+        resolve_file(store, archive.source, f.init, f.lead, archive.file_type)
+
+
+def test_index_of_another_cycle_is_refused() -> None:
+    """Same layout, same sizes, valid headers: only the index's own dates show it is wrong."""
+    store = storage.open_store("memory://resolve-cycle")
+    later = INIT.replace(hour=18)
+    archive = simulate.make_archive(store, kind="gfs", inits=[INIT, later], leads=[6])
+    first, second = archive.files()
+    own = storage.get(store, archive.index_key(second)).data
+    storage.put(store, archive.index_key(second), storage.get(store, archive.index_key(first)).data)
+    assert [line.split(":")[1] for line in own.decode().splitlines()] == [
+        line.split(":")[1]
+        for line in storage.get(store, archive.index_key(second)).data.decode().splitlines()
+    ], "the borrowed index names the very same byte ranges"
+    with pytest.raises(InvalidIndexError, match="another cycle") as err:
+        resolve_file(store, archive.source, second.init, second.lead, archive.file_type)
+    assert archive.data_url(second) in str(err.value)
+    assert "2025-08-01T12:00Z" in str(err.value) and "2025-08-01T18:00Z" in str(err.value)

@@ -69,14 +69,35 @@ def _scan_file(store: Any, key: str) -> list[Row]:
                 if meta.level_value is not None
                 else meta.level_type
             )
-            lead = meta.forecast_date - meta.reference_date
-            window = f"{lead.total_seconds() / 3600:g} hour"
-            if meta.statistical_process:
-                window = f"{meta.statistical_process} to {window}"
+            window = _window_text(meta)
         except Exception as err:  # metadata gribberish cannot read: still list the boundaries
             window = f"(metadata unreadable: {str(err)[:60]})"
         rows.append(Row(str(span.number), span.offset, span.length, element, level, window))
     return rows
+
+
+_STAT_STEPS = {"accumulation": "accum", "average": "avg", "maximum": "max", "minimum": "min"}
+
+
+def _window_text(meta: Any) -> str:
+    """The wgrib2 spelling of a message's time window (``anl``, ``7 hour fcst``, ``0-24 hour
+    min fcst``), so a scan without an index reads like the index would."""
+    from toolkit.virtual.grib.index import Window
+
+    start = meta.forecast_date - meta.reference_date
+    step = _STAT_STEPS.get(str(meta.statistical_process or "").lower())
+    end = getattr(meta, "forecast_date_end", None)
+    if step is None or end is None:
+        if meta.statistical_process:  # a statistic wgrib2 has no short word for
+            return f"{Window.instant(start).render()} ({meta.statistical_process})"
+        return Window.instant(start).render()
+    return Window(step, start, end - meta.reference_date).render()
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line: stores append multi-line debug dumps after a blank line."""
+    text = str(exc).split("\n\n", 1)[0]
+    return " ".join(text.split())
 
 
 def _check_index(store: Any, key: str, index_store: Any, index_key: str) -> list[Row]:
@@ -154,13 +175,13 @@ def scan(
             rows = _check_index(store, key, index_store, index_key)
     except GribSourceError as exc:
         if as_json:
-            print(json.dumps({"file": source, "index": index, "ok": False, "error": str(exc)}))
-        err.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
+            print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
+        err.print(f"[red]{escape(one_line(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(1) from None
     except (InputError, storage.StorageError, OSError) as exc:
         if as_json:
-            print(json.dumps({"file": source, "index": index, "ok": False, "error": str(exc)}))
-        err.print(f"[red]cannot read input:[/red] {escape(str(exc))}", soft_wrap=True)
+            print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
+        err.print(f"[red]cannot read input:[/red] {escape(one_line(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
     if as_json:

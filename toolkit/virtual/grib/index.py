@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import gribberish
 
@@ -182,6 +182,8 @@ def parse_index(text: str, url: str = "<index>") -> list[IndexRecord]:
         raise InvalidIndexError(url, str(err)) from None
     if not entries:
         raise InvalidIndexError(url, "no records (not a wgrib2 inventory?)")
+    if any(e.reference_date is None for e in entries):
+        _check_dates(text, url)
     rows = [(e.message_number, e.submessage, e.offset) for e in entries]
     _validate_order(rows, url)
     starts = sorted({offset for _, _, offset in rows})
@@ -203,6 +205,44 @@ def parse_index(text: str, url: str = "<index>") -> list[IndexRecord]:
             )
         )
     return records
+
+
+def _check_dates(text: str, url: str) -> None:
+    """Every line's third field is ``d=YYYYMMDDHH`` (or a bare ``d=``): a date gribberish could
+    not read would otherwise become "no date" and slip past the init-time check."""
+    for n, line in enumerate((ln for ln in text.splitlines() if ln.strip()), start=1):
+        fields = line.split(":")
+        date = fields[2].strip() if len(fields) > 2 else ""
+        if date == "d=":
+            continue
+        try:
+            if not date.startswith("d="):
+                raise ValueError
+            datetime.strptime(date[2:], "%Y%m%d%H")
+        except ValueError:
+            raise InvalidIndexError(
+                url, f"line {n}: reference date {date!r} is not d=YYYYMMDDHH"
+            ) from None
+
+
+def check_init(records: list[IndexRecord], init: datetime, url: str = "<index>") -> None:
+    """Refuse an index written for another cycle than the file's init time.
+
+    Byte ranges cannot show this (the other cycle's file has the same layout), so an index
+    copied or published under the wrong key would otherwise serve the wrong forecast.
+    Naive datetimes are taken as UTC; records without a date are not checked.
+    """
+    want = init if init.tzinfo else init.replace(tzinfo=UTC)
+    for rec in records:
+        if rec.init is None:
+            continue
+        have = rec.init if rec.init.tzinfo else rec.init.replace(tzinfo=UTC)
+        if have != want:
+            raise InvalidIndexError(
+                url,
+                f"record {rec.label} is dated {have:%Y-%m-%dT%H:%M}Z, the file's init time is "
+                f"{want:%Y-%m-%dT%H:%M}Z: the index belongs to another cycle",
+            )
 
 
 def _label(number: int, submessage: int | None) -> str:

@@ -76,12 +76,15 @@ def scan_messages(data: bytes | memoryview, url: str = "<bytes>") -> list[Messag
     """Every message of a whole file, walked header to header (no index needed).
 
     Raises TruncatedMessageError when a header says its message runs past the end of the data
-    and InvalidMessageError when anything but a GRIB2 message sits between messages.
+    and InvalidMessageError when anything but a GRIB2 message sits between messages, or when
+    there is no message at all (an empty object is a failed upload, not an empty file).
     """
     view = memoryview(data)
     spans: list[MessageSpan] = []
     pos = 0
     size = len(view)
+    if size == 0:
+        raise InvalidMessageError(url, "empty file: no GRIB message")
     while pos < size:
         ind = parse_indicator(bytes(view[pos : pos + INDICATOR_SIZE]), url, pos)
         if pos + ind.length > size:
@@ -155,23 +158,39 @@ def sections(message: bytes | memoryview, url: str = "<bytes>") -> list[Section]
     return out
 
 
+BITMAP_FOLLOWS = 0
+BITMAP_PREVIOUS = 254  # section 6 indicator: "the previously defined bit-map applies"
+
+
 def split_fields(message: bytes, url: str = "<bytes>") -> list[bytes]:
     """Each field of a (possibly multi-field) message as a standalone single-field message.
 
     A field is the section 7 that closes it plus the latest sections 1-6 seen before it, which
-    is how GRIB2 defines repetition.
+    is how GRIB2 defines repetition. A section 6 that only says "the previous bit-map applies"
+    (indicator 254) means nothing on its own, so the standalone field gets that bit-map.
     """
     view = memoryview(message)
     ind = parse_indicator(bytes(view[:INDICATOR_SIZE]), url)
     latest: dict[int, bytes] = {}
+    bitmap: bytes | None = None  # the last section 6 that carried a bit-map
     fields: list[bytes] = []
     for sec in sections(message, url):
-        latest[sec.number] = bytes(view[sec.offset : sec.offset + sec.length])
+        body = bytes(view[sec.offset : sec.offset + sec.length])
+        if sec.number == 6 and len(body) >= 6:
+            if body[5] == BITMAP_FOLLOWS:
+                bitmap = body
+            elif body[5] == BITMAP_PREVIOUS:
+                if bitmap is None:
+                    raise InvalidMessageError(
+                        url, f"section 6 at byte {sec.offset} reuses a bit-map never defined"
+                    )
+                body = bitmap
+        latest[sec.number] = body
         if sec.number == 7:
-            body = b"".join(latest[n] for n in range(1, 8) if n in latest)
-            total = INDICATOR_SIZE + len(body) + len(END)
+            payload = b"".join(latest[n] for n in range(1, 8) if n in latest)
+            total = INDICATOR_SIZE + len(payload) + len(END)
             head = bytes(view[:8]) + struct.pack(">Q", total)
-            fields.append(head + body + END)
+            fields.append(head + payload + END)
     if not fields:
         raise InvalidMessageError(url, f"message (discipline {ind.discipline}) has no data section")
     return fields

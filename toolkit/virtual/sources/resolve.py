@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from toolkit import storage
 from toolkit.virtual.grib.fetch import locate, object_url
-from toolkit.virtual.grib.index import IndexRecord
+from toolkit.virtual.grib.index import IndexRecord, check_init
 from toolkit.virtual.sources.noaa import Field, GribVariable, Member, NoaaSource
 
 
@@ -39,12 +39,14 @@ def resolve_file(
 ) -> ResolvedFile:
     """Resolve one file of `source` whose bucket is `store` (keys from `source.data_key`).
 
-    `file_size` (from the listing that found the file) saves a HEAD request.
+    `file_size` (from the listing that found the file) saves a HEAD request. Besides the
+    stale-index check, an index dated for another cycle than `init` is refused.
     """
     key = source.data_key(init, lead, file_type, member)
     if file_size is None:
         file_size = storage.head(store, key).size
     records = locate(store, key, f"{key}.idx", file_size=file_size)
     url = object_url(store, key)
+    check_init(records, init, url)
     fields = source.match(records, file_type, lead, member, url=url, variables=variables)
     return ResolvedFile(url, file_size, fields)
