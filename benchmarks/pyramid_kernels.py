@@ -48,7 +48,11 @@ def numpy_plain_mean(block: np.ndarray) -> np.ndarray:
 def numpy_mode(block: np.ndarray, fill: int) -> np.ndarray:
     """Vectorised 2x2 mode (labels < 256): one-hot window counts, argmax (ties -> smallest)."""
     b, h, w = block.shape
-    win = block.reshape(b, h // 2, 2, w // 2, 2).transpose(0, 1, 3, 2, 4).reshape(b, h // 2, w // 2, 4)
+    win = (
+        block.reshape(b, h // 2, 2, w // 2, 2)
+        .transpose(0, 1, 3, 2, 4)
+        .reshape(b, h // 2, w // 2, 4)
+    )
     counts = np.zeros((b, h // 2, w // 2, 256), np.uint8)
     for i in range(4):
         np.add.at(counts, (*np.indices(win.shape[:3]), win[..., i]), 1)
@@ -64,15 +68,18 @@ def mean_rows(block: np.ndarray, label: str) -> list[dict]:
     ref = kernels.pool_level0(block, np.nan, "mean", np.nan)[0]
     np.testing.assert_allclose(ref, numpy_mean(block), rtol=1e-5, atol=1e-5)  # float32 sums
     cases = {
-        "numba mean, factor-2 path, level 0 (joint mask fused)":
-            lambda: kernels.pool_level0(block, np.nan, "mean", np.nan),
-        "numba mean, factor-2 path, cascade (count plane given)":
-            lambda: kernels.pool(block, valid, "mean", np.nan),
-        "numba mean, general path, level 0 (joint_valid + pool)":
-            lambda: kernels.pool(block, kernels.joint_valid(block, np.nan), "mean", np.nan,
-                                 fast=False),
-        "numba mean, general path, cascade (count plane given)":
-            lambda: kernels.pool(block, valid, "mean", np.nan, fast=False),
+        "numba mean, factor-2 path, level 0 (joint mask fused)": lambda: kernels.pool_level0(
+            block, np.nan, "mean", np.nan
+        ),
+        "numba mean, factor-2 path, cascade (count plane given)": lambda: kernels.pool(
+            block, valid, "mean", np.nan
+        ),
+        "numba mean, general path, level 0 (joint_valid + pool)": lambda: kernels.pool(
+            block, kernels.joint_valid(block, np.nan), "mean", np.nan, fast=False
+        ),
+        "numba mean, general path, cascade (count plane given)": lambda: kernels.pool(
+            block, valid, "mean", np.nan, fast=False
+        ),
         "numpy sum/count reference": lambda: numpy_mean(block),
         "numpy reshape().mean() (not nodata-aware)": lambda: numpy_plain_mean(block),
     }
@@ -80,8 +87,14 @@ def mean_rows(block: np.ndarray, label: str) -> list[dict]:
     ref_s = secs["numpy sum/count reference"]
     plain_s = secs["numpy reshape().mean() (not nodata-aware)"]
     return [
-        {"block": label, "reducer": name, "seconds": s, "GB/s": gb / s,
-         "x numpy sum/count": ref_s / s, "x reshape().mean()": plain_s / s}
+        {
+            "block": label,
+            "reducer": name,
+            "seconds": s,
+            "GB/s": gb / s,
+            "x numpy sum/count": ref_s / s,
+            "x reshape().mean()": plain_s / s,
+        }
         for name, s in secs.items()
     ]
 
@@ -96,8 +109,15 @@ def mode_rows(labels: np.ndarray, label: str) -> list[dict]:
     }
     ref_s = secs["numpy one-hot mode reference"]
     return [
-        {"block": label, "reducer": name, "seconds": s, "GB/s": gb / s,
-         "x numpy sum/count": "", "x reshape().mean()": "", "x numpy mode ref": ref_s / s}
+        {
+            "block": label,
+            "reducer": name,
+            "seconds": s,
+            "GB/s": gb / s,
+            "x numpy sum/count": "",
+            "x reshape().mean()": "",
+            "x numpy mode ref": ref_s / s,
+        }
         for name, s in secs.items()
     ]
 
@@ -115,9 +135,11 @@ def main() -> None:
     rows += mode_rows(labels, "1x2048x2048 u8, 8 labels, 0 = nodata")
     for r in rows:
         r.setdefault("x numpy mode ref", "")
-    notes = ("Single thread, best of 7 after a warm-up; GB/s = level-0 input bytes / s. "
-             "Ratios are against the numpy references on the same array in the same run. The "
-             "factor-2 path is bitwise equal to the general path (tests/pyramid/test_kernels_fast.py).")
+    notes = (
+        "Single thread, best of 7 after a warm-up; GB/s = level-0 input bytes / s. "
+        "Ratios are against the numpy references on the same array in the same run. The "
+        "factor-2 path is bitwise equal to the general path (tests/pyramid/test_kernels_fast.py)."
+    )
     write("pyramid_kernels", rows, notes)
 
 

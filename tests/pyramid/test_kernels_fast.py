@@ -95,8 +95,10 @@ def test_factor2_cascade_equals_the_oracle_from_level0(block):
 
 def test_partial_edges_kept_and_signed_zero_as_general():
     """3x5: a bottom row and a right column of partial windows; an all -0.0 window gives +0.0."""
-    v = np.array([[[-0.0, -0.0, 1, 2, 7], [-0.0, -0.0, np.nan, 4, np.nan], [5, np.nan, 6, 6, 8]]],
-                 dtype=np.float32)
+    v = np.array(
+        [[[-0.0, -0.0, 1, 2, 7], [-0.0, -0.0, np.nan, 4, np.nan], [5, np.nan, 6, 6, 8]]],
+        dtype=np.float32,
+    )
     out, count = kernels.pool_level0(v, np.nan, "mean", np.nan, 2)
     assert count.tolist() == [[4, 3, 1], [1, 2, 1]]
     assert out[0].tolist() == [[0.0, pytest.approx(7 / 3), 7.0], [5.0, 6.0, 8.0]]
