@@ -65,6 +65,17 @@ def test_redelivered_events_are_deduplicated_from_jsonl() -> None:
     assert len(events) == 2
 
 
+def test_sns_envelope_and_s3_test_event() -> None:
+    inner = {"Records": [s3_record("a.zarr/t/c/3", "ObjectCreated:CompleteMultipartUpload")]}
+    sns = {"Type": "Notification", "MessageId": "x", "Message": json.dumps(inner)}
+    (e,) = parse_events(sns)
+    assert (e.key, e.event) == ("a.zarr/t/c/3", "write")
+    test_event = {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": "data"}
+    assert read_events("\n".join([json.dumps(test_event), json.dumps(sns)])) == [e]
+    with pytest.raises(EventError, match="SNS 'Message' is not JSON"):
+        parse_events({"Type": "Notification", "Message": "{oops"})
+
+
 def test_bad_event_records_name_the_problem() -> None:
     with pytest.raises(EventError, match="missing field"):
         parse_events({"Records": [{"eventName": "ObjectCreated:Put"}]})

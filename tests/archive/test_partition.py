@@ -111,6 +111,7 @@ def test_a_root_array_store_is_the_one_cut_that_claims_its_scope() -> None:
     assert Trie([m]).lookup("bare/arr/c/3").blob == "w_root"
     grown = ArrayInfo("bare/arr", (10,), (1,), stored_bytes=5000, objects=10)
     assert partition([grown], "bare/arr", P, m) is m
+    assert partition([], "bare/arr", P, m, hot_always=["NOTES"]).root_array  # kept, not re-derived
     assert not partition([arr("a", 100)], S, P).root_array
 
 

@@ -108,6 +108,20 @@ def test_force_keeps_pins_bumps_epoch_and_lists_orphans(stores) -> None:
     assert [b.id for b in out.manifest.blobs] == ["w_orog"]
 
 
+def test_a_root_array_store_written_by_zarr_python(stores) -> None:
+    import numpy as np
+    import zarr
+
+    data, manifests = stores
+    a = zarr.create_array(data.zarr(), name="bare.zarr", shape=(6, 2), chunks=(1, 2), dtype="f8",
+                          dimension_names=("time", "x"))
+    a[:] = np.ones((6, 2))
+    out = partition_store(data, manifests, "bare.zarr", Policy(t_max=10**6, t_hot=1, t_min=1))
+    assert out.manifest.root_array and out.manifest.blobs[0].prefixes == ("bare.zarr",)
+    assert Trie([ManifestStore(manifests).read("bare.zarr").manifest]).lookup(
+        "bare.zarr/c/5/0").blob == "w_root"
+
+
 def test_dry_run_writes_nothing(stores) -> None:
     data, manifests = stores
     zarrgen.cordex_v3(data)

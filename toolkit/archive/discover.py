@@ -1,7 +1,7 @@
 """What feeds the partitioner and the resolver: a bucket scan, and object-store event records.
 
-Events from S3 notifications, MinIO webhooks and GCS Pub/Sub notifications (push or pull) are
-normalised to `Event(key, event, principal)`, keys URL-decoded where the source encodes them,
+Events from S3 notifications (bare, or in the SNS envelope SQS delivers), MinIO webhooks and
+GCS Pub/Sub notifications (push or pull) are normalised to `Event(key, event, principal)`, keys URL-decoded where the source encodes them,
 and de-duplicated (deliveries are at least once). `LiveResolver` keeps a trie current: it
 reloads a scope's manifest when a newer epoch appears and refuses one that goes backwards.
 """
@@ -123,6 +123,13 @@ def parse_events(doc: Any) -> list[Event]:
 def _one(doc: Any, i: int) -> list[Event]:
     if not isinstance(doc, Mapping):
         raise EventError(f"record {i}: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("Type") == "Notification" and isinstance(doc.get("Message"), str):  # SNS envelope
+        try:
+            return _one(json.loads(doc["Message"]), i)
+        except json.JSONDecodeError:
+            raise EventError(f"record {i}: SNS 'Message' is not JSON") from None
+    if doc.get("Event") == "s3:TestEvent":  # sent once when a notification is configured
+        return []
     if "Records" in doc:  # S3 notifications; MinIO wraps the same records with EventName/Key
         records = doc["Records"]
         if not isinstance(records, list):
