@@ -6,8 +6,11 @@ weight `weights[H, W]` shared by every band (the joint mask across the band dime
 it is 0/1 (valid in every band), further up it is the parent level's count plane. Partial windows
 at the bottom/right edge are pooled over the pixels they have, never trimmed.
 
-Nothing here allocates per call beyond its outputs, touches global state or warns, so the
-kernels are safe to run from many threads at once (`nogil=True`).
+Factor 2 (every cascade step) has its own row-pair mean kernel, bitwise equal to the general one;
+at level 0 it fuses the joint mask into the same pass (`pool_level0`), so no weights plane is made.
+
+Nothing here allocates per call beyond its outputs and a row of scratch, touches global state or
+warns, so the kernels are safe to run from many threads at once (`nogil=True`).
 """
 
 from __future__ import annotations

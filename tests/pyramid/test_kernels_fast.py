@@ -127,3 +127,20 @@ def test_pool_level0_other_methods_and_bad_input():
         kernels.pool_level0(v, 255, "mean", 0)
     with pytest.raises(ValueError, match="unknown method 'nearest'"):
         kernels.pool_level0(v, 255, "nearest", 0)
+
+
+def test_fused_path_threads_share_nothing():
+    """nogil kernels from 8 threads at once give the single-thread answer (no shared scratch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=(2, 301, 257)).astype(np.float32)
+    v[rng.random(v.shape) < 0.3] = np.nan
+    ref, ref_count = kernels.pool_level0(v, np.nan, "mean", np.nan)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(
+            pool.map(lambda _: kernels.pool_level0(v, np.nan, "mean", np.nan), range(16))
+        )
+    for out, count in results:
+        assert np.array_equal(bits(out), bits(ref))
+        assert np.array_equal(count, ref_count)
