@@ -117,6 +117,7 @@ def test_bad_input_exits_2_with_a_reason(local, tmp_path: Path) -> None:
         (["partition", "missing.zarr", "--data", "{data}"], "missing.zarr: no Zarr metadata"),
         (["resolve", "a/b", "--manifests", "{tmp}/nowhere"], "no manifests under"),
         (["report", "--data", "{data}", "--manifests", "{tmp}/nowhere"], "no manifests under"),
+        (["report", "nope.zarr", "--data", "{data}"], "no manifest for scope 'nope.zarr'"),
         (["report", "--data", "{data}", "--events", "{tmp}/none.jsonl"], "does not exist"),
         (["report", "--data", "{data}", "--events", "{tmp}/bad.jsonl"], "line 1: not JSON"),
         (["partition", "--data", "{data}", "--bogus"], "No such option"),

@@ -123,3 +123,19 @@ def test_live_resolver_follows_epochs(any_store: storage.Store) -> None:
     with pytest.raises(ManifestError, match="backwards"):
         live.refresh()
     assert live.lookup("a.zarr/u/c/0").blob == "w_u"
+
+
+def test_live_resolver_takes_bucket_keys_of_a_prefixed_manifest_store(s3_endpoint: str) -> None:
+    from tests.conftest import make_bucket, s3_options
+
+    bucket = make_bucket(s3_endpoint)
+    ms = ManifestStore(storage.open_store(f"s3://{bucket}/ops/manifests", **s3_options(s3_endpoint)))
+    m1 = Manifest("a.zarr", 1, P, blobs=(Blob("w_t", ("a.zarr/t",)),))
+    ms.write(m1, None)
+    live = LiveResolver(ms)
+    ms.write(m1.bumped(blobs=(*m1.blobs, Blob("w_u", ("a.zarr/u",)))), ms.read("a.zarr"))
+    key = "ops/manifests/a.zarr/manifest.json"  # what the notification carries
+    assert live.on_event(Event(key, "write", None, "elsewhere")) is False
+    assert live.on_event(Event("other/a.zarr/manifest.json", "write", None, bucket)) is False
+    assert live.on_event(Event(key, "write", None, bucket)) is True
+    assert live.lookup("a.zarr/u/c/0").blob == "w_u"

@@ -21,7 +21,7 @@ from toolkit import storage
 from toolkit.archive.manifests import ManifestStore, scope_of_key
 from toolkit.archive.model import ManifestError
 from toolkit.archive.partition import excluded
-from toolkit.archive.resolve import Resolution, Trie
+from toolkit.archive.resolve import Resolution, Trie, relative_to
 
 __all__ = ["Event", "EventError", "LiveResolver", "dedupe", "find_stores", "parse_events", "read_events"]
 
@@ -215,6 +215,14 @@ class LiveResolver:
         return [s for s in changed if self.reload(s)]
 
     def on_event(self, event: Event) -> bool:
-        """Feed a manifest-store event: a write to a manifest reloads its scope."""
-        scope = scope_of_key(event.key)
+        """Feed a manifest-store event: a write to a manifest reloads its scope.
+
+        Event keys are bucket keys; the manifest store's own prefix is stripped, and events of
+        other buckets or prefixes are ignored.
+        """
+        key: str | None = event.key
+        url = self.manifests.store.url
+        if event.bucket is not None and self.manifests.store.scheme not in ("file", "memory"):
+            key = relative_to(f"{url.split('://', 1)[0]}://{event.bucket}/{event.key}", url)
+        scope = scope_of_key(key) if key is not None else None
         return scope is not None and event.event == "write" and self.reload(scope)
