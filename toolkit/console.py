@@ -23,7 +23,7 @@ from toolkit import storage
 from toolkit.engine import ClusterUnreachable
 from toolkit.plan import IncompleteStageError, Report
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line errors in logs and pipes
 out = Console()
 
 ProgressFn = Callable[[str, int, int], None]
