@@ -234,3 +234,24 @@ def test_malformed_messages_give_a_named_error(
             parse(message, URL)
         except GribSourceError as err:
             assert err.url == URL and err.reason
+
+
+@given(
+    st.integers(0, 60 * 900),
+    st.integers(0, 60 * 900),
+    st.sampled_from(["instant", "accum", "avg", "max", "min"]),
+)
+def test_windows_in_minutes_round_trip(a: int, b: int, step: str) -> None:
+    """HRRR sub-hourly windows are whole minutes: they must render to something we parse."""
+    start, end = sorted((a, b))
+    minute = timedelta(minutes=1)
+    window = (
+        Window.instant(end * minute)
+        if step == "instant"
+        else Window(step, start * minute, end * minute)
+    )
+    text = window.render()
+    assert parse_window(text) == window
+    whole_hours = window.end % H == timedelta(0) and window.start % H == timedelta(0)
+    if text != "anl":
+        assert text.split()[1] == ("hour" if whole_hours else "min")

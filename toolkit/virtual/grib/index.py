@@ -47,16 +47,23 @@ class Window:
         return cls("instant", lead, lead)
 
     def render(self) -> str:
-        """The wgrib2 spelling (hours; wgrib2 itself may print whole days as ``0-1 day``)."""
+        """The wgrib2 spelling: hours, or minutes when the window is not whole hours (HRRR
+        sub-hourly); wgrib2 itself may print whole days as ``0-1 day``, which parses the same."""
+        unit, size = _unit(self.start, self.end)
         if self.step_type == "instant":
-            return "anl" if self.end == timedelta(0) else f"{_hours(self.end)} hour fcst"
+            if self.end == timedelta(0):
+                return "anl"
+            return f"{self.end // size} {unit} fcst"
         word = {v: k for k, v in _STAT_WORDS.items()}[self.step_type]
-        return f"{_hours(self.start)}-{_hours(self.end)} hour {word} fcst"
+        return f"{self.start // size}-{self.end // size} {unit} {word} fcst"
 
 
-def _hours(delta: timedelta) -> str:
-    hours = delta / timedelta(hours=1)
-    return f"{hours:g}"
+def _unit(*deltas: timedelta) -> tuple[str, timedelta]:
+    for unit in ("hour", "min"):
+        size = _UNITS[unit]
+        if all(d % size == timedelta(0) for d in deltas):
+            return unit, size
+    raise ValueError(f"wgrib2 windows are whole minutes, not {', '.join(map(str, deltas))}")
 
 
 def parse_window(text: str) -> Window | None:
