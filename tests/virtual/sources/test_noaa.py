@@ -50,6 +50,13 @@ def test_every_catalog_field_resolves_to_one_real_record(
             var.index_level(fld.level),
             var.window(lead),
         )
+    # every owned field is either matched or reported absent at this lead, never both
+    absent = source.absent_fields(file_type, lead)
+    owned = source.fields(file_type, 1) + source.absent_fields(file_type, 1)
+    assert {f.key for f in matched} | {f.key for f in absent} == {f.key for f in owned}
+    assert not set(matched) & set(absent)
+    assert (lead == 0) == bool(absent)
+    assert all(f.variable.step_type != "instant" for f in absent)
     # the data file name matches the index we were given
     assert source.index_key(INIT, lead, file_type, member).endswith(name)
 

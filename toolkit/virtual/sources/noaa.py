@@ -193,20 +193,29 @@ class NoaaSource:
                 return var
         raise KeyError(f"{self.name} has no variable {name!r}")
 
-    def fields(
-        self, file_type: str, lead: timedelta | int, variables: Iterable[GribVariable] | None = None
-    ) -> list[Field]:
-        """Fields the file of `file_type` at `lead` owns (statistics are absent at lead 0)."""
-        lead = as_lead(lead)
+    def _owned(self, file_type: str, variables: Iterable[GribVariable] | None) -> list[Field]:
         out: list[Field] = []
         for var in self.variables if variables is None else variables:
-            if var.window(lead) is None:
-                continue
             if var.is_vertical:
                 out += [Field(var, lv) for lv in var.all_levels() if var.owner(lv) == file_type]
             elif var.file_type == file_type:
                 out.append(Field(var))
         return out
+
+    def fields(
+        self, file_type: str, lead: timedelta | int, variables: Iterable[GribVariable] | None = None
+    ) -> list[Field]:
+        """Fields the file of `file_type` at `lead` owns (statistics are absent at lead 0)."""
+        lead = as_lead(lead)
+        return [f for f in self._owned(file_type, variables) if f.variable.window(lead) is not None]
+
+    def absent_fields(
+        self, file_type: str, lead: timedelta | int, variables: Iterable[GribVariable] | None = None
+    ) -> list[Field]:
+        """Fields the file of `file_type` would own but the source structurally omits at `lead`
+        (statistics at lead 0): reported as absent, never looked up, never an error."""
+        lead = as_lead(lead)
+        return [f for f in self._owned(file_type, variables) if f.variable.window(lead) is None]
 
     def match(
         self,
