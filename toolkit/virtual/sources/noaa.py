@@ -528,6 +528,8 @@ class GEFS(NoaaSource):
     bucket: str = "s3://noaa-gefs-pds"
     variables: tuple[GribVariable, ...] = field(default_factory=_gefs_variables)
     # GEFS publishes some files without some records; list them here as they are observed.
+    # None so far: the real inventories in shared/data list every catalog record for their
+    # leads (tests/virtual/sources/test_noaa.py::test_real_gefs_inventories_show_no_omission).
     known_missing: tuple[KnownMissing, ...] = ()
     name: str = "gefs"
     file_types: tuple[str, ...] = ("pgrb2a", "pgrb2b", "pgrb2s")
