@@ -33,6 +33,7 @@ __all__ = [
     "commit",
     "create_branch",
     "delete_branch",
+    "exists_many",
     "fork",
     "gcs_container",
     "history",
@@ -391,6 +392,22 @@ def set_virtual_refs(
             f"(first: {shown}); register a container covering them"
         )
     return len(specs)
+
+
+def exists_many(session: Any, keys: Sequence[str], concurrency: int = 256) -> list[bool]:
+    """Manifest probes (`store.exists`): never read a source byte, never decode."""
+    import asyncio
+
+    async def run() -> list[bool]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(k: str) -> bool:
+            async with sem:
+                return bool(await session.store.exists(k))
+
+        return list(await asyncio.gather(*(one(k) for k in keys)))
+
+    return _await(run()) if keys else []
 
 
 def commit(

@@ -1,0 +1,117 @@
+"""Backfill as a gated graph: in-process, on a LocalCluster, on the S3 emulator; resume and guards."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from tests.conftest import make_bucket, s3_options
+from tests.virtual.test_job import assert_exact
+from toolkit import storage
+from toolkit.plan import IncompleteStageError
+from toolkit.virtual import repo as R
+from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.simulate import make_archive
+
+INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
+START = np.datetime64("2025-08-01T00", "ns")
+
+
+def sim(src: storage.Store, repo_store: storage.Store, publish: int | None = None):
+    archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
+    files = archive.files()
+    archive.publish(files if publish is None else files[:publish])
+    return archive, files, SimGfs(R.RepoRef(repo_store), source_store=src)
+
+
+def main_ds(ds) -> xr.Dataset:
+    return xr.open_zarr(R.readonly(ds.repo.open(fresh=True)).store, consolidated=False)
+
+
+def test_backfill_sync_skips_resumes_and_finalizes(tmp_path):
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=9,
+    )
+    archive.truncate(files[4])
+    report = backfill(ds, start=START, workers=3, executor="sync")
+    out = report.stage("ingest").result
+    assert len(out.ingested) == 8 and [s.url for s in out.skipped] == [archive.data_url(files[4])]
+    assert len(out.commits) == 1  # three forks merged, one commit
+    repo = ds.repo.open(fresh=True)
+    assert R.branches(repo) == ["main"]  # temp branch removed after finalize
+    x = main_ds(ds)
+    assert x.sizes["init_time"] == 3  # end defaults to the last published position
+    assert_exact(x, files[:9], skip=[files[4]])
+    # Fix the file and rerun: the filter resumes; only the repaired file is written.
+    archive.publish(files[4])
+    again = backfill(ds, start=START, workers=3, executor="sync")
+    assert again.stage("ingest").written == 1 and again.stage("ingest").skipped == 8
+    assert_exact(main_ds(ds), files[:9])
+
+
+def test_strict_turns_a_skip_into_a_failed_gate(tmp_path):
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    archive.reupload(files[2])
+    with pytest.raises(IncompleteStageError, match=r"ingest.*skipped:.*f006"):
+        backfill(ds, start=START, workers=2, executor="sync", strict=True)
+    assert temp_branch(
+        ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
+    ) in R.branches(ds.repo.open(fresh=True))  # kept for inspection; main untouched
+    assert "temperature_2m" not in main_ds(ds) or main_ds(ds).sizes["init_time"] == 0
+
+
+def test_end_past_published_needs_explicit_permission(tmp_path):
+    _, _, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    end = np.datetime64("2025-08-02T00", "ns")
+    with pytest.raises(ValueError, match=r"2 empty position\(s\).*2025-08-01T12"):
+        backfill(ds, start=START, end=end, executor="sync")
+    backfill(ds, start=START, end=end, executor="sync", allow_empty_positions=True)
+    assert main_ds(ds).sizes["init_time"] == 4
+
+
+def test_finalize_refuses_when_main_moved(tmp_path):
+    _, _, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    region = ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
+    Setup(region, temp_branch(region))(Step("setup"))
+    ds.region(START, None).run()  # a write loop on main, as an operational fire would
+    with pytest.raises(R.BranchMoved, match="moved since setup"):
+        backfill(ds, start=START, executor="sync")
+    assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
+
+
+@pytest.mark.slow
+def test_backfill_on_local_cluster_with_s3_emulator(s3_endpoint, local_cluster):
+    """Four contiguous worker blocks on spawned process workers; source and repo on S3."""
+    from tests.virtual.test_repo import public_bucket
+
+    bucket = public_bucket(s3_endpoint)
+    src = storage.open_store(f"s3://{bucket}/src", **s3_options(s3_endpoint))
+    repo_store = storage.open_store(
+        f"s3://{make_bucket(s3_endpoint)}/repo", **s3_options(s3_endpoint)
+    )
+    _, files, ds = sim(src, repo_store)
+    report = backfill(ds, start=START, workers=4, cluster=local_cluster)
+    out = report.stage("ingest").result
+    assert len(out.ingested) == 12 and not out.skipped
+    assert report.stage("ingest").gate_have == 12
+    assert_exact(main_ds(ds), files)
+    hist = R.history(ds.repo.open(fresh=True))
+    assert max(c.rebase_attempts or 0 for c in hist) <= len(out.commits)

@@ -1,0 +1,136 @@
+"""The write loop on the simulator's real GRIB2 archive: values, filter, skips, metadata."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.job import MetadataDrift
+from toolkit.virtual.simulate import expected_values, make_archive
+
+INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
+VARS = (
+    "temperature_2m",
+    "wind_u_10m",
+    "wind_v_10m",
+    "pressure_reduced_to_mean_sea_level",
+    "precipitation_surface",
+)
+
+
+def setup(tmp_path, publish: int | None = None):
+    src = storage.open_store(str(tmp_path / "src"))
+    archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
+    files = archive.files()
+    archive.publish(files if publish is None else files[:publish])
+    ds = SimGfs(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
+    ds.ensure_repo()
+    return archive, files, ds
+
+
+def open_main(ds) -> xr.Dataset:
+    session = R.readonly(ds.repo.open(fresh=True))
+    return xr.open_zarr(session.store, consolidated=False)
+
+
+def assert_exact(x: xr.Dataset, files, skip=()) -> None:
+    """Every ingested (init, lead, variable) decodes to exactly the simulator's values."""
+    for f in files:
+        if f in skip:
+            continue
+        sel = {
+            "init_time": np.datetime64(f.init, "ns"),
+            "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]"),
+        }
+        for name in VARS:
+            got = x[name].sel(sel).values
+            if name == "precipitation_surface" and f.lead == 0:
+                assert np.isnan(got).all()  # absent at lead 0, as in the real source
+                continue
+            np.testing.assert_array_equal(got, expected_values(name, f.init, f.lead))
+        for level in (0.4, 500.0, 1000.0):
+            np.testing.assert_array_equal(
+                x["temperature"].sel(sel).sel(level=level).values,
+                expected_values("temperature", f.init, f.lead, level=level),
+            )
+
+
+def test_run_ingests_exact_values_and_grows_only_to_ingested(tmp_path):
+    _, files, ds = setup(tmp_path, publish=7)  # 2 whole cycles + lead 0 of the third
+    result = ds.run()
+    assert len(result.ingested) == 7 and not result.skipped and len(result.commits) == 1
+    assert result.pending == [f.key for f in ds.generate_source_file_coords()[7:]]
+    x = open_main(ds)
+    assert x.sizes["init_time"] == 3  # never padded toward the template's 4 cycles
+    assert_exact(x, files[:7])
+    assert np.isnan(x["temperature_2m"].isel(init_time=2, lead_time=2).values).all()
+    again = ds.run()
+    assert again.ingested == [] and again.commits == []
+
+
+def test_filter_never_reads_the_source(tmp_path):
+    _, _, ds = setup(tmp_path, publish=6)
+    ds.run()
+    shutil.rmtree(tmp_path / "src")  # any source read or listing would now fail
+    coords = ds.generate_source_file_coords()
+    todo = ds.filter_already_present(coords)
+    assert [c.key for c in todo] == [c.key for c in coords[6:]]
+
+
+def test_unreadable_files_are_skipped_with_reasons_and_the_rest_lands(tmp_path):
+    archive, files, ds = setup(tmp_path, publish=0)
+    good = [files[i] for i in (0, 1, 2, 4)]
+    archive.publish(good)
+    archive.publish(files[3])
+    archive.reupload(files[3])  # stale index
+    archive.publish(files[5], drop=[("wind_v_10m", None)])  # missing message
+    archive.publish(files[6])
+    archive.truncate(files[6])
+    archive.index_only(files[7])  # listed index, no data object: not discoverable yet
+    result = ds.run()
+    reasons = {
+        s.url.rsplit("/", 3)[-3] + "/" + s.url.rsplit(".", 1)[-1]: s.reason for s in result.skipped
+    }
+    assert len(result.skipped) == 3
+    assert any("stale" in r.lower() for r in reasons.values())
+    assert any("wind_v_10m" in r or "VGRD" in r for r in reasons.values())
+    assert any("truncated" in r.lower() for r in reasons.values())
+    assert sorted(result.ingested) == sorted(archive.data_url(f) for f in good)
+    assert archive.data_url(files[7]) in result.pending
+    assert_exact(open_main(ds), good)
+
+
+def test_refresh_metadata_commits_only_on_real_drift(tmp_path):
+    _, _, ds = setup(tmp_path, publish=3)
+    ds.run()
+    repo = ds.repo.open(fresh=True)
+    n = len(R.history(repo))
+    assert ds.refresh_metadata() is None and len(R.history(ds.repo.open(fresh=True))) == n
+    t = ds.template()
+    drifted = type(t)(
+        t.append_dim,
+        t.coords,
+        t.variables,
+        t.grid_dims,
+        {**t.attrs, "title": "renamed"},
+        t.coord_attrs,
+    )
+    object.__setattr__(ds, "template", lambda: drifted)
+    assert ds.refresh_metadata() is not None
+    assert open_main(ds).attrs["title"] == "renamed"
+    vars2 = dict(t.variables)
+    vars2.pop("wind_u_10m")
+    object.__setattr__(
+        ds,
+        "template",
+        lambda: type(t)(t.append_dim, t.coords, vars2, t.grid_dims, t.attrs, t.coord_attrs),
+    )
+    with pytest.raises(MetadataDrift, match="run a backfill"):
+        ds.refresh_metadata()
