@@ -1,0 +1,96 @@
+"""The operational update: one writer commits whole files to main each tick as they publish.
+
+Both ends of a fire are anchored to the scheduled fire, not to process start: the window comes
+from `operational_update_window(fire_time)` and polling stops at scheduled + active deadline -
+grace, so a replacement process stops when the one it replaced would have. Each fire refreshes
+metadata first; files not yet published roll to the next fire; crash recovery is the filter.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from toolkit.plan import Report, StageReport
+from toolkit.virtual import repo as R
+from toolkit.virtual.job import RunResult, VirtualRegionJob, committed_extent
+from toolkit.virtual.lease import Lease
+from toolkit.virtual.refs import canon
+
+__all__ = ["BackfillInFlight", "FarBehind", "update"]
+
+LEASE_KEY = "toolkit-update.lease"
+
+
+class BackfillInFlight(RuntimeError):
+    pass
+
+
+class FarBehind(RuntimeError):
+    pass
+
+
+def update(
+    job: VirtualRegionJob,
+    *,
+    fire_time: Any,
+    scheduled_at: float | None = None,
+    deadline_seconds: float = 600.0,
+    grace_seconds: float = 5.0,
+) -> Report:
+    """One fire: refresh metadata, then poll-and-commit the window until done or the deadline."""
+    t0 = time.time()
+    scheduled_at = t0 if scheduled_at is None else scheduled_at
+    poll_deadline = scheduled_at + deadline_seconds - grace_seconds
+    start, end = job.operational_update_window(fire_time)
+    fire = job.region(
+        start, end, processing_mode="update", branch="main", poll_deadline=poll_deadline
+    )
+    repo = fire.ensure_repo()
+    busy = [b for b in R.branches(repo) if b.startswith("backfill-")]
+    if busy:
+        raise BackfillInFlight(
+            f"{job.repo.url}: backfill branch(es) {busy} in flight; an update "
+            "would move main under it. Wait for it to finalize."
+        )
+    lease = Lease(
+        job.repo.store, LEASE_KEY, scheduled_at, ttl=max(60.0, deadline_seconds)
+    ).acquire()
+    try:
+        fire.refresh_metadata()
+        t = fire.template()
+        session = R.readonly(fire.repo.open(fresh=True))
+        extent = committed_extent(session, t) or 0
+        first = t.position(next(x for x in t.coords[t.append_dim] if fire.in_region(x)))
+        if extent and first - extent > len(t.coords[t.append_dim]) // 2 and first > extent + 4:
+            raise FarBehind(
+                f"{job.repo.url} ends {first - extent} {t.append_dim} positions "
+                "before this fire's window: run a backfill instead"
+            )
+        result = RunResult()
+        coords = fire.generate_source_file_coords()
+        todo = fire.filter_already_present(coords, session)
+        through = fire.ingested_through(session)
+        for batch in fire.process_virtual_refs(todo, through, result.skipped):
+            lease.check()
+            result.commits.append(fire.commit_batch(batch))
+            result.ingested.extend(c.key for c, _ in batch)
+            result.refs += sum(len(r) for _, r in batch)
+        seen = set(result.ingested) | {s.url for s in result.skipped}
+        result.pending = [c.key for c in todo if c.key not in seen]
+    finally:
+        lease.release()
+    stage = StageReport(
+        "update",
+        len(coords),
+        len(coords) - len(todo),
+        len(result.ingested),
+        time.time() - t0,
+        result=result,
+    )
+    return Report(f"virtual-update-{canon(fire_time)}", "-", "inline", (stage,), time.time() - t0)
+
+
+def with_deadline(job: VirtualRegionJob, deadline: float) -> VirtualRegionJob:
+    return replace(job, poll_deadline=deadline)
