@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -291,6 +291,13 @@ def _build(store: Store) -> Any:
     kwargs: dict[str, Any] = {"prefix": prefix or None}
     if client_options:
         kwargs["client_options"] = client_options
+    retry: dict[str, Any] = {}
+    if "max_retries" in opts:
+        retry["max_retries"] = int(opts.pop("max_retries"))
+    if "retry_timeout" in opts:
+        retry["retry_timeout"] = timedelta(seconds=float(opts.pop("retry_timeout")))
+    if retry:
+        kwargs["retry_config"] = retry
     if store.credential_provider is not None:
         kwargs["credential_provider"] = store.credential_provider
     if scheme == "s3":
@@ -322,7 +329,8 @@ def open_store(
 
     `memory://name`, `file:///abs/path` or a plain path, `s3://bucket/prefix` (options:
     `endpoint`, `region`, `anonymous`, `allow_http`, `path_style`), `gs://bucket/prefix`,
-    `az://container/prefix`. Nothing is contacted until the first operation.
+    `az://container/prefix`. Cloud stores also take `timeout`/`connect_timeout` ("5s"),
+    `max_retries` and `retry_timeout` (seconds). Nothing is contacted until the first operation.
     """
     if isinstance(url, Store):
         return url
