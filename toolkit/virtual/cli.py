@@ -1,5 +1,206 @@
-"""`toolkit virtual` commands."""
+"""`toolkit virtual backfill|update|inspect`.
+
+Exit codes: 0 success, 1 a failed gate or check (incl. finalize refusing a moved main, a held
+lease), 2 bad usage or an unreachable store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(help="virtual commands (not yet implemented).", no_args_is_help=True)
+app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
+
+Dataset = Annotated[str, typer.Argument(help="Dataset name (see `toolkit virtual datasets`).")]
+RepoUrl = Annotated[str, typer.Option("--repo", help="Icechunk repo location (path, s3://...).")]
+SourceUrl = Annotated[str, typer.Option("--source", help="Source archive location (bucket URL).")]
+Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
+AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
+PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+
+
+def _datasets() -> dict[str, Any]:
+    from toolkit.virtual.demo import SimGfs
+
+    return {"sim-gfs": SimGfs}
+
+
+def _open(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
+    from toolkit import storage
+    from toolkit.console import store_options
+
+    return storage.open_store(
+        url,
+        **store_options(
+            url, endpoint, "us-east-1" if endpoint else None, False, allow_http, path_style
+        ),
+    )
+
+
+def _dataset(
+    name: str, repo: str, source: str, endpoint: str | None, allow_http: bool, path_style: bool
+) -> Any:
+    from toolkit.virtual import repo as R
+
+    known = _datasets()
+    if name not in known:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(known))}")
+    return known[name](
+        R.RepoRef(_open(repo, endpoint, allow_http, path_style)),
+        source_store=_open(source, endpoint, allow_http, path_style),
+    )
+
+
+def _errors() -> Any:
+    from toolkit.console import exit_codes
+    from toolkit.virtual.job import MetadataDrift
+    from toolkit.virtual.lease import LeaseHeld
+    from toolkit.virtual.repo import BranchMoved, OutsideContainers
+    from toolkit.virtual.update import BackfillInFlight, FarBehind
+
+    return exit_codes(
+        usage_errors=(ValueError, KeyError),
+        check_errors=(
+            BranchMoved,
+            LeaseHeld,
+            BackfillInFlight,
+            FarBehind,
+            MetadataDrift,
+            OutsideContainers,
+        ),
+    )
+
+
+def _label(text: str | None) -> Any:
+    import numpy as np
+
+    return None if text is None else np.datetime64(text, "ns")
+
+
+@app.command("datasets")
+def datasets() -> None:
+    """List the datasets this build knows."""
+    from toolkit.console import out
+
+    for name, cls in sorted(_datasets().items()):
+        out.print(f"{name}\t{(cls.__doc__ or '').strip().splitlines()[0]}")
+
+
+@app.command()
+def backfill(
+    ctx: typer.Context,
+    dataset: Dataset,
+    repo: RepoUrl,
+    source: SourceUrl,
+    start: Annotated[str, typer.Option(help="First append-dim label (e.g. 2025-08-01T00).")],
+    end: Annotated[str | None, typer.Option(help="Exclusive end; default: last published.")] = None,
+    workers: Annotated[int, typer.Option(help="Worker nodes (contiguous blocks).")] = 4,
+    cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    strict: Annotated[bool, typer.Option(help="Any skipped file fails the gate.")] = False,
+    overwrite_chunks: Annotated[bool, typer.Option(help="Re-emit refs, no filter.")] = False,
+    allow_empty_positions: Annotated[
+        bool, typer.Option(help="Allow --end past the last published position.")
+    ] = False,
+    endpoint: Endpoint = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+) -> None:
+    """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
+    from toolkit.console import err_console, print_report, progress_bars, root_cluster
+    from toolkit.virtual.backfill import backfill as run_backfill
+
+    with _errors():
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        with progress_bars() as bars:
+            report = run_backfill(
+                ds,
+                start=_label(start),
+                end=_label(end),
+                workers=workers,
+                cluster=root_cluster(ctx, cluster),
+                executor=executor,
+                progress=bars,
+                strict=strict,
+                overwrite_chunks=overwrite_chunks,
+                allow_empty_positions=allow_empty_positions,
+            )
+    print_report(report)
+    out = report.stage("ingest").result
+    if out is not None:
+        for s in out.skipped:
+            err_console.print(f"skipped {s.url}: {s.reason}")
+
+
+@app.command()
+def update(
+    dataset: Dataset,
+    repo: RepoUrl,
+    source: SourceUrl,
+    fire_time: Annotated[str, typer.Option(help="Scheduled fire (append-dim label).")],
+    deadline: Annotated[float, typer.Option(help="Active deadline, seconds.")] = 600.0,
+    endpoint: Endpoint = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+) -> None:
+    """One operational fire: refresh metadata, commit whole files to main as they publish."""
+    from toolkit.console import err_console, print_report
+    from toolkit.virtual.update import update as run_update
+
+    with _errors():
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        report = run_update(ds, fire_time=_label(fire_time), deadline_seconds=deadline)
+    print_report(report)
+    result = report.stage("update").result
+    for s in result.skipped:
+        err_console.print(f"skipped {s.url}: {s.reason}")
+    if result.pending:
+        err_console.print(f"{len(result.pending)} file(s) not yet published roll to the next fire")
+
+
+@app.command()
+def inspect(
+    repo: Annotated[str, typer.Argument(help="Icechunk repo location.")],
+    commits: Annotated[int, typer.Option(help="How many recent commits to show.")] = 10,
+    endpoint: Endpoint = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+) -> None:
+    """Branches, recent commits with rebase attempts, and the manifest report."""
+    from rich.table import Table
+
+    from toolkit.console import out
+    from toolkit.virtual import repo as R
+
+    with _errors():
+        r = R.open_repo(_open(repo, endpoint, allow_http, path_style), fresh=True)
+        out.print(f"branches: {', '.join(R.branches(r))}")
+        out.print(f"containers: {', '.join(R.container_prefixes(r))}")
+        table = Table(title="main: recent commits")
+        for col in ("snapshot", "written", "message", "rebase attempts"):
+            table.add_column(col)
+        for c in R.history(r, "main", limit=commits):
+            table.add_row(
+                c.id,
+                c.written_at.isoformat(timespec="seconds"),
+                c.message,
+                "-" if c.rebase_attempts is None else str(c.rebase_attempts),
+            )
+        out.print(table)
+        rep = R.manifest_report(r)
+        mt = Table(
+            title=f"manifests: {rep.manifests}, refs {rep.refs}, bytes {rep.bytes}, "
+            f"{rep.bytes_per_ref:.1f} B/ref"
+        )
+        for col in ("array", "manifests", "refs", "bytes", "B/ref"):
+            mt.add_column(col)
+        for name, row in sorted(rep.per_array.items()):
+            mt.add_row(
+                name,
+                str(row["manifests"]),
+                str(row["refs"]),
+                str(row["bytes"]),
+                str(row["bytes_per_ref"]),
+            )
+        out.print(mt)

@@ -139,7 +139,6 @@ def demo(
                 ds,
                 fire_time=np.datetime64("2025-08-01T18", "ns"),
                 deadline_seconds=60,
-                until_complete=True,
             )
         )
     finally:

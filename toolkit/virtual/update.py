@@ -16,7 +16,6 @@ from toolkit.plan import Report, StageReport
 from toolkit.virtual import repo as R
 from toolkit.virtual.job import RunResult, VirtualRegionJob, committed_extent
 from toolkit.virtual.lease import Lease
-from toolkit.virtual.refs import canon
 
 __all__ = ["BackfillInFlight", "FarBehind", "update"]
 
@@ -89,7 +88,7 @@ def update(
         time.time() - t0,
         result=result,
     )
-    return Report(f"virtual-update-{canon(fire_time)}", "-", "inline", (stage,), time.time() - t0)
+    return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
 
 
 def with_deadline(job: VirtualRegionJob, deadline: float) -> VirtualRegionJob:
