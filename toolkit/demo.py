@@ -69,9 +69,11 @@ def run_demo(
     progress: Callable[[str, int, int], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> list[Report]:
-    """Foundation plan, then a pyramid built and verified, then every store partitioned for archive."""
+    """Foundation plan; a pyramid built and verified; a virtual GRIB dataset backfilled and
+    updated; then every store partitioned for archive."""
     from toolkit.archive.demo import demo as archive_demo
     from toolkit.pyramid.demo import demo as pyramid_demo
+    from toolkit.virtual.demo import demo as virtual_demo
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="toolkit-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -85,6 +87,10 @@ def run_demo(
         ]
         reports += pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
         say(f"pyramid: {root / 'pyramid-demo.zarr'} built and verified")
+        reports += virtual_demo(
+            root / "virtual", cluster=cluster, executor=executor, progress=progress
+        )
+        say(f"virtual: Icechunk repo {root / 'virtual' / 'virtual-repo'} backfilled, then updated")
     summary = archive_demo(root)
     for scope in summary["scopes"]:
         say(f"archive: scope {scope['scope']!r} epoch {scope['epoch']}: blobs {scope['blobs']}")
