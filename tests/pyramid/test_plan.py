@@ -14,6 +14,7 @@ from toolkit.pyramid.plan import (
     PlanError,
     child_shard_size,
     decode_keys,
+    desired_shard,
     inner_chunk,
     level_count,
     plan_pyramid,
@@ -86,7 +87,7 @@ def test_keys_follow_the_arrays_encoding():
 def test_band_dim_collapses_band_shards_and_count_drops_band():
     a = meta((3, 64, 64), (1, 16, 16), dims=("band", "y", "x"))
     keys = ["c/0/0/0", "c/2/0/0", "c/1/3/3"]
-    p = plan_pyramid({"v": a}, {"v": keys}, band_dim="band", levels=1)
+    p = plan_pyramid({"v": a}, {"v": keys}, band_dim="band", levels=1, max_shard=16)
     lvl = p.levels[0]
     assert lvl.vars[0].shards[0] == 3 and lvl.vars[0].count_dims == ("y", "x")
     assert sorted(t.data_key for t in lvl.tasks) == ["2x/v/c/0/0/0", "2x/v/c/0/1/1"]
@@ -108,3 +109,34 @@ def test_planner_errors_name_the_array():
         plan_pyramid({"v": meta((8, 8), (4, 4)), "w": meta((8, 9), (4, 4), name="w")}, {})
     with pytest.raises(PlanError, match="--levels must be >= 1"):
         plan_pyramid({"v": meta((8, 8), (4, 4))}, {}, levels=0)
+
+
+def test_small_shards_grow_4x4_then_2x2_and_large_ones_split():
+    """1024-px level-0 shards: 2048 (each child covers 4x4 parents), then 4096, then 2x2."""
+    a = meta((40000, 40000), (1024, 1024))
+    p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5)
+    assert [lvl.vars[0].shards for lvl in p.levels] == [
+        (2048, 2048), (4096, 4096), (4096, 4096), (4096, 4096), (4096, 4096)
+    ]
+    assert p.levels[0].vars[0].chunks == (512, 512)  # small tiles inside
+    big = plan_pyramid({"v": meta((40000, 40000), (16384, 16384))}, {"v": ["c/0/0"]}, levels=1)
+    assert big.levels[0].vars[0].shards == (4096, 4096)  # one parent -> 2x2 whole children
+    assert {t.index for t in big.levels[0].tasks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+def test_unaligned_shards_split_into_divisors_not_merge_into_giants():
+    """A 10000-px shard does not divide by 4096: 2500 (a parent -> 2x2 children) beats 10000
+    (a child covering 2x2 parents would read 20000^2 px per task)."""
+    assert child_shard_size(10000, 4096) == 2500
+    assert child_shard_size(3000, 4096) == 3000
+    assert child_shard_size(4097, 4096) == 4097
+    assert inner_chunk(2500) == 500
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 9000), st.sampled_from([256, 1000, 2048, 4096]))
+def test_growth_is_bounded_and_aligned(parent, max_shard):
+    c = child_shard_size(parent, desired_shard(parent, max_shard))
+    assert (parent % 2 == 0 and (parent // 2) % c == 0) or (2 * c) % parent == 0
+    assert c <= max(max_shard, parent)  # never larger than the cap unless nothing smaller aligns
+    assert c <= 2 * parent  # a child reads at most 4x4 parent shards

@@ -2,10 +2,12 @@
 
 `plan(source)` derives every level's output shards from the level-0 listing (no data read),
 `build(source)` runs them through the engine (one node per shard, a gate per level) and adds the
-root metadata, `verify(source)` proves the result.
+root metadata, `verify(source)` proves the result. `open_level` / `open_datatree` read it back with xarray
+(`xr.open_datatree` refuses the layout: see `toolkit.pyramid.read`).
 """
 
 from toolkit.pyramid.build import build, plan
+from toolkit.pyramid.read import open_datatree, open_level
 from toolkit.pyramid.verify import VerifyResult, verify
 
-__all__ = ["VerifyResult", "build", "plan", "verify"]
+__all__ = ["VerifyResult", "build", "open_datatree", "open_level", "plan", "verify"]

@@ -10,9 +10,9 @@ from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.plan import PLAN_KEY, PlanError, PyramidPlan, plan_pyramid
+from toolkit.pyramid.plan import MAX_SHARD, PLAN_KEY, PlanError, PyramidPlan, plan_pyramid
 from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource, _open
-from toolkit.pyramid.source import Source, read_source
+from toolkit.pyramid.source import Source, open_source, read_source
 
 
 def plan(
@@ -21,15 +21,20 @@ def plan(
     method: str = "mean",
     band_dim: str | None = None,
     levels: int | None = None,
+    max_shard: int = MAX_SHARD,
     **options: Any,
 ) -> PyramidPlan:
     """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only)."""
-    src = read_source(storage.open_store(source, **options), variables)
-    return _plan(src, method, band_dim, levels)
+    src = read_source(open_source(source, **options), variables)
+    return _plan(src, method, band_dim, levels, max_shard)
 
 
-def _plan(src: Source, method: str, band_dim: str | None, levels: int | None) -> PyramidPlan:
-    return plan_pyramid(src.arrays, src.listings, method=method, band_dim=band_dim, levels=levels)
+def _plan(src: Source, method: str, band_dim: str | None, levels: int | None,
+          max_shard: int = MAX_SHARD) -> PyramidPlan:
+    if max_shard < 1:
+        raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
+    return plan_pyramid(src.arrays, src.listings, method=method, band_dim=band_dim, levels=levels,
+                        max_shard=max_shard)
 
 
 def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
@@ -88,6 +93,25 @@ def check_complete(store: storage.Store, p: PyramidPlan, k: int) -> None:
         )
 
 
+def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None:
+    """Levels below `start` are kept: refuse when they were built for other settings or data."""
+    old = recorded_plan(store)
+    frm = p.levels[start].group
+    first = p.levels[0].group
+    if old is None:
+        raise PlanError(f"{store.url}: no recorded pyramid plan, so the levels below {frm} "
+                        f"cannot be trusted; rebuild with --rebuild-from {first}")
+    kept = ("method", "band_dim", "variables", "max_shard")
+    then = {k: old.get(k) for k in kept}
+    now = {k: p.settings()[k] for k in kept}
+    if then != now:
+        raise PlanError(f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
+                        f"rebuild with --rebuild-from {first}")
+    if old.get("source_digest") != p.source_digest:
+        raise PlanError(f"{store.url}: level 0 changed since the levels below {frm} were built; "
+                        f"rebuild with --rebuild-from {first}")
+
+
 def build(
     source: str | storage.Store,
     variables: list[str] | None = None,
@@ -98,17 +122,19 @@ def build(
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
     rebuild_from: str | int | None = None,
+    max_shard: int = MAX_SHARD,
     **options: Any,
 ) -> Report:
     """Build (or resume) every level, gate by gate; then add the root metadata."""
-    store = storage.open_store(source, **options)
+    store = open_source(source, **options)
     src = read_source(store, variables)
-    p = _plan(src, method, band_dim, levels)
+    p = _plan(src, method, band_dim, levels, max_shard)
     _open.cache_clear()
     start = 0
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)
         if start > 0:
+            _check_kept_levels(store, p, start)
             check_complete(store, p, start - 1)
         for lvl in p.levels[start:]:
             storage.delete_prefix(store, lvl.group + "/")

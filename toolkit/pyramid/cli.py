@@ -14,7 +14,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.console import err_console as console
-from toolkit.console import exit_codes, out, print_report, progress_bars, root_cluster
+from toolkit.console import (
+    exit_codes,
+    out,
+    print_report,
+    progress_bars,
+    root_cluster,
+    store_options,
+)
 
 app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
 
@@ -25,14 +32,35 @@ Variables = Annotated[
 Method = Annotated[str, typer.Option(help="mean|mode|min|max|sum")]
 BandDim = Annotated[str | None, typer.Option("--band-dim", help="Joint-mask (band) dimension.")]
 Levels = Annotated[int | None, typer.Option(help="Levels (default: down to one 512 px tile).")]
+MaxShard = Annotated[
+    int, typer.Option("--max-shard", help="Largest output shard side (px); levels grow to it.")
+]
 Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
 Executor = Annotated[str, typer.Option(help="dask or sync")]
+Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
+Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
+Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
+AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
+PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+
+
+def _options(source: str, endpoint: str | None, region: str | None, anonymous: bool,
+             allow_http: bool, path_style: bool) -> dict[str, Any]:
+    from toolkit.pyramid.plan import PlanError
+
+    options = store_options(source, endpoint, region, anonymous, allow_http, path_style)
+    if str(options.get("endpoint", "")).startswith("http://") and not allow_http:
+        raise PlanError(f"--endpoint {endpoint} is plain http: add --allow-http to use it")
+    if not options and any((endpoint, region, anonymous, allow_http, path_style)):
+        raise PlanError(f"{source}: S3 options only apply to s3://, gs:// or az:// URLs")
+    return options
 
 
 def _exit_codes() -> Any:
     from toolkit.pyramid.plan import PlanError
 
-    return exit_codes(usage_errors=(PlanError,))
+    # OSError: a local path the OS refuses (not a directory, no permission)
+    return exit_codes(usage_errors=(PlanError, OSError))
 
 
 @app.command("plan")
@@ -42,12 +70,19 @@ def plan_cmd(
     method: Method = "mean",
     band_dim: BandDim = None,
     levels: Levels = None,
+    max_shard: MaxShard = 4096,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Tasks per level after pruning, and the gate targets (reads metadata and listings only)."""
     from toolkit.pyramid import plan
 
     with _exit_codes():
-        p = plan(source, variable or None, method, band_dim, levels)
+        opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
+        p = plan(source, variable or None, method, band_dim, levels, max_shard, **opts)
     table = Table(title=f"pyramid plan {p.digest} ({p.method}; {', '.join(p.variables)})")
     for col in ("level", "shape", "shard", "naive", "tasks", "pruned", "target objects"):
         table.add_column(col, justify="right")
@@ -82,11 +117,17 @@ def build_cmd(
         ),
     ] = None,
     executor: Executor = "dask",
+    max_shard: MaxShard = 4096,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
     from toolkit.pyramid import build
 
     with _exit_codes(), progress_bars() as bars:
+        opts = _options(source, endpoint, region, False, allow_http, path_style)
         report = build(
             source,
             variable or None,
@@ -97,6 +138,8 @@ def build_cmd(
             executor=executor,
             progress=bars,
             rebuild_from=rebuild_from,
+            max_shard=max_shard,
+            **opts,
         )
     print_report(report)
 
@@ -108,12 +151,27 @@ def verify_cmd(
     sample: Annotated[int, typer.Option(help="Stripes per level; first/middle/last of each.")] = 4,
     cluster: Cluster = None,
     executor: Executor = "dask",
+    private: Annotated[
+        bool,
+        typer.Option(
+            "--private",
+            help="The store is not published: the client round-trip reads with credentials "
+            "instead of anonymously.",
+        ),
+    ] = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
 ) -> None:
     """Check the pyramid; exit 0 only if every check passes, 1 otherwise."""
     from toolkit.pyramid import verify
 
     with _exit_codes():
-        result = verify(source, sample, cluster=root_cluster(ctx, cluster), executor=executor)
+        opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
+        result = verify(source, sample, cluster=root_cluster(ctx, cluster), executor=executor,
+                        private=private, **opts)
     for f in result.failures:
         console.print(f"[red]FAIL[/red] {escape(str(f))}")
     if not result.ok:

@@ -91,8 +91,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                           fill_value=base.fill_value)
             arr[...] = base[...]
         for v in lvl.vars:
-            attrs = dict(src.attrs.get(v.var, {}))
-            attrs.pop("_FillValue", None)
+            attrs = level_attrs(src.attrs.get(v.var, {}), src.arrays[v.var], v)
             attrs["resampling_method"] = RESAMPLING[plan.method]
             sharded = v.shards != v.chunks
             _create(zstore, f"{lvl.group}/{v.var}", shape=v.shape, dtype=v.dtype,
@@ -109,6 +108,29 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                     chunks=v.count_chunks, shards=v.count_shards if sharded else None,
                     fill_value=0, dimension_names=list(v.count_dims), attributes=count_attrs,
                     chunk_key_encoding=v.key_encoding)
+
+
+def level_attrs(attrs: dict[str, Any], base: Any, v: Any) -> dict[str, Any]:
+    """A level array's attributes: level 0's, with `_FillValue` kept only where it still holds.
+
+    xarray masks with the `_FillValue` attribute, so a level must carry it exactly when its
+    nodata is level 0's (same kind, same value: mode/min/max, or a float mean of float data);
+    a float mean of integers has NaN nodata, and a stale integer `_FillValue` would be wrong.
+    """
+    out = dict(attrs)
+    if "_FillValue" in out and not _same_nodata(base.dtype, base.fill_value, v.dtype, v.fill_value):
+        out.pop("_FillValue")
+    return out
+
+
+def _same_nodata(src_dtype: str, src_fill: Any, out_dtype: str, out_fill: Any) -> bool:
+    a, b = np.dtype(src_dtype), np.dtype(out_dtype)
+    if a.kind == "f" and b.kind == "f":
+        return bool(np.isnan(float(src_fill)) and np.isnan(float(out_fill))) if (
+            src_fill is not None and out_fill is not None) else False
+    if a.kind in "iub" and b.kind in "iu":
+        return src_fill is not None and int(src_fill) == int(out_fill)
+    return False
 
 
 def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:

@@ -35,6 +35,7 @@ __all__ = [
     "VarLevel",
     "child_shard_size",
     "decode_keys",
+    "desired_shard",
     "inner_chunk",
     "level_count",
     "plan_pyramid",
@@ -145,6 +146,7 @@ class PyramidPlan:
     levels: tuple[LevelPlan, ...]
     naive: tuple[int, ...]  # tasks per level before pruning
     source_digest: str  # hash of the level-0 shard listing the plan was derived from
+    max_shard: int = MAX_SHARD
 
     @property
     def digest(self) -> str:
@@ -164,6 +166,7 @@ class PyramidPlan:
             "band_dim": self.band_dim,
             "variables": list(self.variables),
             "levels": len(self.levels),
+            "max_shard": self.max_shard,
         }
 
     def to_json(self) -> str:
@@ -211,8 +214,24 @@ def _aligned(parent: int, child: int) -> bool:
 
 
 def child_shard_size(parent: int, desired: int = MAX_SHARD) -> int:
-    """The child shard size along one axis: `desired` if it aligns with the parent, else the parent's."""
-    return desired if _aligned(parent, desired) else parent
+    """The largest child shard size <= `desired` along one axis that never partly overlaps a parent.
+
+    Falls back to the parent's own size (a child then covers 2x2 parents), which always aligns.
+    """
+    for size in range(desired, 0, -1):
+        if _aligned(parent, size):
+            return size
+    return parent
+
+
+def desired_shard(parent: int, max_shard: int = MAX_SHARD) -> int:
+    """What a level asks of `child_shard_size`: grow at most 2x per level, up to `max_shard`.
+
+    Small level-0 shards (or unsharded chunks) grow level by level, a child covering 4x4
+    parents, until shards reach `max_shard`; from there a child covers 2x2 parents. Larger
+    level-0 shards split into whole children. A task so reads at most (2 * child)^2 parent px.
+    """
+    return min(max_shard, 2 * parent)
 
 
 def inner_chunk(shard: int) -> int:
@@ -407,8 +426,9 @@ def plan_pyramid(
         n_naive = 0
         for name in names:
             a = arrays[name]
-            sy = child_shard_size(prev_shards[name][-2], min(max_shard, prev_shards[name][-2]))
-            sx = child_shard_size(prev_shards[name][-1], min(max_shard, prev_shards[name][-1]))
+            py, px = prev_shards[name][-2:]
+            sy = child_shard_size(py, desired_shard(py, max_shard))
+            sx = child_shard_size(px, desired_shard(px, max_shard))
             v = _var_level(a, method, band_dim, shape, (sy, sx))
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
             kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)
@@ -434,6 +454,7 @@ def plan_pyramid(
         levels=tuple(out_levels),
         naive=tuple(naive),
         source_digest=source_digest,
+        max_shard=max_shard,
     )
 
 

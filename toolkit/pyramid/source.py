@@ -9,6 +9,7 @@ import json
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,14 +43,50 @@ def _fill(value: Any) -> Any:
     return v
 
 
-def _root_members(zstore: Any) -> dict[str, Any]:
+def open_source(source: str | storage.Store, **options: Any) -> storage.Store:
+    """Open SOURCE for the pyramid; a bad URL or a local path that is not a directory is bad usage.
+
+    Checked before opening because opening a local path creates it: a typo would otherwise
+    leave an empty directory behind and fail later with a less useful message.
+    """
+    if isinstance(source, storage.Store):
+        return source
+    if "://" not in source or source.startswith("file://"):
+        path = Path(source.removeprefix("file://")).expanduser()
+        if not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            raise PlanError(f"store {path.resolve()}: {what} (want a zarr v3 store)")
     try:
-        group = zarr.open_group(zstore, mode="r", use_consolidated=False)
-    except (FileNotFoundError, KeyError, ValueError) as err:
-        raise PlanError(f"no zarr v3 group at the store root ({err})") from err
+        return storage.open_store(source, **options)
+    except storage.StorageError as err:
+        raise PlanError(str(err)) from err
+
+
+def _root_members(store: storage.Store) -> dict[str, Any]:
+    try:
+        group = zarr.open_group(store.zarr(read_only=True), mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError, ValueError, TypeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise PlanError(f"{store.url}: no zarr v3 group at the store root ({first})") from err
     if group.metadata.zarr_format != 3:
-        raise PlanError("the store root is not a zarr v3 group")
+        raise PlanError(
+            f"{store.url}: the root is a zarr v{group.metadata.zarr_format} group; "
+            "the pyramid wants zarr v3"
+        )
     return dict(group.members())
+
+
+def _skip_reason(arr: Any, coords: dict[str, np.ndarray]) -> str | None:
+    """Why a root array is not a pyramid variable (None: it is one)."""
+    if arr.ndim < 2:
+        return "has fewer than two dimensions"
+    dims = arr.metadata.dimension_names
+    if dims is None or any(d is None for d in dims):
+        return "has no dimension_names (the two spatial dims must be named, last)"
+    missing = [d for d in dims[-2:] if d not in coords]
+    if missing:
+        return f"has no 1-D coordinate array for {', '.join(map(repr, missing))}"
+    return None
 
 
 def array_meta(name: str, arr: Any) -> ArrayMeta:
@@ -71,27 +108,31 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
 
 def read_source(store: storage.Store, variables: list[str] | None = None) -> Source:
     """Level-0 arrays with two named spatial dims whose 1-D coordinates exist, and their listings."""
-    nodes = _root_members(store.zarr(read_only=True))
+    nodes = _root_members(store)
     members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
     coords = {n: a[...] for n, a in members.items() if a.ndim == 1}
     attrs = {n: dict(a.attrs) for n, a in members.items()}
     candidates: dict[str, ArrayMeta] = {}
+    skipped: dict[str, str] = {}
     for name, arr in sorted(members.items()):
-        if arr.ndim < 2:
-            continue
-        dims = arr.metadata.dimension_names
-        if not dims or dims[-1] not in coords or dims[-2] not in coords:
-            continue
-        candidates[name] = array_meta(name, arr)
+        why = _skip_reason(arr, coords)
+        if why is None:
+            candidates[name] = array_meta(name, arr)
+        elif arr.ndim >= 2:
+            skipped[name] = why
     if variables:
-        unknown = [v for v in variables if v not in candidates]
-        for v in unknown:
+        for v in variables:
             if v not in members:
-                raise PlanError(f"variable {v!r}: no such array at the store root")
-            raise PlanError(
-                f"variable {v!r}: needs >= 2 dims with 1-D coordinate arrays for the last two"
-            )
+                raise PlanError(f"variable {v!r}: no such array at the root of {store.url}")
+            if v not in candidates:
+                why = skipped.get(v) or _skip_reason(members[v], coords) or "cannot be pyramided"
+                raise PlanError(f"variable {v!r}: {why}")
         candidates = {v: candidates[v] for v in variables}
+    elif not candidates:
+        detail = "; ".join(f"array {n!r} {why}" for n, why in sorted(skipped.items()))
+        raise PlanError(
+            f"{store.url}: no array to pyramid ({detail or 'the root has no array of 2+ dims'})"
+        )
     for name, meta in candidates.items():
         for d in meta.dims[-2:]:
             if len(coords[d]) != meta.shape[meta.dims.index(d)]:

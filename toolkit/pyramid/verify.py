@@ -20,9 +20,9 @@ from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.build import _plan, _sources, recorded_plan
-from toolkit.pyramid.plan import PlanError, PyramidPlan, ShardTask
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
 from toolkit.pyramid.shards import VarSource, compute, count_region, open_array, source_block
-from toolkit.pyramid.source import Source, read_source
+from toolkit.pyramid.source import Source, open_source, read_source
 from toolkit.tasks import stable, stripe
 
 __all__ = ["Failure", "VerifyResult", "verify"]
@@ -324,19 +324,20 @@ def stripe_samples(tasks: list[ShardTask], stripes: int) -> list[ShardTask]:
 
 @dataclass(frozen=True)
 class ClientCheck:
-    """Open every level the way a browser would: read-only, no credentials."""
+    """Open every level the way a browser would: read-only, no credentials (unless `private`)."""
 
     url: str
     options: dict[str, Any]
     shapes: dict[str, tuple[int, int]]
     variables: tuple[str, ...]
+    private: bool = False
 
     def __call__(self, check: Check) -> list[Failure]:
         import xarray as xr
 
         group = check.name
         opts = {k: v for k, v in self.options.items() if k not in storage.SECRET_OPTIONS}
-        if self.url.startswith(("s3://", "gs://", "az://")):
+        if self.url.startswith(("s3://", "gs://", "az://")) and not self.private:
             opts["anonymous"] = True
         try:
             store = storage.open_store(self.url, **opts)
@@ -350,7 +351,12 @@ class ClientCheck:
                 da.isel({d: -1 for d in da.dims}).values  # noqa: B018 - a real read
             return out
         except Exception as err:
-            return [Failure(group, "-", "client", f"anonymous xarray read failed: {err}")]
+            text = str(err).strip().splitlines()
+            detail = f"{type(err).__name__}: {text[0] if text else ''}"
+            if isinstance(err, (PermissionError, storage.AccessDenied)) or "403" in str(err):
+                detail += " (the store is not public; `verify --private` reads with credentials)"
+            return [Failure(group, "-", "client", f"anonymous xarray read failed: {detail}"
+                            if not self.private else f"xarray read failed: {detail}")]
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -366,17 +372,25 @@ def verify(
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
+    private: bool = False,
     **options: Any,
 ) -> VerifyResult:
-    """Run every check; `result.ok` is True only if all pass."""
-    store = storage.open_store(source, **options)
+    """Run every check; `result.ok` is True only if all pass.
+
+    The client round-trip reads every level anonymously, as a browser would; `private=True` is
+    for stores that are not published (it reads with the environment's credentials instead).
+    """
+    store = open_source(source, **options)
     doc = recorded_plan(store)
     if doc is None:
-        return VerifyResult((Failure("-", ".pyramid/plan.json", "plan", "no recorded pyramid plan"),))
+        read_source(store)  # a store that is not zarr v3 at all is bad usage, not a failed check
+        return VerifyResult((Failure("-", ".pyramid/plan.json", "plan",
+                                     "no recorded pyramid plan: build the pyramid first"),))
     src: Source = read_source(store, doc["variables"])
     failures: list[Failure] = []
     try:
-        p: PyramidPlan = _plan(src, doc["method"], doc["band_dim"], doc["levels"])
+        p: PyramidPlan = _plan(src, doc["method"], doc["band_dim"], doc["levels"],
+                               doc.get("max_shard", MAX_SHARD))
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
     if p.digest != doc["digest"]:
@@ -405,7 +419,7 @@ def verify(
                MetaCheck(store, doc, geometry, meta_attrs, src.crs, src.node_keys)),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources)),
         _stage("verify-client", [Check("client", g) for g in [".", *groups]],
-               ClientCheck(store.url, dict(store.options), shapes, p.variables)),
+               ClientCheck(store.url, dict(store.options), shapes, p.variables, private)),
     )
     report = run(Plan(f"pyramid-verify-{p.method}", stages), cluster=cluster,
                  executor=executor, progress=progress)  # type: ignore[arg-type]
