@@ -124,3 +124,18 @@ def test_s3_store_through_the_cli(s3_endpoint):
     assert r.exit_code == 0, r.output
     r = run("plan", url, "--endpoint", s3_endpoint)  # plain http without --allow-http
     assert r.exit_code == 2 and "add --allow-http" in one_line_error(r)
+
+
+def test_more_levels_later_rebuilds_only_the_new_ones(good):
+    assert run("build", str(good), "--executor", "sync", "--levels", "1").exit_code == 0
+    r = run("build", str(good), "--executor", "sync", "--levels", "3")
+    assert r.exit_code == 2 and "--rebuild-from 4x" in one_line_error(r)
+    r = run("build", str(good), "--executor", "sync", "--levels", "3", "--rebuild-from", "4x")
+    assert r.exit_code == 0, r.output
+    assert run("verify", str(good), "--executor", "sync").exit_code == 0
+
+
+def test_verify_sample_must_be_positive(good):
+    assert run("build", str(good), "--executor", "sync", "--levels", "1").exit_code == 0
+    r = run("verify", str(good), "--executor", "sync", "--sample", "0")
+    assert r.exit_code == 2 and "--sample must be >= 1" in one_line_error(r)

@@ -18,7 +18,7 @@ from toolkit.pyramid.verify import stripe_samples
 def built() -> storage.Store:
     store = storage.open_store(f"memory://{uuid.uuid4().hex}")
     synthetic.write_store(store, kind="bands", shape=(70, 90), shards=(16, 16), seed=4)
-    build(store, band_dim="band", levels=3, executor="sync")
+    build(store, band_dim="band", levels=3, max_shard=16, executor="sync")  # many shards
     return store
 
 
@@ -33,7 +33,7 @@ def test_good_pyramid_passes(built):
 
 
 def test_deleted_shard_caught(built):
-    victim = plan(built, band_dim="band", levels=3).level("4x").tasks[0].data_key
+    victim = plan(built, band_dim="band", levels=3, max_shard=16).level("4x").tasks[0].data_key
     storage.delete(built, victim)
     result = verify(built, executor="sync")
     assert ("4x", "count") in checks(result)
@@ -41,7 +41,7 @@ def test_deleted_shard_caught(built):
 
 
 def test_corrupted_shard_caught(built):
-    p = plan(built, band_dim="band", levels=3)
+    p = plan(built, band_dim="band", levels=3, max_shard=16)
     task = p.level("2x").tasks[len(p.level("2x").tasks) // 2]
     arr = zarr.open_array(
         built.zarr(), path="2x/field", mode="r+", config={"write_empty_chunks": True}
@@ -59,7 +59,7 @@ def test_corrupted_shard_caught(built):
 
 
 def test_starved_stripe_caught(built):
-    p = plan(built, band_dim="band", levels=3)
+    p = plan(built, band_dim="band", levels=3, max_shard=16)
     tasks = list(p.level("2x").tasks)
     starved = {t.data_key for t in tasks[1::4]}  # the whole of stripe 1 of 4 never written
     for t in tasks[1::4]:
@@ -110,3 +110,12 @@ def test_no_plan_is_a_failure():
     result = verify(store, executor="sync")
     assert not result.ok and result.failures[0].check == "plan"
     assert np.isfinite(0)
+
+
+def test_wrong_fill_value_caught(built):
+    doc = json.loads(storage.get(built, "4x/field/zarr.json").data)
+    doc["fill_value"] = 0.0
+    storage.put(built, "4x/field/zarr.json", json.dumps(doc).encode())
+    result = verify(built, executor="sync")
+    assert any(f.level == "4x" and f.check == "metadata" and "fill_value" in f.detail
+               for f in result.failures)

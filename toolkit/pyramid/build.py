@@ -141,12 +141,18 @@ def build(
     else:
         old = recorded_plan(store)
         if old is not None and old.get("digest") != p.digest:
-            same = {k: old.get(k) for k in p.settings()} == p.settings()
-            why = ("level 0 changed since the last build" if same
-                   else f"the recorded pyramid was built with {({k: old.get(k) for k in p.settings()})}")
-            raise PlanError(
-                f"{store.url}: {why}; rebuild with --rebuild-from {p.levels[0].group}"
-            )
+            then = {k: old.get(k) for k in p.settings()}
+            frm = p.levels[0].group
+            if then == p.settings():
+                why = "level 0 changed since the last build"
+            else:
+                why = f"the recorded pyramid was built with {then}"
+                deeper = {**then, "levels": len(p.levels)} == p.settings()
+                if deeper and then["levels"] < len(p.levels) and old.get(
+                    "source_digest") == p.source_digest:
+                    why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
+                    frm = p.levels[then["levels"]].group  # the first new level; the rest stay
+            raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
     storage.put(store, PLAN_KEY, p.to_json().encode())
     metadata.write_levels(src, p)
     report = run(pyramid_stages(src, p, start), cluster=cluster, executor=executor,  # type: ignore[arg-type]

@@ -140,6 +140,9 @@ class MetaCheck:
                 except Exception as err:
                     bad(name, f"cannot open: {err}")
                     continue
+                fill = v["fill_value"] if name == v["var"] else 0
+                if not _same_fill(arr.fill_value, fill):
+                    bad(name, f"fill_value is {arr.fill_value}, want {fill}")
                 got = {
                     "shape": list(arr.shape),
                     "dimension_names": list(arr.metadata.dimension_names or []),
@@ -304,6 +307,14 @@ class SampleCheck:
         return out
 
 
+def _same_fill(got: Any, want: Any) -> bool:
+    try:
+        g, w = float(got), float(want)
+    except (TypeError, ValueError):
+        return bool(got == want)
+    return (np.isnan(g) and np.isnan(w)) or g == w
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
 
@@ -380,6 +391,8 @@ def verify(
     The client round-trip reads every level anonymously, as a browser would; `private=True` is
     for stores that are not published (it reads with the environment's credentials instead).
     """
+    if sample < 1:
+        raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     store = open_source(source, **options)
     doc = recorded_plan(store)
     if doc is None:
