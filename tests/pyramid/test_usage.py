@@ -57,7 +57,7 @@ def test_zarr_v2_store_refused(tmp_path):
     g = zarr.open_group(str(path), mode="w", zarr_format=2)
     g.create_array("v", shape=(8, 8), dtype="f4")
     r = run("plan", str(path))
-    assert r.exit_code == 2 and "zarr v2 group" in one_line_error(r)
+    assert r.exit_code == 2 and "a zarr v2 store" in one_line_error(r)
 
 
 def test_array_without_dimension_names_named(tmp_path):

@@ -63,6 +63,12 @@ def open_source(source: str | storage.Store, **options: Any) -> storage.Store:
 
 
 def _root_members(store: storage.Store) -> dict[str, Any]:
+    # probed through toolkit.storage first: its errors name the store and the cause in one line
+    # (zarr would surface obstore's raw, multi-line errors)
+    if not storage.exists(store, "zarr.json"):
+        if storage.exists(store, ".zgroup") or storage.exists(store, ".zarray"):
+            raise PlanError(f"{store.url}: a zarr v2 store; the pyramid wants zarr v3")
+        raise PlanError(f"{store.url}: no zarr.json at the root (not a zarr v3 store)")
     try:
         group = zarr.open_group(store.zarr(read_only=True), mode="r", use_consolidated=False)
     except (FileNotFoundError, KeyError, ValueError, TypeError) as err:
