@@ -68,6 +68,7 @@ class NoaaCoord(SourceFileCoord):
     file_type: str = ""
     url: str = ""
     data_vars: tuple[str, ...] = ()
+    member_label: Any = None  # the ensemble_member coordinate label, when it differs from member
 
     def get_url(self) -> str:
         return self.url
@@ -78,7 +79,7 @@ class NoaaCoord(SourceFileCoord):
     def out_loc(self) -> dict[str, Any]:
         loc: dict[str, Any] = {"init_time": self.init_time, "lead_time": self.lead_time}
         if self.member is not None:
-            loc["ensemble_member"] = self.member
+            loc["ensemble_member"] = self.member if self.member_label is None else self.member_label
         return loc
 
 
@@ -101,6 +102,28 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
     def members(self) -> tuple[Member, ...]:
         return (None,)
 
+    def member_label(self, member: Member) -> Any:
+        """The `ensemble_member` label of `member` (override when the coordinate spells it
+        differently, e.g. GEFS's ensemble mean)."""
+        return None
+
+    def leads(self, init: np.datetime64) -> Any:
+        """The lead times the source publishes for `init` (default: every template lead)."""
+        return self.template().coords["lead_time"]
+
+    def representative_probe_loc(self, coord: SourceFileCoord, var: str) -> dict[str, Any]:
+        """As the base, but a vertical group spread over several file types is probed at the
+        first template level *this* file owns (the base's first level may live in another file)."""
+        loc = super().representative_probe_loc(coord, var)
+        if "level" in loc and isinstance(coord, NoaaCoord) and coord.file_type:
+            gv = self.source().variable(var)
+            if gv.is_vertical and gv.owner(float(loc["level"])) != coord.file_type:
+                for lv in self.template().coords["level"]:
+                    if lv in gv.all_levels() and gv.owner(float(lv)) == coord.file_type:
+                        loc["level"] = lv
+                        break
+        return loc
+
     def coord(
         self, init: np.datetime64, lead: np.timedelta64, member: Member, file_type: str
     ) -> NoaaCoord:
@@ -111,7 +134,13 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
         assert self.source_store is not None
         url = f"{self.source_store.url.rstrip('/')}/{key}"
         return NoaaCoord(
-            np.datetime64(init, "ns"), np.timedelta64(lead, "ns"), member, file_type, url, names
+            np.datetime64(init, "ns"),
+            np.timedelta64(lead, "ns"),
+            member,
+            file_type,
+            url,
+            names,
+            self.member_label(member),
         )
 
     def generate_source_file_coords(self) -> list[SourceFileCoord]:
@@ -120,7 +149,7 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
         for init in t.coords[t.append_dim]:
             if not self.in_region(init):
                 continue
-            for lead in t.coords["lead_time"]:
+            for lead in self.leads(init):
                 for m in self.members():
                     for ft in self.file_types():
                         c = self.coord(init, lead, m, ft)

@@ -1,0 +1,135 @@
+"""Registry, update windows, chunk-key arithmetic and probe cells of the real datasets."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.datasets import DATASETS, GefsForecast, GfsForecast, HrrrForecast
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.refs import chunk_key
+
+REPO = R.RepoRef(storage.open_store("memory://datasets-keys"))
+END = datetime(2025, 9, 1)
+HRRR = HrrrForecast(REPO, append_dim_end=END)
+GFS = GfsForecast(REPO, append_dim_end=END)
+GEFS = GefsForecast(REPO, append_dim_end=END)
+
+
+def test_registry_builds_every_dataset_from_repo_and_source():
+    assert set(DATASETS) == {"hrrr", "gfs", "gefs", "sim-gfs"}
+    assert DATASETS["sim-gfs"] is SimGfs
+    src = storage.open_store("memory://mirror")
+    for name in ("hrrr", "gfs", "gefs"):
+        ds = DATASETS[name](REPO, source_store=src)
+        assert ds.repo == REPO and ds.source_store == src
+        assert (ds.__doc__ or "").strip()  # the CLI lists the first docstring line
+
+
+def test_mirror_in_memory_is_refused_with_the_store_named():
+    ds = GfsForecast(REPO, source_store=storage.open_store("memory://m2"), append_dim_end=END)
+    with pytest.raises(ValueError, match="memory://m2"):
+        ds.virtual_config()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fire=st.datetimes(min_value=datetime(2025, 1, 2), max_value=datetime(2025, 8, 30)),
+    which=st.sampled_from([HRRR, GFS, GEFS]),
+)
+def test_update_window_is_anchored_to_the_scheduled_fire(fire, which):
+    fire64 = np.datetime64(fire, "ns")
+    start, end = which.operational_update_window(fire)
+    job = which.region(start, end)
+    inits = [x for x in which.template().coords["init_time"] if job.in_region(x)]
+    # the newest cycles at or before the fire, never one after it
+    assert len(inits) == which.update_cycles
+    assert max(inits) <= fire64 < max(inits) + np.timedelta64(which.init_freq_hours, "h")
+    assert np.all(np.diff(inits) == np.timedelta64(which.init_freq_hours, "h"))
+    # a replacement process given the same scheduled fire computes the same window
+    assert which.operational_update_window(fire) == (start, end)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_chunk_keys_land_on_exactly_the_labelled_chunk(data):
+    ds = data.draw(st.sampled_from([HRRR, GFS, GEFS]))
+    t = ds.template()
+    geom = t.geometry()
+    name = data.draw(st.sampled_from(sorted(v for v in t.variables if v != "spatial_ref")))
+    dims = t.variables[name].dims
+    loc, want = {}, []
+    for d in dims:
+        if d in t.grid_dims:
+            want.append(0)
+            continue
+        i = data.draw(st.integers(0, len(t.coords[d]) - 1))
+        loc[d] = t.coords[d][i]
+        want.append(i)
+    ck = chunk_key(geom, name, loc)
+    assert ck is not None and ck.index == tuple(want)
+    assert ck.key == f"{name}/c/" + "/".join(map(str, want))
+    # the template geometry at a smaller extent sees later inits as "not ingested"
+    pos = want[0]
+    assert chunk_key(t.geometry(pos), name, loc) is None
+    assert chunk_key(t.geometry(pos + 1), name, loc) == ck
+
+
+def test_gfs_pgrb2b_files_are_probed_at_a_level_they_own():
+    ds = GfsForecast(
+        REPO,
+        first_init=datetime(2025, 8, 1),
+        append_dim_end=datetime(2025, 8, 1, 6),
+        source_file_types=("pgrb2", "pgrb2b"),
+    )
+    t = ds.template()
+    assert len(t.coords["level"]) == 41 + 16
+    coords = ds.generate_source_file_coords()
+    assert len(coords) == 2 * 209
+    geom = t.geometry()
+    for c in coords[:4]:
+        var = ds.representative_var(c)
+        loc = ds.representative_probe_loc(c, var)
+        gv = ds.source().variable(var)
+        if gv.is_vertical:
+            assert gv.owner(float(loc["level"])) == c.file_type
+        else:
+            assert c.file_type == "pgrb2" and "level" not in loc
+        assert chunk_key(geom, var, loc) is not None
+    b = next(c for c in coords if c.file_type == "pgrb2b")
+    assert set(b.data_vars) == {v.name for v in ds.catalog() if v.is_vertical}
+    assert ds.representative_probe_loc(b, ds.representative_var(b))["level"] == 125.0
+
+
+def test_split_sizes_keep_manifests_within_reader_budgets():
+    """~16 B/ref: single-level manifests <= 3 MiB, isobaric <= 8 MiB, and >= 1000 refs each."""
+    for ds in (HRRR, GFS, GEFS):
+        t = ds.template()
+        sizes = ds.split_sizes()
+        sizes = sizes if isinstance(sizes, dict) else {None: sizes}
+        for name, v in t.variables.items():
+            if name == "spatial_ref":
+                continue
+            per_init = int(np.prod([len(t.coords[d]) for d in v.dims[1:] if d not in t.grid_dims]))
+            split = next(
+                (s for k, s in sizes.items() if k is not None and re.search(k, f"/{name}")),
+                sizes[None],
+            )
+            refs = per_init * split
+            budget = (8 if v.dims.count("level") else 3) * 2**20
+            assert refs >= 1000 and refs * 16 <= budget, (ds, name, refs)
+    assert GFS.virtual_config().splitting is not None
+
+
+def test_window_reaches_no_further_than_the_template():
+    late = np.datetime64(END - timedelta(hours=1), "ns")
+    start, end = GFS.operational_update_window(late)
+    inits = [x for x in GFS.template().coords["init_time"] if GFS.region(start, end).in_region(x)]
+    assert inits[-1] == np.datetime64(datetime(2025, 8, 31, 18), "ns")

@@ -1,0 +1,318 @@
+"""HRRR / GFS / GEFS virtual datasets against the real NOAA inventories in shared/data/idx.
+
+The GRIB bodies are hundreds of MB and not here, so each source file is laid out as a sparse
+local object of a plausible size with a valid 16-byte GRIB2 indicator at every offset its real
+`.idx` lists: enough for the real discovery + index + stale-header path, never a decode.
+"""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.datasets import DATASETS, GefsForecast, GfsForecast, HrrrForecast
+from toolkit.virtual.datasets.common import NOAA_REGION
+from toolkit.virtual.grib.index import parse_index
+from toolkit.virtual.job import committed_extent
+from toolkit.virtual.noaa_job import NoaaCoord
+from toolkit.virtual.refs import chunk_key
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+INIT = datetime(2025, 8, 1)
+INIT64 = np.datetime64(INIT, "ns")
+LAST_MESSAGE = 1_234_567
+
+# (dataset, lead hours, member, real index)
+REAL = [
+    (HrrrForecast, 0, None, "hrrr.t00z.wrfsfcf00.grib2.idx"),
+    (HrrrForecast, 8, None, "hrrr.t00z.wrfsfcf08.grib2.idx"),
+    (HrrrForecast, 24, None, "hrrr.t00z.wrfsfcf24.grib2.idx"),
+    (GfsForecast, 0, None, "gfs.t00z.pgrb2.0p25.f000.idx"),
+    (GfsForecast, 7, None, "gfs.t00z.pgrb2.0p25.f007.idx"),
+    (GefsForecast, 0, "mean", "geavg.t00z.pgrb2s.0p25.f000.idx"),
+    (GefsForecast, 9, "mean", "geavg.t00z.pgrb2s.0p25.f009.idx"),
+    (GefsForecast, 15, 1, "gep01.t00z.pgrb2s.0p25.f015.idx"),
+]
+
+
+def lay_out(src: storage.Store, key: str, index_name: str) -> int:
+    """The real index at `key`.idx and a sparse data object with a GRIB2 header per offset."""
+    text = (DATA / "idx" / index_name).read_text()
+    offsets = sorted({r.offset for r in parse_index(text)})
+    size = offsets[-1] + LAST_MESSAGE
+    path = src.local_path / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for start, end in zip(offsets, [*offsets[1:], size], strict=True):
+            f.seek(start)
+            f.write(b"GRIB\0\0\0\x02" + struct.pack(">Q", end - start))
+        f.truncate(size)
+    storage.put(src, f"{key}.idx", text.encode())
+    return size
+
+
+def small(cls, tmp_path: Path, **kw):
+    """The dataset over a local copy of its bucket, template trimmed to one day."""
+    src = storage.open_store(str(tmp_path / "bucket"))
+    repo = R.RepoRef(storage.open_store(str(tmp_path / "repo")))
+    return cls(
+        repo, source_store=src, first_init=INIT, append_dim_end=INIT + timedelta(days=1), **kw
+    )
+
+
+def size_of(ds, c: NoaaCoord) -> int:
+    return storage.head(ds.source_store, c.get_url()[len(ds.source_store.url) + 1 :]).size
+
+
+def coord_for(ds, lead: int, member) -> NoaaCoord:
+    lead64 = np.timedelta64(lead, "h").astype("timedelta64[ns]")
+    (c,) = [
+        c
+        for c in ds.generate_source_file_coords()
+        if c.init_time == INIT64 and c.lead_time == lead64 and c.member == member
+    ]
+    return c
+
+
+# ----------------------------------------------------------------------------- templates
+
+
+def test_default_templates_have_the_real_geometry(tmp_path):
+    repo = R.RepoRef(storage.open_store(str(tmp_path / "r")))
+    hrrr, gfs, gefs = (DATASETS[n](repo) for n in ("hrrr", "gfs", "gefs"))
+
+    t = hrrr.template()
+    assert (len(t.coords["y"]), len(t.coords["x"])) == (1059, 1799)
+    assert len(t.coords["lead_time"]) == 49 and t.coords["lead_time"][-1] == np.timedelta64(48, "h")
+    assert np.all(np.diff(t.coords["init_time"]) == np.timedelta64(6, "h"))
+    assert t.chunks("temperature_2m") == (1, 1, 1059, 1799)
+    assert t.variables["temperature_2m"].dims == ("init_time", "lead_time", "y", "x")
+
+    t = gfs.template()
+    leads = t.coords["lead_time"] / np.timedelta64(1, "h")
+    assert len(leads) == 209 and leads[120] == 120 and leads[121] == 123 and leads[-1] == 384
+    assert np.all(np.diff(leads[:121]) == 1) and np.all(np.diff(leads[120:]) == 3)
+    assert (len(t.coords["latitude"]), len(t.coords["longitude"])) == (721, 1440)
+    assert t.variables["temperature"].dims == (
+        "init_time", "lead_time", "level", "latitude", "longitude"
+    )  # fmt: skip
+    assert t.chunks("temperature") == (1, 1, 1, 721, 1440)
+    assert len(t.coords["level"]) == 41 and 0.01 in t.coords["level"]
+
+    t = gefs.template()
+    assert list(t.coords["ensemble_member"]) == [str(i) for i in range(31)] + ["mean"]
+    assert len(t.coords["lead_time"]) == 81 and t.coords["lead_time"][-1] == np.timedelta64(
+        240, "h"
+    )
+    assert t.chunks("temperature_2m") == (1, 1, 1, 721, 1440)
+    assert "level" not in t.coords  # pgrb2s carries no isobaric groups
+
+    for ds in (hrrr, gfs, gefs):
+        t = ds.template()
+        names = {v.name for v in ds.catalog()}
+        assert set(t.variables) == names | {"spatial_ref"}
+        assert t.variables["spatial_ref"].dims == ()
+        assert t.coords["init_time"][0] == np.datetime64(ds.first_init, "ns")
+        # the template reaches the current cycle, so today's update has somewhere to land
+        assert t.coords["init_time"][-1] + np.timedelta64(ds.init_freq_hours, "h") == (
+            np.datetime64(ds.append_dim_end, "ns")
+        )
+
+
+def test_grids_match_the_real_grib_messages():
+    import gribberish
+
+    def meta(name):
+        return gribberish.parse_grib_message_metadata((DATA / "grib" / name).read_bytes(), 0)
+
+    m = meta("hrrr.t06z.wrfsfcf01-TMP.grib2")
+    x, y = (np.asarray(a) for a in m.xy())
+    t = HrrrForecast(R.RepoRef(storage.open_store("memory://unused"))).template()
+    assert tuple(m.grid_shape) == (len(t.coords["y"]), len(t.coords["x"]))
+    np.testing.assert_allclose(t.coords["x"], x, atol=1e-3)
+    np.testing.assert_allclose(t.coords["y"], y, atol=1e-3)
+    assert "lon_0=262.5" in m.proj and "lat_1=38.5" in m.proj
+
+    m = meta("gfs.t12z.pgrb2.0p25.f023-PV-TMP-missing.grib2")
+    lat, lon = (np.asarray(a) for a in m.latlng())
+    t = GfsForecast(R.RepoRef(storage.open_store("memory://unused"))).template()
+    np.testing.assert_array_equal(t.coords["latitude"], lat)
+    np.testing.assert_array_equal(t.coords["longitude"], lon)
+
+
+def test_hourly_hrrr_cycles_publish_18_hours_off_the_long_cycles(tmp_path):
+    ds = small(HrrrForecast, tmp_path, init_freq_hours=1)
+    coords = ds.region(INIT64, INIT64 + np.timedelta64(2, "h")).generate_source_file_coords()
+    by_init: dict = {}
+    for c in coords:
+        by_init.setdefault(c.init_time, []).append(c.lead_time / np.timedelta64(1, "h"))
+    assert by_init[INIT64] == list(range(49))
+    assert by_init[INIT64 + np.timedelta64(1, "h")] == list(range(19))
+    with pytest.raises(ValueError, match="every 6 or 1 h, not every 3 h"):
+        small(HrrrForecast, tmp_path, init_freq_hours=3)
+    with pytest.raises(ValueError, match="not a 6-hourly cycle"):
+        GfsForecast(ds.repo, first_init=datetime(2025, 8, 1, 3))
+    with pytest.raises(ValueError, match="unknown file types"):
+        small(GfsForecast, tmp_path, source_file_types=("pgrb2", "wrfsfc"))
+
+
+# ----------------------------------------------------------------------------- sources, URLs
+
+
+def test_default_source_is_the_public_bucket_and_urls_are_real_keys(tmp_path):
+    repo = R.RepoRef(storage.open_store(str(tmp_path / "r")))
+    expect = {
+        "hrrr": (8, None, "s3://noaa-hrrr-bdp-pds/hrrr.20250801/conus/hrrr.t00z.wrfsfcf08.grib2"),
+        "gfs": (7, None, "s3://noaa-gfs-bdp-pds/gfs.20250801/00/atmos/gfs.t00z.pgrb2.0p25.f007"),
+        "gefs": (
+            9,
+            "mean",
+            "s3://noaa-gefs-pds/gefs.20250801/00/atmos/pgrb2sp25/geavg.t00z.pgrb2s.0p25.f009",
+        ),
+    }
+    for name, (lead, member, url) in expect.items():
+        ds = DATASETS[name](repo, first_init=INIT, append_dim_end=INIT + timedelta(hours=6))
+        assert ds.source_store.url == ds.bucket
+        assert ds.source_store.options == {"region": NOAA_REGION, "anonymous": True}
+        c = coord_for(ds, lead, member)
+        assert c.get_url() == url and c.get_index_url() == url + ".idx"
+        cfg = ds.virtual_config()
+        assert cfg.prefixes == [ds.bucket + "/"]  # one container, anonymous, us-east-1
+        assert all(
+            c.get_url().startswith(cfg.prefixes[0]) for c in ds.generate_source_file_coords()
+        )
+    gefs = DATASETS["gefs"](repo, first_init=INIT, append_dim_end=INIT + timedelta(hours=6))
+    urls = {c.get_url().rsplit("/", 1)[1][:5] for c in gefs.generate_source_file_coords()}
+    assert urls == {"gec00", "geavg"} | {f"gep{i:02d}" for i in range(1, 31)}
+    assert len(gefs.generate_source_file_coords()) == 81 * 32
+
+
+def test_a_mirror_source_gets_its_own_container(tmp_path):
+    ds = small(GfsForecast, tmp_path)
+    assert ds.virtual_config().prefixes == [
+        "s3://noaa-gfs-bdp-pds/",
+        ds.source_store.url.rstrip("/") + "/",
+    ]
+
+
+# ----------------------------------------------------------------------------- refs on real inventories
+
+
+@pytest.mark.parametrize(("cls", "lead", "member", "name"), REAL, ids=[r[-1] for r in REAL])
+def test_file_refs_one_per_field_on_one_chunk_each(tmp_path, cls, lead, member, name):
+    ds = small(cls, tmp_path)
+    c = coord_for(ds, lead, member)
+    key = c.get_url()[len(ds.source_store.url) + 1 :]
+    size = lay_out(ds.source_store, key, name)
+
+    (found,) = ds.discover_available([c], None)
+    assert found == (c, size)  # size from the listing, index required
+    refs = ds.file_refs(c, size)
+
+    fields = ds.source().fields(c.file_type, timedelta(hours=lead))
+    assert sorted((r.variable, r.loc.get("level")) for r in refs) == sorted(
+        (f.variable.name, f.level) for f in fields
+    )
+    assert set(c.data_vars) == {r.variable for r in refs}
+    records = {r.offset: r for r in parse_index((DATA / "idx" / name).read_text())}
+    geom = ds.template().geometry()
+    keys = set()
+    for r in refs:
+        assert r.location == c.get_url() and r.offset in records
+        assert r.offset + r.length <= size
+        ck = chunk_key(geom, r.variable, r.loc)
+        assert ck is not None and ck.key not in keys
+        keys.add(ck.key)
+        t = ds.template()
+        dims = t.variables[r.variable].dims
+        for d, i in zip(dims, ck.index, strict=True):
+            if d in r.loc:  # pinned dims: the label's position; grid dims: the one chunk
+                assert t.coords[d][i] == r.loc[d] or str(t.coords[d][i]) == str(r.loc[d])
+            else:
+                assert i == 0
+    var = ds.representative_var(c)
+    probe = chunk_key(geom, var, ds.representative_probe_loc(c, var))
+    assert probe is not None and probe.key in keys
+
+
+def test_stale_index_discards_the_whole_file(tmp_path):
+    ds = small(HrrrForecast, tmp_path)
+    c = coord_for(ds, 8, None)
+    key = c.get_url()[len(ds.source_store.url) + 1 :]
+    size = lay_out(ds.source_store, key, "hrrr.t00z.wrfsfcf08.grib2.idx")
+    with open(ds.source_store.local_path / key, "r+b") as f:  # re-uploaded: offsets moved
+        f.truncate(size - LAST_MESSAGE)
+        f.truncate(size)
+    ds.ensure_repo()
+    result = ds.region(INIT64, INIT64 + np.timedelta64(1, "ns")).run()
+    assert result.ingested == [] and result.commits == []
+    (skip,) = result.skipped
+    assert skip.url == c.get_url() and "Stale" in skip.reason
+
+
+# ----------------------------------------------------------------------------- repos
+
+
+@pytest.mark.parametrize("cls", [HrrrForecast, GfsForecast, GefsForecast])
+def test_empty_repo_opens_with_the_right_coordinates(tmp_path, cls):
+    ds = small(cls, tmp_path)
+    ds.ensure_repo()
+    session = R.readonly(ds.repo.open(fresh=True))
+    x = xr.open_zarr(session.store, consolidated=False)
+    t = ds.template()
+    assert x.sizes["init_time"] == 0  # never padded toward the template's span
+    for dim, values in t.coords.items():
+        if dim != "init_time":
+            np.testing.assert_array_equal(x[dim].values, values)
+    assert x["lead_time"].dtype == np.dtype("timedelta64[ns]")
+    assert set(x.data_vars) == set(t.variables)
+    assert np.isnan(x["spatial_ref"].values)  # a CRS carrier stays fill-valued
+    assert x["spatial_ref"].attrs["grid_mapping_name"] == ds.crs_attrs()["grid_mapping_name"]
+    root = zarr.open_group(session.store, mode="r")
+    for name in t.variables:
+        (codec,) = [c for c in root[name].metadata.codecs if c.to_dict()["name"] == "gribberish"]
+        assert codec.to_dict()["configuration"]["var"] == name
+
+
+@pytest.mark.parametrize(("cls", "files"), [
+    (HrrrForecast, [(0, None, "hrrr.t00z.wrfsfcf00.grib2.idx"), (8, None, "hrrr.t00z.wrfsfcf08.grib2.idx")]),
+    (GefsForecast, [(9, "mean", "geavg.t00z.pgrb2s.0p25.f009.idx"), (15, 1, "gep01.t00z.pgrb2s.0p25.f015.idx")]),
+])  # fmt: skip
+def test_run_commits_real_inventories_and_the_filter_sees_them(tmp_path, cls, files):
+    ds = small(cls, tmp_path)
+    placed = []
+    for lead, member, name in files:
+        c = coord_for(ds, lead, member)
+        lay_out(ds.source_store, c.get_url()[len(ds.source_store.url) + 1 :], name)
+        placed.append(c)
+    ds.ensure_repo()
+    region = ds.region(INIT64, INIT64 + np.timedelta64(1, "ns"))
+    result = region.run()
+    assert sorted(result.ingested) == sorted(c.key for c in placed)
+    assert len(result.commits) == 1 and not result.skipped
+    assert len(result.pending) == len(region.generate_source_file_coords()) - len(placed)
+
+    session = R.readonly(ds.repo.open(fresh=True))
+    assert committed_extent(session, ds.template()) == 1
+    remaining = region.filter_already_present(region.generate_source_file_coords(), session)
+    assert {c.key for c in placed}.isdisjoint(c.key for c in remaining)
+    assert len(remaining) == len(result.pending)
+    geom = ds.template().geometry(1)
+    keys = [
+        chunk_key(geom, r.variable, r.loc).key
+        for c in placed
+        for r in ds.file_refs(c, size_of(ds, c))
+    ]
+    assert all(R.exists_many(session, keys))
+    x = xr.open_zarr(session.store, consolidated=False)
+    assert x.sizes["init_time"] == 1 and x["init_time"].values[0] == INIT64
+    assert np.isnan(x["spatial_ref"].values)  # appends never touch it
+    assert region.region(INIT64, INIT64 + np.timedelta64(1, "ns")).run().commits == []
