@@ -115,3 +115,32 @@ def test_backfill_on_local_cluster_with_s3_emulator(s3_endpoint, local_cluster):
     assert_exact(main_ds(ds), files)
     hist = R.history(ds.repo.open(fresh=True))
     assert max(c.rebase_attempts or 0 for c in hist) <= len(out.commits)
+
+
+def test_gate_probes_are_split_over_the_commit_nodes(tmp_path):
+    """Four workers, forks merged two at a time: two commit nodes each probe what they
+    committed; the gate itself probes nothing and passes on their evidence."""
+    _, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    report = backfill(ds, start=START, workers=4, executor="sync", fan_in=2)
+    out = report.stage("ingest").result
+    assert out.probe_nodes == 2 and len(out.commits) == 2
+    assert sorted(out.verified) == sorted(out.ingested) and len(out.ingested) == 12
+    assert report.stage("ingest").gate_have == report.stage("ingest").gate_want == 12
+    assert_exact(main_ds(ds), files)
+
+
+def test_ingest_gate_names_a_file_reported_but_not_probed_present():
+    from toolkit.virtual.backfill import BackfillOut, IngestGate, Skipped
+
+    gate = IngestGate(lambda: frozenset(), strict=False)
+    ok = BackfillOut(ingested=("a", "b"), verified=("a", "b"))
+    assert gate.check("ingest", ok).have == 2
+    with pytest.raises(IncompleteStageError, match=r"have 1/2.*first missing: b"):
+        gate.check("ingest", BackfillOut(ingested=("a", "b"), verified=("a",)))
+    skipped = BackfillOut(ingested=("a",), verified=("a",), skipped=(Skipped("c", "truncated"),))
+    assert gate.check("ingest", skipped).have == 1
+    with pytest.raises(IncompleteStageError, match=r"skipped:c \(truncated\)"):
+        IngestGate(lambda: frozenset(), strict=True).check("ingest", skipped)
+    assert gate.check("ingest", None).want == 0

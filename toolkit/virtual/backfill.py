@@ -3,14 +3,17 @@
 setup     one node: temp branch from main, pre-sized to the whole region (workers never
           resize), main's snapshot recorded in the setup commit's metadata.
 ingest    N nodes, each a contiguous append-dim block of source files (its refs stay in a few
-          manifest windows): discover, build refs, write them into an Icechunk fork and return
-          it with the files ingested and skipped. The engine's done-set is the manifest filter,
-          so a rerun resumes. Forks are merged in a bounded tree; every combine node commits
-          its merge to the temp branch (memory bounded, no branch-HEAD race between workers).
-          Gate: every file reported ingested has its probe cell on the branch (and, `strict`,
-          nothing was skipped).
-finalize  main := temp branch, only if main has not moved since setup; else fail loudly and
-          keep the branch.
+          manifest windows): discover, build refs, write them into one Icechunk fork per repo
+          (replicas and primary) and return them with the files ingested and skipped. The
+          engine's done-set is the manifest filter, so a rerun resumes. Forks are merged in a
+          bounded tree; every combine node commits its merge to the temp branch, replicas first
+          (memory bounded, no branch-HEAD race between workers), then probes the files it
+          committed on the primary's new snapshot. The gate's observation is therefore spread
+          over the commit nodes: it passes when every file reported ingested was probed present
+          (and, `strict`, nothing was skipped).
+finalize  replicas, then the primary: main := temp branch, each only if its main has not moved
+          since setup; else fail loudly and keep the branch. A crash between the two is replayed
+          by a rerun (a finalized replica's fresh branch equals its main: nothing to reset).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.engine import run
-from toolkit.plan import Gate, Plan, Report, Stage
+from toolkit.plan import Gate, GateResult, IncompleteStageError, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
 from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
@@ -45,11 +48,13 @@ class Step:
 class BackfillOut:
     """What a worker (or a combine node) hands on: forks not yet committed, and the lists."""
 
-    forks: tuple[Any, ...] = ()
+    forks: tuple[tuple[str, Any], ...] = ()  # (repo url, fork), replicas before the primary
     ingested: tuple[str, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     commits: tuple[str, ...] = ()
     refs: int = 0
+    verified: tuple[str, ...] = ()  # ingested files probed present after their commit
+    probe_nodes: int = 0  # how many nodes ran those probes
 
 
 def temp_branch(job: VirtualRegionJob) -> str:
@@ -71,18 +76,20 @@ class Setup:
     branch: str
 
     def __call__(self, _step: Step) -> str:
-        repo = self.job.ensure_repo()
-        main = R.snapshot_of(repo, "main")
-        if self.branch not in R.branches(repo):
-            # main's snapshot at setup, recorded as a marker branch finalize compares against
-            if _marker(self.branch) in R.branches(repo):
-                R.delete_branch(repo, _marker(self.branch))
-            R.create_branch(repo, _marker(self.branch), main)
-            R.create_branch(repo, self.branch, main)
-        s = R.writable(repo, self.branch)
-        sync_dims_to(s, self.job.template(), _extent(self.job))
-        if R.has_changes(s):
-            R.commit(s, "backfill setup: pre-size", {"main_at_setup": main})
+        self.job.ensure_repo()
+        for ref in (*self.job.replicas, self.job.repo):
+            repo = ref.open(fresh=True)
+            main = R.snapshot_of(repo, "main")
+            if self.branch not in R.branches(repo):
+                # main's snapshot at setup, kept as a marker branch finalize compares against
+                if _marker(self.branch) in R.branches(repo):
+                    R.delete_branch(repo, _marker(self.branch))
+                R.create_branch(repo, _marker(self.branch), main)
+                R.create_branch(repo, self.branch, main)
+            s = R.writable(repo, self.branch)
+            sync_dims_to(s, self.job.template(), _extent(self.job))
+            if R.has_changes(s):
+                R.commit(s, "backfill setup: pre-size", {"main_at_setup": main})
         return self.branch
 
 
@@ -133,10 +140,16 @@ class Ingest:
         batches = list(job.process_virtual_refs(coords, None, skipped))
         if not any(batches):
             return BackfillOut(skipped=tuple(skipped))
-        f = R.fork(R.writable(job.repo.open(), self.branch))
-        refs = sum(job.write_refs(f, b, grow=False) for b in batches)
+        forks = []
+        refs = 0
+        for ref in (*job.replicas, job.repo):
+            f = R.fork(R.writable(ref.open(), self.branch))
+            n = sum(job.write_refs(f, b, grow=False) for b in batches)
+            refs = n if ref is job.repo else refs
+            forks.append((ref.url, f))
+        job._at("worker_forked")
         ingested = tuple(c.key for b in batches for c, _ in b)
-        return BackfillOut((f,), ingested, tuple(skipped), (), refs)
+        return BackfillOut(tuple(forks), ingested, tuple(skipped), (), refs)
 
 
 @dataclass(frozen=True)
@@ -147,27 +160,47 @@ class Combine:
     branch: str
 
     def __call__(self, parts: list[BackfillOut]) -> BackfillOut:
-        forks = [f for p in parts for f in p.forks]
+        job = self.job
         commits = [c for p in parts for c in p.commits]
-        if forks:
-            s = R.writable(self.job.repo.open(), self.branch)
-            R.merge(s, forks)
-            if R.has_changes(s):  # a retried node finds its merge already committed
-                n = sum(len(p.ingested) for p in parts if p.forks)
-                commits.append(
-                    R.commit(
+        fresh = [k for p in parts if p.forks for k in p.ingested]
+        verified = [k for p in parts for k in p.verified]
+        probe_nodes = sum(p.probe_nodes for p in parts)
+        if fresh:
+            n, snap = len(fresh), ""
+            for i, ref in enumerate((*job.replicas, job.repo)):
+                if i:
+                    job._at("after_replica_commit")
+                forks = [f for p in parts for url, f in p.forks if url == ref.url]
+                s = R.writable(ref.open(), self.branch)
+                R.merge(s, forks)
+                if R.has_changes(s):
+                    snap = R.commit(
                         s,
                         f"backfill: {n} file(s) from {len(forks)} fork(s)",
                         {"files": n, "forks": len(forks)},
                     )
-                )
+            if snap:
+                commits.append(snap)
+            # The gate's probes, done here: each commit node checks the files it committed.
+            repo = job.repo.open(fresh=True)
+            session = R.readonly(repo, self.branch)
+            absent = {c.key for c in job.filter_already_present(_coords(job, fresh), session)}
+            verified += [k for k in fresh if k not in absent]
+            probe_nodes += 1
         return BackfillOut(
             (),
             tuple(k for p in parts for k in p.ingested),
             tuple(s for p in parts for s in p.skipped),
             tuple(commits),
             sum(p.refs for p in parts),
+            tuple(verified),
+            probe_nodes,
         )
+
+
+def _coords(job: VirtualRegionJob, keys: Iterable[str]) -> list[Any]:
+    want = set(keys)
+    return [c for c in job.generate_source_file_coords() if c.key in want]
 
 
 @dataclass(frozen=True)
@@ -183,22 +216,51 @@ class Wanted:
         return want
 
 
+def _nothing() -> frozenset[str]:
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class IngestGate(Gate):
+    """Every file reported ingested was probed present on the branch by the node that
+    committed it (the probes are split over the commit nodes, not run by this one node)."""
+
+    strict: bool = False
+
+    def check(self, stage: str, combined: Any = None) -> GateResult:
+        wanted = list(Wanted(self.strict)(combined))
+        have = set(combined.verified) if combined is not None else set()
+        missing = [k for k in wanted if k not in have]
+        if missing:
+            raise IncompleteStageError(stage, len(wanted) - len(missing), len(wanted), missing)
+        return GateResult(stage, len(wanted), len(wanted))
+
+
 @dataclass(frozen=True)
 class Finalize:
     job: VirtualRegionJob
     branch: str
 
     def __call__(self, _step: Step) -> str:
-        repo = self.job.repo.open(fresh=True)
-        if self.branch not in R.branches(repo):
-            return R.snapshot_of(repo, "main")  # already finalized by an earlier attempt
-        expected = R.snapshot_of(repo, _marker(self.branch))
-        head = R.snapshot_of(repo, self.branch)
-        if head != R.snapshot_of(repo, "main"):
-            R.reset_branch(repo, "main", head, expected=expected)
-        R.delete_branch(repo, self.branch)
-        R.delete_branch(repo, _marker(self.branch))
+        """Replicas first, then the primary ("finalized" is defined by the primary)."""
+        refs = (*self.job.replicas, self.job.repo)
+        for i, ref in enumerate(refs):
+            if i:
+                self.job._at("finalize_after_replica")
+            head = _finalize_one(ref.open(fresh=True), self.branch)
         return head
+
+
+def _finalize_one(repo: Any, branch: str) -> str:
+    if branch not in R.branches(repo):
+        return R.snapshot_of(repo, "main")  # already finalized by an earlier attempt
+    expected = R.snapshot_of(repo, _marker(branch))
+    head = R.snapshot_of(repo, branch)
+    if head != R.snapshot_of(repo, "main"):
+        R.reset_branch(repo, "main", head, expected=expected)
+    R.delete_branch(repo, branch)
+    R.delete_branch(repo, _marker(branch))
+    return head
 
 
 @dataclass(frozen=True)
@@ -207,11 +269,17 @@ class MainAtBranch:
     branch: str
 
     def __call__(self) -> frozenset[str]:
-        repo = self.job.repo.open(fresh=True)
-        return frozenset() if self.branch in R.branches(repo) else frozenset({"finalize"})
+        for ref in (*self.job.replicas, self.job.repo):
+            if self.branch in R.branches(ref.open(fresh=True)):
+                return frozenset()
+        return frozenset({"finalize"})
 
 
-def backfill_plan(job: VirtualRegionJob, workers: int = 4, strict: bool = False) -> Plan:
+def backfill_plan(
+    job: VirtualRegionJob, workers: int = 4, strict: bool = False, fan_in: int = 4
+) -> Plan:
+    """setup -> ingest (`workers` contiguous blocks, forks merged `fan_in` at a time, each merge
+    committed and probed by its own node) -> finalize."""
     branch = temp_branch(job)
     job = job.region(job.start, job.end, branch=branch, processing_mode="backfill")
     coords = stable(job.generate_source_file_coords())
@@ -232,13 +300,13 @@ def backfill_plan(job: VirtualRegionJob, workers: int = 4, strict: bool = False)
                 "ingest",
                 coords,
                 Ingest(job, branch),
-                Gate(present, expect=Wanted(strict)),
+                IngestGate(_nothing, strict=strict),
                 workers=workers,
                 stripe_mode="contiguous",
                 done=present,
                 resume=not job.overwrite_chunks,
                 combine=Combine(job, branch),
-                fan_in=4,
+                fan_in=fan_in,
             ),
             Stage(
                 "finalize",
@@ -278,6 +346,7 @@ def backfill(
     strict: bool = False,
     overwrite_chunks: bool = False,
     allow_empty_positions: bool = False,
+    fan_in: int = 4,
 ) -> Report:
     """Backfill [start, end) of `job`'s dataset; `end` defaults to just past the last published
     position. Going past it needs `allow_empty_positions` (readers would see those empty)."""
@@ -299,5 +368,5 @@ def backfill(
             f"see {len(empty)} empty position(s) ({', '.join(map(str, empty[:5]))}); pass "
             "allow_empty_positions / --allow-empty-positions to pre-size them anyway"
         )
-    plan = backfill_plan(region, workers=workers, strict=strict)
+    plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in)
     return run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]

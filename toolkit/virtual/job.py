@@ -11,9 +11,11 @@ so the same object runs in-process or as a Dask graph node.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import logging
+import posixpath
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -21,12 +23,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import zarr
 
+from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.refs import ArrayGeometry, Geometry, SourceFileCoord, VirtualRef, chunk_key
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "CRASH_POINTS",
     "MetadataDrift",
     "RunResult",
     "Skipped",
@@ -36,6 +40,22 @@ __all__ = [
 ]
 
 Batch = list[tuple[SourceFileCoord, list[VirtualRef]]]
+# discover_available yields (coord, size) or (coord, size, last_modified)
+Available = tuple[SourceFileCoord, int] | tuple[SourceFileCoord, int, _dt.datetime | None]
+
+# Where `crash_hook(point)` is called, in order of a commit's life (tests kill the process there):
+#   before_set_refs       the append dim is grown in the session, no ref set yet
+#   after_set_refs        every ref of the batch set, nothing committed
+#   after_replica_commit  each replica committed, the primary not yet
+#   finalize_after_replica  backfill finalize: replicas reset, the primary not yet
+#   worker_forked         backfill worker: refs written into its fork, not yet returned
+CRASH_POINTS = (
+    "before_set_refs",
+    "after_set_refs",
+    "after_replica_commit",
+    "finalize_after_replica",
+    "worker_forked",
+)
 
 
 class MetadataDrift(RuntimeError):
@@ -227,6 +247,8 @@ class VirtualRegionJob:
     branch: str = "main"
     poll_deadline: float | None = None
     overwrite_chunks: bool = False
+    # Test seam: called with a CRASH_POINTS name at each step of a commit; must be picklable.
+    crash_hook: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     tick_interval: ClassVar[float] = 1.0
     download_concurrency: ClassVar[int] = 64
@@ -251,6 +273,28 @@ class VirtualRegionJob:
 
     def operational_update_window(self, fire_time: Any) -> tuple[Any, Any]:
         raise NotImplementedError
+
+    def _at(self, point: str) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(point)
+
+    def expected_cells(self, coord: SourceFileCoord) -> list[tuple[str, dict[str, Any]]]:
+        """Every (variable, out_loc) chunk the file should fill, for completeness validation.
+
+        Default: each of the coord's data vars (all template vars when it names none) at every
+        label of each non-grid dim the file leaves open. Override when a variable's levels are
+        spread over several files.
+        """
+        t = self.template()
+        out: list[tuple[str, dict[str, Any]]] = []
+        for var in list(getattr(coord, "data_vars", ()) or t.variables):
+            locs = [dict(coord.out_loc())]
+            for d in t.variables[var].dims:
+                if d in locs[0] or d in t.grid_dims:
+                    continue
+                locs = [{**loc, d: label} for loc in locs for label in t.coords[d]]
+            out += [(var, loc) for loc in locs]
+        return out
 
     # ---- region helpers ----------------------------------------------------------------
     def region(self, start: Any, end: Any, **changes: Any) -> VirtualRegionJob:
@@ -306,7 +350,9 @@ class VirtualRegionJob:
         return t.coords[t.append_dim][n - 1] if n else None
 
     # ---- the tick loop -----------------------------------------------------------------
-    def _file_refs_or_skip(self, coord: SourceFileCoord, size: int) -> list[VirtualRef] | Skipped:
+    def _file_refs_or_skip(
+        self, coord: SourceFileCoord, size: int, modified: _dt.datetime | None = None
+    ) -> list[VirtualRef] | Skipped:
         try:
             refs = self.file_refs(coord, size)
         except Exception as err:  # an unreadable file must not sink the commit
@@ -314,6 +360,14 @@ class VirtualRegionJob:
             return Skipped(coord.get_url(), f"{type(err).__name__}: {err}")
         if not refs:
             return Skipped(coord.get_url(), "file contributed no refs")
+        if modified is not None:  # the listing's own last_modified: Icechunk refuses re-uploads
+            url = coord.get_url()
+            refs = [
+                dataclasses.replace(r, last_modified=modified)
+                if r.last_modified is None and r.location == url
+                else r
+                for r in refs
+            ]
         return refs
 
     def process_virtual_refs(
@@ -321,20 +375,26 @@ class VirtualRegionJob:
         remaining: Sequence[SourceFileCoord],
         ingested_through: Any = None,
         skipped: list[Skipped] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> Iterator[Batch]:
-        """Yield batches of whole files with their refs; each batch is one commit."""
+        """Yield batches of whole files with their refs; each batch is one commit.
+
+        `on_tick` runs at the start of every sweep (the update renews its lease there).
+        """
         pending = list(remaining)
         skipped = skipped if skipped is not None else []
         while pending:
             tick = time.monotonic()
-            available = self.discover_available(pending, ingested_through)
+            if on_tick is not None:
+                on_tick()
+            available = [tuple(a) for a in self.discover_available(pending, ingested_through)]
             batch: Batch = []
             done: set[str] = set()
             with ThreadPoolExecutor(
                 max(1, min(self.download_concurrency, len(available) or 1))
             ) as pool:
-                results = list(pool.map(lambda cs: self._file_refs_or_skip(*cs), available))
-            for (coord, _), res in zip(available, results, strict=True):
+                results = list(pool.map(lambda a: self._file_refs_or_skip(*a), available))
+            for (coord, *_), res in zip(available, results, strict=True):
                 done.add(coord.key)
                 if isinstance(res, Skipped):
                     skipped.append(res)
@@ -383,22 +443,33 @@ class VirtualRegionJob:
                     f"{coord.get_url()}: its refs do not cover the probed cell "
                     f"{probe.key if probe else None}; the filter would never see it ingested"
                 )
+        self._at("before_set_refs")
         return sum(R.set_virtual_refs(session, v, specs) for v, specs in by_var.items())
 
-    def commit_batch(self, batch: Batch, *, grow: bool = True) -> str:
-        """Replicas first, then the primary (which defines "committed"); returns the primary's id."""
+    def commit_batch(
+        self, batch: Batch, *, grow: bool = True, metadata: Mapping[str, Any] | None = None
+    ) -> str:
+        """Replicas first, then the primary (which defines "committed"); returns the primary's id.
+
+        A crash between the two leaves a replica a commit ahead: the filter probes the primary,
+        so the rerun re-emits the same refs to both (idempotent).
+        """
         if not batch:
             raise ValueError("refusing to commit an empty batch")
         meta = {
+            **(metadata or {}),
             "files": len(batch),
             "refs": sum(len(r) for _, r in batch),
             "mode": self.processing_mode,
         }
         msg = f"{self.processing_mode}: {len(batch)} file(s)"
         snap = ""
-        for ref in (*self.replicas, self.repo):
+        for i, ref in enumerate((*self.replicas, self.repo)):
+            if i:
+                self._at("after_replica_commit")
             session = R.writable(ref.open(), self.branch)
             self.write_refs(session, batch, grow=grow)
+            self._at("after_set_refs")
             snap = R.commit(session, msg, meta)
         return snap
 
@@ -486,6 +557,36 @@ class VirtualRegionJob:
             if changed and R.has_changes(session):
                 snap = R.commit(session, "refresh metadata", {"mode": "refresh"})
         return snap
+
+
+def list_available(
+    pending: Sequence[SourceFileCoord],
+    *,
+    store: storage.Store,
+    location_prefix: str,
+    require_index: bool,
+) -> list[tuple[SourceFileCoord, int, _dt.datetime]]:
+    """Pending files `store` lists now, with the listing's size and own `last_modified`.
+
+    One listing per distinct directory. Passing the listing's last_modified on to the refs lets
+    Icechunk refuse a ref whose object was re-uploaded, instead of reading the wrong bytes.
+    """
+    prefix = location_prefix.rstrip("/") + "/"
+    keys: dict[SourceFileCoord, str] = {}
+    for c in pending:
+        url = c.get_url()
+        if not url.startswith(prefix):
+            raise ValueError(f"{url} is not under the source prefix {prefix}")
+        keys[c] = url[len(prefix) :]
+    listed: dict[str, storage.ObjectInfo] = {}
+    for d in sorted({posixpath.dirname(k) for k in keys.values()}):
+        for info in storage.list_objects(store, d):
+            listed[info.key] = info
+    return [
+        (c, listed[k].size, listed[k].last_modified)
+        for c, k in keys.items()
+        if k in listed and (not require_index or f"{k}.idx" in listed)
+    ]
 
 
 def probe_keys(session: Any, keys: Sequence[str]) -> list[bool]:

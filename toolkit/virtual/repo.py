@@ -30,6 +30,7 @@ __all__ = [
     "OutsideContainers",
     "RepoRef",
     "VirtualConfig",
+    "chunk_coordinates",
     "commit",
     "create_branch",
     "delete_branch",
@@ -47,6 +48,7 @@ __all__ = [
     "s3_container",
     "set_virtual_refs",
     "snapshot_of",
+    "virtual_locations",
     "writable",
 ]
 
@@ -392,6 +394,20 @@ def set_virtual_refs(
             f"(first: {shown}); register a container covering them"
         )
     return len(specs)
+
+
+def chunk_coordinates(session: Any, array: str) -> list[tuple[int, ...]]:
+    """Indices of every chunk `array` holds a ref for (from the manifests, no chunk read)."""
+
+    async def run() -> list[tuple[int, ...]]:
+        return [tuple(c) async for c in session.chunk_coordinates("/" + array.lstrip("/"))]
+
+    return sorted(_await(run()))
+
+
+def virtual_locations(session: Any) -> set[str]:
+    """Every source location the session's manifests point at."""
+    return set(session.all_virtual_chunk_locations())
 
 
 def exists_many(session: Any, keys: Sequence[str], concurrency: int = 256) -> list[bool]:

@@ -37,8 +37,16 @@ def update(
     scheduled_at: float | None = None,
     deadline_seconds: float = 600.0,
     grace_seconds: float = 5.0,
+    lease_wait: float = 0.0,
+    lease_ttl: float = 60.0,
 ) -> Report:
-    """One fire: refresh metadata, then poll-and-commit the window until done or the deadline."""
+    """One fire: refresh metadata, then poll-and-commit the window until done or the deadline.
+
+    Single writer: the fire holds the repo's lease (renewed each tick, checked before each
+    commit). Another live update of this or a newer fire holding it makes this one wait up to
+    `lease_wait` seconds, then raise `LeaseHeld` (the CLI exits 1 saying another update is
+    running). Each commit records the holder as `writer` in its metadata.
+    """
     t0 = time.time()
     scheduled_at = t0 if scheduled_at is None else scheduled_at
     poll_deadline = scheduled_at + deadline_seconds - grace_seconds
@@ -53,9 +61,9 @@ def update(
             f"{job.repo.url}: backfill branch(es) {busy} in flight; an update "
             "would move main under it. Wait for it to finalize."
         )
-    lease = Lease(
-        job.repo.store, LEASE_KEY, scheduled_at, ttl=max(60.0, deadline_seconds)
-    ).acquire()
+    lease = Lease(job.repo.store, LEASE_KEY, scheduled_at, ttl=lease_ttl).acquire(
+        wait=min(lease_wait, max(0.0, poll_deadline - time.time()))
+    )
     try:
         fire.refresh_metadata()
         t = fire.template()
@@ -71,9 +79,9 @@ def update(
         coords = fire.generate_source_file_coords()
         todo = fire.filter_already_present(coords, session)
         through = fire.ingested_through(session)
-        for batch in fire.process_virtual_refs(todo, through, result.skipped):
+        for batch in fire.process_virtual_refs(todo, through, result.skipped, lease.renew):
             lease.check()
-            result.commits.append(fire.commit_batch(batch))
+            result.commits.append(fire.commit_batch(batch, metadata={"writer": lease.holder}))
             result.ingested.extend(c.key for c, _ in batch)
             result.refs += sum(len(r) for _, r in batch)
         seen = set(result.ingested) | {s.url for s in result.skipped}

@@ -1,0 +1,31 @@
+"""Run one write loop or backfill in a fresh process that dies at a crash point.
+
+    python -m tests.virtual.e2e.crash_run run|backfill SRC REPO REPLICA POINT
+
+Exits CRASH_EXIT when the hook fired (the process died mid-step), 0 when it never did.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tests.virtual.e2e.hooks import ExitAt, sim_job
+
+
+def main(argv: list[str]) -> int:
+    mode, src, repo, replica, point = argv
+    job = sim_job(src, repo, replica, ExitAt(point))
+    if mode == "run":
+        job.ensure_repo()
+        job.run()
+    else:
+        from toolkit.virtual.backfill import backfill
+
+        backfill(job, start=np.datetime64("2025-08-01T00", "ns"), workers=2, executor="sync")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,94 @@
+"""Crash hooks and a manifest fingerprint for the virtual crash tests.
+
+Importable by spawned Dask workers and by the crash subprocess. The hooks die for real
+(`os._exit` or SIGKILL of the calling process): nothing in Icechunk is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.refs import ArrayGeometry
+
+CRASH_EXIT = 17
+INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
+
+
+@dataclass(frozen=True)
+class ExitAt:
+    """`os._exit(CRASH_EXIT)` the first time the job reaches `point` (the process dies there)."""
+
+    point: str
+
+    def __call__(self, point: str) -> None:
+        if point == self.point:
+            os._exit(CRASH_EXIT)
+
+
+@dataclass(frozen=True)
+class KillOnceAt:
+    """SIGKILL the calling (worker) process the first time any process reaches `point`.
+
+    "First" is decided by a marker object created with mode="create": exactly one caller wins.
+    """
+
+    store: storage.Store
+    point: str
+
+    def __call__(self, point: str) -> None:
+        if point != self.point:
+            return
+        try:
+            storage.put(self.store, f"killed-at-{point}", str(os.getpid()).encode(), mode="create")
+        except storage.AlreadyExists:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sim_job(src: str, repo: str, replica: str | None = None, hook: Any = None) -> SimGfs:
+    return SimGfs(
+        R.RepoRef(storage.open_store(repo)),
+        source_store=storage.open_store(src),
+        replicas=(R.RepoRef(storage.open_store(replica)),) if replica else (),
+        crash_hook=hook,
+    )
+
+
+def fingerprint(ref: R.RepoRef, variables: Any, branch: str = "main") -> dict[str, Any]:
+    """What a branch's manifests hold, independent of commit history.
+
+    refs: {(variable, chunk index, length, sha256 of the referenced bytes)} -- the bytes pin
+    location+offset+length to the exact GRIB message; locations: every source URL referenced;
+    manifest_refs: the live manifests' total ref count (a duplicate would show here).
+    """
+    from zarr.core.buffer import default_buffer_prototype
+
+    repo = ref.open(fresh=True)
+    session = R.readonly(repo, branch)
+    refs = set()
+
+    async def read(key: str) -> bytes:
+        buf = await session.store.get(key, prototype=default_buffer_prototype())
+        return buf.to_bytes()
+
+    for name in sorted(variables):
+        for idx in R.chunk_coordinates(session, name):
+            key = ArrayGeometry(name, ("x",) * len(idx), (1,) * len(idx), (1,) * len(idx)).encode(
+                idx
+            )
+            data = asyncio.run(read(key))
+            refs.add((name, idx, len(data), hashlib.sha256(data).hexdigest()))
+    return {
+        "refs": refs,
+        "locations": R.virtual_locations(session),
+        "manifest_refs": R.manifest_report(repo, branch).refs,
+    }
