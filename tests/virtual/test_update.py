@@ -99,3 +99,60 @@ def test_lease_single_writer_and_newer_fire_takeover(tmp_path):
     b.release()
     Lease(store, "u.lease", fire_time=1.0, ttl=-1).acquire()  # expired leases are taken over
     Lease(store, "u.lease", fire_time=1.0).acquire()
+
+
+def test_two_update_processes_started_at_once_one_writes(tmp_path):
+    """Two real `toolkit virtual update` processes on one repo: exactly one takes the lease and
+    commits; the other exits 1 saying another update is running."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    backfill(ds, start=START, workers=2, executor="sync")
+    archive.publish(files[6:9])  # three new files; the last cycle stays unpublished
+    n_before = len(R.history(ds.repo.open(fresh=True)))
+    cmd = [
+        str(Path(sys.executable).with_name("toolkit")),
+        "virtual",
+        "update",
+        "sim-gfs",
+        "--repo",
+        str(tmp_path / "repo"),
+        "--source",
+        str(tmp_path / "src"),
+        "--fire-time",
+        "2025-08-01T18",
+        "--deadline",
+        "10",  # the winner holds the lease, polling for the last cycle, past the loser
+    ]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outs = [(p.wait(timeout=120), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in outs)
+    assert codes == [0, 1], outs
+    loser = next(out for rc, out in outs if rc == 1)
+    assert "another update is running" in loser and "lease" in loser
+    new = R.history(ds.repo.open(fresh=True))[: -n_before or None]
+    writers = {c.metadata.get("writer") for c in new if c.metadata.get("mode") == "update"}
+    assert len(writers) == 1 and None not in writers  # one writer made every update commit
+    assert sum(c.metadata.get("files", 0) for c in new if c.metadata.get("writer")) == 3
+    assert_exact(main_ds(ds), files[:9])
+
+
+def test_a_dead_holders_lease_lapses_and_a_waiting_update_takes_it(tmp_path):
+    store = storage.open_store(str(tmp_path / "leases"))
+    Lease(store, "u.lease", fire_time=100.0, ttl=0.5).acquire()  # never renewed: its holder died
+    with pytest.raises(LeaseHeld):
+        Lease(store, "u.lease", fire_time=100.0).acquire()
+    b = Lease(store, "u.lease", fire_time=100.0, ttl=30).acquire(wait=10)
+    b.check()
+    b._renewed = 0.0  # force the next renew to write
+    b.renew()
+    b.check()

@@ -1,7 +1,8 @@
-"""`toolkit virtual backfill|update|inspect`.
+"""`toolkit virtual backfill|update|inspect|validate`.
 
-Exit codes: 0 success, 1 a failed gate or check (incl. finalize refusing a moved main, a held
-lease), 2 bad usage or an unreachable store.
+Exit codes: 0 success, 1 a failed gate or check (finalize refusing a moved main; another
+update holding the repo's lease -- "another update is running" -- or taking it over mid-run; a
+validation failure), 2 bad usage or an unreachable store.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _dataset(
 def _errors() -> Any:
     from toolkit.console import exit_codes
     from toolkit.virtual.job import MetadataDrift
-    from toolkit.virtual.lease import LeaseHeld
+    from toolkit.virtual.lease import LeaseHeld, LeaseLost
     from toolkit.virtual.repo import BranchMoved, OutsideContainers
     from toolkit.virtual.update import BackfillInFlight, FarBehind
 
@@ -64,6 +65,7 @@ def _errors() -> Any:
         check_errors=(
             BranchMoved,
             LeaseHeld,
+            LeaseLost,
             BackfillInFlight,
             FarBehind,
             MetadataDrift,
@@ -140,6 +142,13 @@ def update(
     source: SourceUrl,
     fire_time: Annotated[str, typer.Option(help="Scheduled fire (append-dim label).")],
     deadline: Annotated[float, typer.Option(help="Active deadline, seconds.")] = 600.0,
+    lease_wait: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait for another running update to release the repo's lease "
+            "(0: exit 1 at once)."
+        ),
+    ] = 0.0,
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
@@ -150,7 +159,9 @@ def update(
 
     with _errors():
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
-        report = run_update(ds, fire_time=_label(fire_time), deadline_seconds=deadline)
+        report = run_update(
+            ds, fire_time=_label(fire_time), deadline_seconds=deadline, lease_wait=lease_wait
+        )
     print_report(report)
     result = report.stage("update").result
     for s in result.skipped:

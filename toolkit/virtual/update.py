@@ -61,7 +61,9 @@ def update(
             f"{job.repo.url}: backfill branch(es) {busy} in flight; an update "
             "would move main under it. Wait for it to finalize."
         )
-    lease = Lease(job.repo.store, LEASE_KEY, scheduled_at, ttl=lease_ttl).acquire(
+    # Fires are ordered by their scheduled fire label, not by process start: two processes of
+    # one fire tie (the second waits or exits), a newer fire takes over from an older one.
+    lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), ttl=lease_ttl).acquire(
         wait=min(lease_wait, max(0.0, poll_deadline - time.time()))
     )
     try:
@@ -97,6 +99,12 @@ def update(
         result=result,
     )
     return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
+
+
+def _fire_order(fire_time: Any) -> float:
+    import numpy as np
+
+    return float(np.datetime64(fire_time, "ms").astype("int64")) / 1000.0
 
 
 def with_deadline(job: VirtualRegionJob, deadline: float) -> VirtualRegionJob:
