@@ -114,13 +114,16 @@ def test_planner_errors_name_the_array():
 def test_small_shards_grow_4x4_then_2x2_and_large_ones_split():
     """1024-px level-0 shards: 2048 (each child covers 4x4 parents), then 4096, then 2x2."""
     a = meta((40000, 40000), (1024, 1024))
-    p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5)
+    p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5, max_shard=4096)
     assert [lvl.vars[0].shards for lvl in p.levels] == [
         (2048, 2048), (4096, 4096), (4096, 4096), (4096, 4096), (4096, 4096)
     ]
     assert p.levels[0].vars[0].chunks == (512, 512)  # small tiles inside
-    big = plan_pyramid({"v": meta((40000, 40000), (16384, 16384))}, {"v": ["c/0/0"]}, levels=1)
+    big = plan_pyramid({"v": meta((40000, 40000), (16384, 16384))}, {"v": ["c/0/0"]}, levels=1,
+                       max_shard=4096)
     assert big.levels[0].vars[0].shards == (4096, 4096)  # one parent -> 2x2 whole children
+    default = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=3)
+    assert [lvl.vars[0].shards for lvl in default.levels] == [(2048, 2048)] * 3  # capped
     assert {t.index for t in big.levels[0].tasks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
 
 

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 TILE = 512
-MAX_SHARD = 4096
+MAX_SHARD = 2048  # a task reads at most (2 * 2048)^2 parent px: bounded worker memory
 PLAN_KEY = ".pyramid/plan.json"
 BACKUP_KEY = ".pyramid/backup.json"
 
