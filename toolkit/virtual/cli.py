@@ -59,6 +59,7 @@ def _errors() -> Any:
     from toolkit.virtual.lease import LeaseHeld, LeaseLost
     from toolkit.virtual.repo import BranchMoved, OutsideContainers
     from toolkit.virtual.update import BackfillInFlight, FarBehind
+    from toolkit.virtual.validate import ValidationFailed
 
     return exit_codes(
         usage_errors=(ValueError, KeyError),
@@ -70,6 +71,7 @@ def _errors() -> Any:
             FarBehind,
             MetadataDrift,
             OutsideContainers,
+            ValidationFailed,
         ),
     )
 
@@ -215,3 +217,57 @@ def inspect(
                 str(row["bytes_per_ref"]),
             )
         out.print(mt)
+
+
+@app.command()
+def validate(
+    ctx: typer.Context,
+    dataset: Dataset,
+    repo: RepoUrl,
+    source: SourceUrl,
+    start: Annotated[str | None, typer.Option(help="First append-dim label to check.")] = None,
+    end: Annotated[str | None, typer.Option(help="Exclusive end label.")] = None,
+    sample: Annotated[int, typer.Option(help="Cells to decode (each a graph node).")] = 16,
+    min_present: Annotated[
+        str, typer.Option(help="Comma-separated fractions, newest position first; last 1.0.")
+    ] = "1.0",
+    cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    executor: Annotated[str, typer.Option(help="dask or sync")] = "sync",
+    endpoint: Endpoint = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+) -> None:
+    """Manifest completeness per append-dim position, then decode health on a sample.
+
+    Exit 1 naming every gap and every sample that fails to decode to plausible values.
+    """
+    from toolkit.console import err_console, out, progress_bars, root_cluster
+    from toolkit.virtual.validate import ValidationFailed
+    from toolkit.virtual.validate import validate as run_validate
+
+    with _errors():
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        fractions = tuple(float(x) for x in min_present.split(",") if x.strip())
+        with progress_bars() as bars:
+            report = run_validate(
+                ds,
+                start=_label(start),
+                end=_label(end),
+                sample=sample,
+                min_present_fraction=fractions,
+                cluster=root_cluster(ctx, cluster),
+                executor=executor,
+                progress=bars,
+            )
+        comp = report.completeness
+        out.print(
+            f"completeness: {len(comp.positions)} position(s) checked, "
+            f"{sum(comp.expected.values())} cells expected, {len(comp.present)} present; "
+            f"{len(comp.skipped_positions)} position(s) past the committed extent skipped"
+        )
+        bad = [s for s in report.samples if not s.ok]
+        out.print(f"decode health: {len(report.samples)} sample(s), {len(bad)} failed")
+        for line in report.failures:
+            err_console.print(f"FAIL {line}")
+        if not report.ok:
+            raise ValidationFailed(f"{len(report.failures)} validation failure(s)")

@@ -1,0 +1,313 @@
+"""Validation of a virtual dataset: manifest completeness, then decode health on a sample.
+
+Completeness re-runs the dataset's own coord generation over a window and probes the manifest
+for every cell each source file should fill (`job.expected_cells`), grouped per append-dim
+position and variable, so a gap is named (position, variable, the missing cells) rather than
+counted. Manifest probes only: no source byte is read. Positions past the store's committed
+extent are skipped (the source may not have published them); an interior gap fails.
+
+Decode health decodes a bounded sample of the cells that are present, each sample its own
+graph node (a Plan stage with one task per sample), through xarray/zarr and gribberish's codec
+exactly as a reader would, and checks the values are finite somewhere and inside the variable's
+valid range. A ref to a file that was re-uploaded or corrupted fails here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolkit.engine import run
+from toolkit.plan import Plan, Report, Stage
+from toolkit.tasks import stable
+from toolkit.virtual import repo as R
+from toolkit.virtual.job import VirtualRegionJob, committed_extent
+from toolkit.virtual.refs import canon, chunk_key
+
+__all__ = [
+    "Cell",
+    "Completeness",
+    "SampleResult",
+    "ValidationFailed",
+    "ValidationReport",
+    "completeness",
+    "decode_health",
+    "validate",
+]
+
+
+class ValidationFailed(RuntimeError):
+    """A completeness gap or a sample that does not decode to plausible values."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One chunk: a variable at a label for every non-grid dim (sorted (dim, label) pairs)."""
+
+    variable: str
+    loc: tuple[tuple[str, Any], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.variable}@" + ",".join(f"{d}={_text(v)}" for d, v in self.loc)
+
+
+def _text(label: Any) -> str:
+    if isinstance(label, np.datetime64):
+        return str(np.datetime64(label, "s"))
+    if isinstance(label, np.timedelta64):
+        return f"{int(np.timedelta64(label, 's').astype('int64')) // 3600}h"
+    return str(label)
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """Per (position, variable): expected and present cell counts, and the missing cells."""
+
+    append_dim: str
+    positions: tuple[Any, ...]  # checked, oldest first
+    expected: dict[tuple[Any, str], int]
+    missing: dict[tuple[Any, str], tuple[Cell, ...]]
+    present: tuple[Cell, ...]
+    skipped_positions: tuple[Any, ...] = ()  # past the committed extent
+    failures: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def completeness(
+    job: VirtualRegionJob,
+    *,
+    start: Any = None,
+    end: Any = None,
+    branch: str = "main",
+    min_present_fraction: Sequence[float] = (1.0,),
+) -> Completeness:
+    """Probe every expected cell of the files in [start, end) and name the gaps.
+
+    `min_present_fraction` is indexed newest position first; older positions use its last
+    value, which must be 1.0 (an old position is either complete or has a gap).
+    """
+    tiers = tuple(float(x) for x in min_present_fraction)
+    if not tiers or tiers[-1] != 1.0 or any(not 0.0 <= x <= 1.0 for x in tiers):
+        raise ValueError(f"min_present_fraction {tiers} must end with 1.0, each in [0, 1]")
+    t = job.template()
+    region = job.region(start, end)
+    session = R.readonly(job.repo.open(fresh=True), branch)
+    extent = committed_extent(session, t) or 0
+    geom = t.geometry(extent)
+    cells: list[tuple[Any, Cell, str]] = []
+    skipped: set[Any] = set()
+    for coord in region.generate_source_file_coords():
+        pos = coord.out_loc()[t.append_dim]
+        for var, loc in job.expected_cells(coord):
+            ck = chunk_key(geom, var, loc)
+            if ck is None:  # the label is past the committed extent: not published yet
+                skipped.add(canon(pos))
+                continue
+            cells.append((pos, Cell(var, tuple(sorted(loc.items()))), ck.key))
+    present_flags = R.exists_many(session, [k for _, _, k in cells])
+    expected: dict[tuple[Any, str], int] = {}
+    missing: dict[tuple[Any, str], list[Cell]] = {}
+    present: list[Cell] = []
+    for (pos, cell, _), here in zip(cells, present_flags, strict=True):
+        group = (pos, cell.variable)
+        expected[group] = expected.get(group, 0) + 1
+        if here:
+            present.append(cell)
+        else:
+            missing.setdefault(group, []).append(cell)
+    positions = sorted({pos for pos, _ in expected}, key=canon)
+    failures = []
+    if not positions:
+        failures.append(
+            f"no {t.append_dim} position in [{start}, {end}) is within the store's extent "
+            f"({extent}): nothing to validate"
+        )
+    for age, pos in enumerate(reversed(positions)):
+        need = tiers[min(age, len(tiers) - 1)]
+        for (p, var), n in sorted(expected.items(), key=lambda kv: kv[0][1]):
+            if canon(p) != canon(pos):
+                continue
+            gone = missing.get((p, var), [])
+            have = n - len(gone)
+            if have < math.ceil(need * n - 1e-9):
+                shown = ", ".join(c.key for c in gone[:5]) + (" ..." if len(gone) > 5 else "")
+                failures.append(
+                    f"{t.append_dim}={_text(pos)} {var}: {have}/{n} cells have refs "
+                    f"(need {need:.0%}); missing {shown}"
+                )
+    return Completeness(
+        t.append_dim,
+        tuple(positions),
+        expected,
+        {k: tuple(v) for k, v in missing.items()},
+        tuple(present),
+        tuple(sorted(skipped)),
+        tuple(failures),
+    )
+
+
+# ----------------------------------------------------------------------------- decode health
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    cell: str
+    ok: bool
+    reason: str = ""
+    finite: float = 0.0  # fraction of finite values
+    low: float = math.nan
+    high: float = math.nan
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One sample = one node: open main as a reader does and decode one chunk."""
+
+    repo: R.RepoRef
+    branch: str
+    valid_range: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def __call__(self, cell: Cell) -> tuple[SampleResult, ...]:
+        import xarray as xr
+
+        try:
+            session = R.readonly(self.repo.open(), self.branch)
+            ds = xr.open_zarr(session.store, consolidated=False, chunks=None)
+            values = np.asarray(ds[cell.variable].sel(dict(cell.loc)).values, dtype="float64")
+        except Exception as err:  # any failure to read or decode is the finding
+            return (SampleResult(cell.key, False, f"{type(err).__name__}: {err}"[:500]),)
+        finite = np.isfinite(values)
+        if not finite.any():
+            return (SampleResult(cell.key, False, "decodes entirely to NaN/inf"),)
+        low, high = float(values[finite].min()), float(values[finite].max())
+        frac = float(finite.mean())
+        bounds = dict(self.valid_range).get(cell.variable)
+        if bounds is not None and (low < bounds[0] or high > bounds[1]):
+            return (
+                SampleResult(
+                    cell.key,
+                    False,
+                    f"values [{low:g}, {high:g}] outside the valid range [{bounds[0]:g}, "
+                    f"{bounds[1]:g}]",
+                    frac,
+                    low,
+                    high,
+                ),
+            )
+        return (SampleResult(cell.key, True, "", frac, low, high),)
+
+
+def _concat(parts: list[tuple[SampleResult, ...]]) -> tuple[SampleResult, ...]:
+    return tuple(r for p in parts for r in p)
+
+
+def pick_samples(present: Sequence[Cell], n: int) -> list[Cell]:
+    """Up to `n` cells: per variable its first and last present cell, then evenly between."""
+    by_var: dict[str, list[Cell]] = {}
+    for c in present:
+        by_var.setdefault(c.variable, []).append(c)
+    if not by_var or n < 1:
+        return []
+    per = max(1, n // len(by_var))
+    out: list[Cell] = []
+    for cells in by_var.values():
+        k = min(per, len(cells))
+        idx = sorted({round(i * (len(cells) - 1) / max(1, k - 1)) for i in range(k)})
+        out += [cells[i] for i in idx]
+    return out
+
+
+def _valid_ranges(job: VirtualRegionJob) -> tuple[tuple[str, tuple[float, float]], ...]:
+    out = []
+    for name, v in job.template().variables.items():
+        lo, hi = v.attrs.get("valid_min"), v.attrs.get("valid_max")
+        if lo is not None and hi is not None:
+            out.append((name, (float(lo), float(hi))))
+    return tuple(out)
+
+
+def decode_plan(job: VirtualRegionJob, samples: Sequence[Cell], branch: str = "main") -> Plan:
+    return Plan(
+        f"virtual-validate-{job.repo.url}",
+        (
+            Stage(
+                "decode",
+                stable(samples),
+                Decode(job.repo, branch, _valid_ranges(job)),
+                combine=_concat,
+                retries=0,
+            ),
+        ),
+    )
+
+
+def decode_health(
+    job: VirtualRegionJob,
+    samples: Sequence[Cell],
+    *,
+    branch: str = "main",
+    cluster: Any = None,
+    executor: str = "sync",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[Report, tuple[SampleResult, ...]]:
+    if not samples:
+        raise ValidationFailed("no references present to sample: decode health cannot pass")
+    report = run(
+        decode_plan(job, samples, branch),
+        cluster=cluster,
+        executor=executor,  # type: ignore[arg-type]
+        progress=progress,
+    )
+    return report, tuple(report.stage("decode").result or ())
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    completeness: Completeness
+    samples: tuple[SampleResult, ...] = ()
+    decode_report: Report | None = field(default=None, compare=False)
+
+    @property
+    def failures(self) -> list[str]:
+        out = list(self.completeness.failures)
+        out += [f"decode {s.cell}: {s.reason}" for s in self.samples if not s.ok]
+        if not self.samples and self.completeness.positions:
+            out.append("no sample decoded")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def validate(
+    job: VirtualRegionJob,
+    *,
+    start: Any = None,
+    end: Any = None,
+    sample: int = 16,
+    branch: str = "main",
+    min_present_fraction: Sequence[float] = (1.0,),
+    cluster: Any = None,
+    executor: str = "sync",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ValidationReport:
+    """Completeness over [start, end), then decode health on up to `sample` present cells."""
+    comp = completeness(
+        job, start=start, end=end, branch=branch, min_present_fraction=min_present_fraction
+    )
+    samples = pick_samples(comp.present, sample)
+    if not samples:
+        return ValidationReport(comp)
+    report, results = decode_health(
+        job, samples, branch=branch, cluster=cluster, executor=executor, progress=progress
+    )
+    return ValidationReport(comp, results, report)
