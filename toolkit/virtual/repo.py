@@ -381,7 +381,7 @@ def set_virtual_refs(
             location=loc,
             offset=int(off),
             length=int(n),
-            last_updated_at_checksum=(mod.replace(microsecond=0) if mod is not None else None),
+            last_updated_at_checksum=_whole_second_ceil(mod),
         )
         for idx, loc, off, n, mod in refs
     ]
@@ -394,6 +394,14 @@ def set_virtual_refs(
             f"(first: {shown}); register a container covering them"
         )
     return len(specs)
+
+
+def _whole_second_ceil(mod: _dt.datetime | None) -> _dt.datetime | None:
+    """Icechunk keeps the checksum in whole seconds and refuses an object modified after it,
+    so a fractional mtime (local files) rounds up; S3's whole-second Last-Modified is kept."""
+    if mod is None or not mod.microsecond:
+        return mod
+    return mod.replace(microsecond=0) + _dt.timedelta(seconds=1)
 
 
 def chunk_coordinates(session: Any, array: str) -> list[tuple[int, ...]]:

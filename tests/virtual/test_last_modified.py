@@ -1,0 +1,87 @@
+"""The listing's own last_modified travels into every ref, so Icechunk refuses to read a
+source object that was re-uploaded after ingest instead of silently serving other bytes."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from tests.virtual.test_backfill import sim
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.job import list_available
+from toolkit.virtual.refs import SourceFileCoord
+from toolkit.virtual.simulate import expected_values
+
+
+@dataclass(frozen=True)
+class CheckedSimGfs(SimGfs):
+    """SimGfs discovering through `list_available`, which carries the listing's mtimes."""
+
+    def discover_available(
+        self, pending: Sequence[SourceFileCoord], ingested_through: Any
+    ) -> list[tuple[SourceFileCoord, int, Any]]:
+        assert self.source_store is not None
+        return list_available(
+            pending,
+            store=self.source_store,
+            location_prefix=self.source_store.url,
+            require_index=True,
+        )
+
+
+def read_t2m(ds, f) -> np.ndarray:
+    session = R.readonly(ds.repo.open(fresh=True))
+    x = xr.open_zarr(session.store, consolidated=False)
+    sel = {
+        "init_time": np.datetime64(f.init, "ns"),
+        "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]"),
+    }
+    return x["temperature_2m"].sel(sel).values
+
+
+def reupload_later(archive, f) -> None:
+    """Re-upload `f` and stamp its mtime a minute later (whole seconds differ for certain)."""
+    archive.reupload(f)
+    path = archive.store.local_path / archive.data_key(f)
+    later = time.time() + 60
+    os.utime(path, (later, later))
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_reuploaded_source_is_refused_at_read_time(tmp_path, checked):
+    archive, files, plain = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=3,
+    )
+    ds = CheckedSimGfs(plain.repo, source_store=plain.source_store) if checked else plain
+    ds.ensure_repo()
+    assert len(ds.run().ingested) == 3
+    f = files[1]
+    want = expected_values("temperature_2m", f.init, f.lead)
+    np.testing.assert_array_equal(read_t2m(ds, f), want)  # the checksum passes while unchanged
+
+    reupload_later(archive, f)
+    if checked:
+        with pytest.raises(
+            Exception, match=r"checksum of the object owning the virtual chunk has changed"
+        ):
+            read_t2m(ds, f)
+        np.testing.assert_array_equal(
+            read_t2m(ds, files[0]), expected_values("temperature_2m", files[0].init, files[0].lead)
+        )  # untouched files still read
+    else:  # without the checksum the stale ref silently serves other bytes (or garbage)
+        try:
+            got = read_t2m(ds, f)
+        except Exception:
+            return
+        assert not np.array_equal(got, want)
