@@ -112,19 +112,19 @@ def test_planner_errors_name_the_array():
 
 
 def test_small_shards_grow_4x4_then_2x2_and_large_ones_split():
-    """1024-px level-0 shards: 2048 (each child covers 4x4 parents), then 4096, then 2x2."""
-    a = meta((40000, 40000), (1024, 1024))
-    p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5, max_shard=4096)
+    """256-px chunks grow 512 -> 1024 (each child covering 4x4 parents), then stay (2x2)."""
+    a = meta((40000, 40000), (256, 256))
+    p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5)
     assert [lvl.vars[0].shards for lvl in p.levels] == [
-        (2048, 2048), (4096, 4096), (4096, 4096), (4096, 4096), (4096, 4096)
+        (512, 512), (1024, 1024), (1024, 1024), (1024, 1024), (1024, 1024)
     ]
-    assert p.levels[0].vars[0].chunks == (512, 512)  # small tiles inside
-    big = plan_pyramid({"v": meta((40000, 40000), (16384, 16384))}, {"v": ["c/0/0"]}, levels=1,
-                       max_shard=4096)
+    assert p.levels[1].vars[0].chunks == (512, 512)  # small tiles inside real shards
+    assert {t.index for t in p.levels[0].tasks} == {(0, 0)}  # level-0 shards (0..1)^2 -> one
+    big = plan_pyramid({"v": meta((40000, 40000), (16384, 16384))}, {"v": ["c/0/0"]}, levels=1)
     assert big.levels[0].vars[0].shards == (4096, 4096)  # one parent -> 2x2 whole children
-    default = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=3)
-    assert [lvl.vars[0].shards for lvl in default.levels] == [(2048, 2048)] * 3  # capped
     assert {t.index for t in big.levels[0].tasks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    same = plan_pyramid({"v": meta((40000, 40000), (1024, 1024))}, {"v": ["c/0/0"]}, levels=2)
+    assert [lvl.vars[0].shards for lvl in same.levels] == [(1024, 1024)] * 2
 
 
 def test_unaligned_shards_split_into_divisors_not_merge_into_giants():
@@ -143,3 +143,5 @@ def test_growth_is_bounded_and_aligned(parent, max_shard):
     assert (parent % 2 == 0 and (parent // 2) % c == 0) or (2 * c) % parent == 0
     assert c <= max(max_shard, parent)  # never larger than the cap unless nothing smaller aligns
     assert c <= 2 * parent  # a child reads at most 4x4 parent shards
+    if parent >= 1024:
+        assert c <= parent  # large shards never merge further: tasks stay many and small

@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 TILE = 512
-MAX_SHARD = 2048  # a task reads at most (2 * 2048)^2 parent px: bounded worker memory
+MAX_SHARD = 4096
+GROW_BELOW = 1024  # shards smaller than this grow level by level (tile chunks inside shards)
 PLAN_KEY = ".pyramid/plan.json"
 BACKUP_KEY = ".pyramid/backup.json"
 
@@ -224,14 +225,16 @@ def child_shard_size(parent: int, desired: int = MAX_SHARD) -> int:
     return parent
 
 
-def desired_shard(parent: int, max_shard: int = MAX_SHARD) -> int:
-    """What a level asks of `child_shard_size`: grow at most 2x per level, up to `max_shard`.
+def desired_shard(parent: int, max_shard: int = MAX_SHARD, grow_below: int = GROW_BELOW) -> int:
+    """What a level asks of `child_shard_size`.
 
-    Small level-0 shards (or unsharded chunks) grow level by level, a child covering 4x4
-    parents, until shards reach `max_shard`; from there a child covers 2x2 parents. Larger
-    level-0 shards split into whole children. A task so reads at most (2 * child)^2 parent px.
+    Small level-0 shards (or unsharded chunks) below `grow_below` px grow 2x per level (a child
+    covers 4x4 parents) so levels get real shards with small chunks inside; from there a child
+    keeps the parent's size (covering 2x2 parents, which keeps tasks many and small), and
+    shards above `max_shard` split into whole children. A task reads at most (2 * parent)^2 px.
     """
-    return min(max_shard, 2 * parent)
+    want = 2 * parent if parent < grow_below else parent
+    return min(max_shard, want)
 
 
 def inner_chunk(shard: int) -> int:
