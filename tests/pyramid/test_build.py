@@ -141,6 +141,21 @@ def test_no_consolidated_block_added(tmp_path):
     )
 
 
+def test_layout_scale_is_relative_to_derived_from():
+    """The convention defines `transform.scale` from the `derived_from` level to this one."""
+    store = mem()
+    synthetic.write_store(store, shape=(64, 64), shards=(16, 16))
+    build(store, levels=3, executor="sync")
+    layout = json.loads(storage.get(store, "zarr.json").data)["attributes"]["multiscales"]["layout"]
+    chain = [(x["asset"], x.get("derived_from"), x["transform"]["scale"]) for x in layout]
+    assert chain == [
+        (".", None, [1.0, 1.0]),
+        ("2x", ".", [2.0, 2.0]),
+        ("4x", "2x", [2.0, 2.0]),
+        ("8x", "4x", [2.0, 2.0]),
+    ]
+
+
 def test_resume_skips_existing_and_rebuild_from_replaces():
     store = mem()
     synthetic.write_store(store, shape=(64, 64), shards=(16, 16))

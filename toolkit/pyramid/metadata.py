@@ -63,51 +63,90 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
     for lvl in plan.levels:
         if all(storage.exists(store, k) for k in level_nodes(src, plan, lvl.group)):
             continue  # metadata is written whole before any shard of the level
-        group_doc = {"zarr_format": 3, "node_type": "group", "attributes": {
-            "pyramid:factor": lvl.factor,
-            "pyramid:method": plan.method,
-            "resampling_method": RESAMPLING[plan.method],
-        }}
+        group_doc = {
+            "zarr_format": 3,
+            "node_type": "group",
+            "attributes": {
+                "pyramid:factor": lvl.factor,
+                "pyramid:method": plan.method,
+                "resampling_method": RESAMPLING[plan.method],
+            },
+        }
         storage.put(store, f"{lvl.group}/zarr.json", json.dumps(group_doc, indent=2).encode())
         for dim, n in ((ydim, lvl.shape[0]), (xdim, lvl.shape[1])):
             vals = level_coords(src.coords[dim], lvl.factor, n)
-            arr = _create(zstore, f"{lvl.group}/{dim}", shape=(n,), dtype="float64",
-                          chunks=(n,), dimension_names=[dim],
-                          attributes=src.attrs.get(dim, {}), fill_value=np.nan)
+            arr = _create(
+                zstore,
+                f"{lvl.group}/{dim}",
+                shape=(n,),
+                dtype="float64",
+                chunks=(n,),
+                dimension_names=[dim],
+                attributes=src.attrs.get(dim, {}),
+                fill_value=np.nan,
+            )
             arr[:] = vals
         leading = {d for v in lvl.vars for d in v.dims[:-2]}
         for dim in sorted(leading):
             if dim in src.coords:
                 vals = src.coords[dim]
-                arr = _create(zstore, f"{lvl.group}/{dim}", shape=vals.shape, dtype=vals.dtype,
-                              chunks=vals.shape, dimension_names=[dim],
-                              attributes=src.attrs.get(dim, {}))
+                arr = _create(
+                    zstore,
+                    f"{lvl.group}/{dim}",
+                    shape=vals.shape,
+                    dtype=vals.dtype,
+                    chunks=vals.shape,
+                    dimension_names=[dim],
+                    attributes=src.attrs.get(dim, {}),
+                )
                 arr[:] = vals
         for name in src.crs:
             base = zarr.open_array(store.zarr(read_only=True), path=name, mode="r")
-            arr = _create(zstore, f"{lvl.group}/{name}", shape=base.shape, dtype=base.dtype,
-                          chunks=base.shape, attributes=dict(base.attrs),
-                          dimension_names=base.metadata.dimension_names,
-                          fill_value=base.fill_value)
+            arr = _create(
+                zstore,
+                f"{lvl.group}/{name}",
+                shape=base.shape,
+                dtype=base.dtype,
+                chunks=base.shape,
+                attributes=dict(base.attrs),
+                dimension_names=base.metadata.dimension_names,
+                fill_value=base.fill_value,
+            )
             arr[...] = base[...]
         for v in lvl.vars:
             attrs = level_attrs(src.attrs.get(v.var, {}), src.arrays[v.var], v)
             attrs["resampling_method"] = RESAMPLING[plan.method]
             sharded = v.shards != v.chunks
-            _create(zstore, f"{lvl.group}/{v.var}", shape=v.shape, dtype=v.dtype,
-                    chunks=v.chunks, shards=v.shards if sharded else None,
-                    fill_value=v.fill_value, dimension_names=list(v.dims), attributes=attrs,
-                    chunk_key_encoding=v.key_encoding)
+            _create(
+                zstore,
+                f"{lvl.group}/{v.var}",
+                shape=v.shape,
+                dtype=v.dtype,
+                chunks=v.chunks,
+                shards=v.shards if sharded else None,
+                fill_value=v.fill_value,
+                dimension_names=list(v.dims),
+                attributes=attrs,
+                chunk_key_encoding=v.key_encoding,
+            )
             count_attrs = {
                 "long_name": f"level-0 pixels valid in every band pooled into each {v.var} cell",
                 "units": "1",
             }
             if "grid_mapping" in attrs:
                 count_attrs["grid_mapping"] = attrs["grid_mapping"]
-            _create(zstore, f"{lvl.group}/{v.count_name}", shape=v.count_shape, dtype="uint32",
-                    chunks=v.count_chunks, shards=v.count_shards if sharded else None,
-                    fill_value=0, dimension_names=list(v.count_dims), attributes=count_attrs,
-                    chunk_key_encoding=v.key_encoding)
+            _create(
+                zstore,
+                f"{lvl.group}/{v.count_name}",
+                shape=v.count_shape,
+                dtype="uint32",
+                chunks=v.count_chunks,
+                shards=v.count_shards if sharded else None,
+                fill_value=0,
+                dimension_names=list(v.count_dims),
+                attributes=count_attrs,
+                chunk_key_encoding=v.key_encoding,
+            )
 
 
 def level_attrs(attrs: dict[str, Any], base: Any, v: Any) -> dict[str, Any]:
@@ -126,8 +165,11 @@ def level_attrs(attrs: dict[str, Any], base: Any, v: Any) -> dict[str, Any]:
 def _same_nodata(src_dtype: str, src_fill: Any, out_dtype: str, out_fill: Any) -> bool:
     a, b = np.dtype(src_dtype), np.dtype(out_dtype)
     if a.kind == "f" and b.kind == "f":
-        return bool(np.isnan(float(src_fill)) and np.isnan(float(out_fill))) if (
-            src_fill is not None and out_fill is not None) else False
+        return (
+            bool(np.isnan(float(src_fill)) and np.isnan(float(out_fill)))
+            if (src_fill is not None and out_fill is not None)
+            else False
+        )
     if a.kind in "iub" and b.kind in "iu":
         return src_fill is not None and int(src_fill) == int(out_fill)
     return False
@@ -159,26 +201,34 @@ def read_backup(store: storage.Store) -> dict[str, bytes]:
 
 def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     method = RESAMPLING[plan.method]
-    layout: list[dict[str, Any]] = [{
-        "asset": ".",
-        "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
-        "spatial:shape": list(plan.base_shape),
-        "spatial:transform": spatial_transform(src, plan, 1),
-    }]
+    layout: list[dict[str, Any]] = [
+        {
+            "asset": ".",
+            "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
+            "spatial:shape": list(plan.base_shape),
+            "spatial:transform": spatial_transform(src, plan, 1),
+        }
+    ]
+    transforms = {".": layout[0]["spatial:transform"]}
     for lvl in plan.levels:
         t = spatial_transform(src, plan, lvl.factor)
-        base_t = layout[0]["spatial:transform"]
-        layout.append({
-            "asset": lvl.group,
-            "derived_from": "." if plan.method == "mode" or not lvl.parent else lvl.parent,
-            "transform": {
-                "scale": [abs(t[4] / base_t[4]), abs(t[0] / base_t[0])],
-                "translation": [0.0, 0.0],
-            },
-            "resampling_method": method,
-            "spatial:shape": list(lvl.shape),
-            "spatial:transform": t,
-        })
+        source = "." if plan.method == "mode" or not lvl.parent else lvl.parent
+        # scale is relative to `derived_from` (the convention's rule): the pixel-size ratio
+        src_t = transforms[source]
+        transforms[lvl.group] = t
+        layout.append(
+            {
+                "asset": lvl.group,
+                "derived_from": source,
+                "transform": {
+                    "scale": [abs(t[4] / src_t[4]), abs(t[0] / src_t[0])],
+                    "translation": [0.0, 0.0],
+                },
+                "resampling_method": method,
+                "spatial:shape": list(lvl.shape),
+                "spatial:transform": t,
+            }
+        )
     return {"layout": layout, "resampling_method": method}
 
 
@@ -189,7 +239,9 @@ def update_root(src: Source, plan: PyramidPlan) -> None:
     blob = storage.get(store, "zarr.json")
     doc = json.loads(blob.data)
     attrs = doc.setdefault("attributes", {})
-    conventions = [c for c in attrs.get("zarr_conventions", []) if c.get("uuid") != MULTISCALES_UUID]
+    conventions = [
+        c for c in attrs.get("zarr_conventions", []) if c.get("uuid") != MULTISCALES_UUID
+    ]
     attrs["zarr_conventions"] = [*conventions, REGISTRATION]
     attrs["multiscales"] = multiscales(src, plan)
     storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())

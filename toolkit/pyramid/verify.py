@@ -90,12 +90,18 @@ class CountCheck:
     def __call__(self, check: Check) -> list[Failure]:
         group = check.name
         want = set(self.targets[group])
-        have = {k for k in storage.list_keys(self.store, group + "/") if not k.endswith("zarr.json")}
+        have = {
+            k for k in storage.list_keys(self.store, group + "/") if not k.endswith("zarr.json")
+        }
         planned_arrays = [k for k in have if k.startswith(self.prefixes[group])]
-        out = [Failure(group, k, "count", "planned shard object is missing")
-               for k in sorted(want - have)]
-        out += [Failure(group, k, "count", "object not in the plan")
-                for k in sorted(set(planned_arrays) - want)]
+        out = [
+            Failure(group, k, "count", "planned shard object is missing")
+            for k in sorted(want - have)
+        ]
+        out += [
+            Failure(group, k, "count", "object not in the plan")
+            for k in sorted(set(planned_arrays) - want)
+        ]
         if not out and len(want) != len(want & have):
             out.append(Failure(group, "-", "count", f"have {len(want & have)}/{len(want)}"))
         return out
@@ -132,8 +138,14 @@ class MetaCheck:
         for v in lp["vars"]:
             for name, shape, dims, shards, chunks, dtype in (
                 (v["var"], v["shape"], v["dims"], v["shards"], v["chunks"], v["dtype"]),
-                (f"{v['var']}_count", v["count_shape"], v["count_dims"], v["count_shards"],
-                 v["count_chunks"], "uint32"),
+                (
+                    f"{v['var']}_count",
+                    v["count_shape"],
+                    v["count_dims"],
+                    v["count_shards"],
+                    v["count_chunks"],
+                    "uint32",
+                ),
             ):
                 try:
                     arr = zarr.open_array(z, path=f"{group}/{name}", mode="r")
@@ -150,8 +162,13 @@ class MetaCheck:
                     "chunks": list(arr.chunks),
                     "dtype": np.dtype(arr.dtype).name,
                 }
-                want = {"shape": list(shape), "dimension_names": list(dims),
-                        "shards": list(shards), "chunks": list(chunks), "dtype": dtype}
+                want = {
+                    "shape": list(shape),
+                    "dimension_names": list(dims),
+                    "shards": list(shards),
+                    "chunks": list(chunks),
+                    "dtype": dtype,
+                }
                 for key in want:
                     if got[key] != want[key]:
                         bad(name, f"{key} is {got[key]}, want {want[key]}")
@@ -185,8 +202,10 @@ class MetaCheck:
             if n > 1 and np.sign(c[1] - c[0]) != np.sign(step):
                 bad(dim, "direction differs from level 0 (north-up must stay descending)")
         root = json.loads(storage.get(self.store, "zarr.json").data)
-        layout = {x["asset"]: x for x in root.get("attributes", {}).get("multiscales", {}).get(
-            "layout", [])}
+        layout = {
+            x["asset"]: x
+            for x in root.get("attributes", {}).get("multiscales", {}).get("layout", [])
+        }
         item = layout.get(group)
         if item is None:
             bad("zarr.json", "root multiscales layout has no entry for this level")
@@ -202,8 +221,14 @@ class MetaCheck:
                     bad("zarr.json", f"transform pixel size {t[0], t[4]} is not {f}x level 0")
             if item.get("spatial:shape") != list(lp["shape"]):
                 bad("zarr.json", f"spatial:shape {item.get('spatial:shape')} != {lp['shape']}")
-            if item.get("transform", {}).get("scale") != [float(f), float(f)]:
-                bad("zarr.json", f"transform.scale {item.get('transform')} is not {f}")
+            # scale is relative to `derived_from` ("." = level 0, else a level named "<k>x")
+            source = item.get("derived_from", ".")
+            rel = f / (1 if source == "." else int(str(source).rstrip("x") or 1))
+            if item.get("transform", {}).get("scale") != [float(rel), float(rel)]:
+                bad(
+                    "zarr.json",
+                    f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
+                )
         return out
 
     def _root(self) -> list[Failure]:
@@ -227,16 +252,28 @@ class MetaCheck:
         a, b = metadata.strip_added(root_now), metadata.strip_added(root_then)
         if a != b:
             keys = sorted(set(a.get("attributes", {})) ^ set(b.get("attributes", {})))
-            out.append(Failure(".", "zarr.json", "root-diff",
-                               f"root changed beyond the multiscales attributes {keys or ''}"))
+            out.append(
+                Failure(
+                    ".",
+                    "zarr.json",
+                    "root-diff",
+                    f"root changed beyond the multiscales attributes {keys or ''}",
+                )
+            )
         if "multiscales" not in root_now.get("attributes", {}):
             out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
         if root_then.get("consolidated_metadata"):
             meta = (root_now.get("consolidated_metadata") or {}).get("metadata", {})
             for lp in self.plan_doc["level_plans"]:
                 if lp["group"] not in meta:
-                    out.append(Failure(lp["group"], "zarr.json", "consolidated",
-                                       "level missing from the consolidated metadata"))
+                    out.append(
+                        Failure(
+                            lp["group"],
+                            "zarr.json",
+                            "consolidated",
+                            "level missing from the consolidated metadata",
+                        )
+                    )
         elif root_now.get("consolidated_metadata"):
             out.append(Failure(".", "zarr.json", "consolidated", "consolidated block was added"))
         return out
@@ -266,8 +303,9 @@ class SampleCheck:
 
         reg = region(spec.out, t.index)
         data = np.asarray(open_array(self.store, spec.path(t.group))[reg])
-        count = np.asarray(open_array(self.store, spec.count_path(t.group))[
-            count_region(spec, t.index)])
+        count = np.asarray(
+            open_array(self.store, spec.count_path(t.group))[count_region(spec, t.index)]
+        )
         want, want_count = compute(self.store, spec, self.method, t.index)
         out: list[Failure] = []
         if data.shape != want.shape or not np.array_equal(_bits(data), _bits(want)):
@@ -276,8 +314,9 @@ class SampleCheck:
             out += fail("rederive", "count plane differs from a re-derivation from the parent")
         vals, weights = source_block(self.store, spec, t.index)
         canon = data if spec.band_axis is None else np.moveaxis(data, spec.band_axis, -3)
-        canon = canon.reshape((-1, 1 if spec.band_axis is None else canon.shape[-3],
-                               *canon.shape[-2:]))
+        canon = canon.reshape(
+            (-1, 1 if spec.band_axis is None else canon.shape[-3], *canon.shape[-2:])
+        )
         cnt = count.reshape((-1, *count.shape[-2:]))
         nod = np.isnan(canon) if canon.dtype.kind == "f" else canon == spec.out.fill_value
         if not (self.method == "sum" and canon.dtype.kind != "f"):
@@ -289,8 +328,9 @@ class SampleCheck:
             out += fail("count-range", f"a count exceeds the {level_factor}x{level_factor} window")
         for i in range(vals.shape[0]):
             valid_src = weights[i] > 0
-            pooled, _ = kernels.pool(valid_src[None].astype(np.uint8), valid_src.astype(np.uint32),
-                                     "max", 0, spec.factor)
+            pooled, _ = kernels.pool(
+                valid_src[None].astype(np.uint8), valid_src.astype(np.uint32), "max", 0, spec.factor
+            )
             covered = cnt[i] > 0
             if not np.array_equal(covered, pooled[0] > 0):
                 out += fail("coverage", "valid cells != OR-pooled validity of the parent")
@@ -352,8 +392,12 @@ class ClientCheck:
             opts["anonymous"] = True
         try:
             store = storage.open_store(self.url, **opts)
-            ds = xr.open_zarr(store.zarr(read_only=True), group=None if group == "." else group,
-                              consolidated=False, chunks=None)
+            ds = xr.open_zarr(
+                store.zarr(read_only=True),
+                group=None if group == "." else group,
+                consolidated=False,
+                chunks=None,
+            )
             out = []
             for v in self.variables:
                 da = ds[v]
@@ -366,8 +410,16 @@ class ClientCheck:
             detail = f"{type(err).__name__}: {text[0] if text else ''}"
             if isinstance(err, (PermissionError, storage.AccessDenied)) or "403" in str(err):
                 detail += " (the store is not public; `verify --private` reads with credentials)"
-            return [Failure(group, "-", "client", f"anonymous xarray read failed: {detail}"
-                            if not self.private else f"xarray read failed: {detail}")]
+            return [
+                Failure(
+                    group,
+                    "-",
+                    "client",
+                    f"anonymous xarray read failed: {detail}"
+                    if not self.private
+                    else f"xarray read failed: {detail}",
+                )
+            ]
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -397,45 +449,78 @@ def verify(
     doc = recorded_plan(store)
     if doc is None:
         read_source(store)  # a store that is not zarr v3 at all is bad usage, not a failed check
-        return VerifyResult((Failure("-", ".pyramid/plan.json", "plan",
-                                     "no recorded pyramid plan: build the pyramid first"),))
+        return VerifyResult(
+            (
+                Failure(
+                    "-",
+                    ".pyramid/plan.json",
+                    "plan",
+                    "no recorded pyramid plan: build the pyramid first",
+                ),
+            )
+        )
     src: Source = read_source(store, doc["variables"])
     failures: list[Failure] = []
     try:
-        p: PyramidPlan = _plan(src, doc["method"], doc["band_dim"], doc["levels"],
-                               doc.get("max_shard", MAX_SHARD))
+        p: PyramidPlan = _plan(
+            src, doc["method"], doc["band_dim"], doc["levels"], doc.get("max_shard", MAX_SHARD)
+        )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
     if p.digest != doc["digest"]:
-        failures.append(Failure("-", ".pyramid/plan.json", "plan",
-                                "level 0 no longer matches the recorded plan (listing changed)"))
+        failures.append(
+            Failure(
+                "-",
+                ".pyramid/plan.json",
+                "plan",
+                "level 0 no longer matches the recorded plan (listing changed)",
+            )
+        )
     targets = {lvl.group: lvl.targets for lvl in p.levels}
     for lp in doc["level_plans"]:
         if lp["keys"] != p.level(lp["group"]).tasks.keys:
-            failures.append(Failure(lp["group"], "-", "plan", "planned shards differ from the record"))
-    prefixes = {lvl.group: tuple(f"{lvl.group}/{n}/" for v in lvl.vars
-                                 for n in (v.var, v.count_name)) for lvl in p.levels}
+            failures.append(
+                Failure(lp["group"], "-", "plan", "planned shards differ from the record")
+            )
+    prefixes = {
+        lvl.group: tuple(f"{lvl.group}/{n}/" for v in lvl.vars for n in (v.var, v.count_name))
+        for lvl in p.levels
+    }
     geometry = {d: metadata.axis_geometry(src.coords[d]) for d in p.spatial_dims}
     meta_attrs = {n: src.attrs.get(n, {}) for n in (*p.variables, *src.crs)}
     sources = {lvl.group: _sources(src, p, k) for k, lvl in enumerate(p.levels)}
     samples = []
     for lvl in p.levels:
         for var in p.variables:
-            samples += [Sample(t) for t in stripe_samples(
-                [t for t in lvl.tasks if t.var == var], sample)]
+            samples += [
+                Sample(t) for t in stripe_samples([t for t in lvl.tasks if t.var == var], sample)
+            ]
     groups = [lvl.group for lvl in p.levels]
     shapes = {".": p.base_shape, **{lvl.group: lvl.shape for lvl in p.levels}}
     stages = (
-        _stage("verify-counts", [Check("counts", g) for g in groups],
-               CountCheck(store, targets, prefixes)),
-        _stage("verify-metadata", [Check("meta", g) for g in [".", *groups]],
-               MetaCheck(store, doc, geometry, meta_attrs, src.crs, src.node_keys)),
+        _stage(
+            "verify-counts",
+            [Check("counts", g) for g in groups],
+            CountCheck(store, targets, prefixes),
+        ),
+        _stage(
+            "verify-metadata",
+            [Check("meta", g) for g in [".", *groups]],
+            MetaCheck(store, doc, geometry, meta_attrs, src.crs, src.node_keys),
+        ),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources)),
-        _stage("verify-client", [Check("client", g) for g in [".", *groups]],
-               ClientCheck(store.url, dict(store.options), shapes, p.variables, private)),
+        _stage(
+            "verify-client",
+            [Check("client", g) for g in [".", *groups]],
+            ClientCheck(store.url, dict(store.options), shapes, p.variables, private),
+        ),
     )
-    report = run(Plan(f"pyramid-verify-{p.method}", stages), cluster=cluster,
-                 executor=executor, progress=progress)  # type: ignore[arg-type]
+    report = run(
+        Plan(f"pyramid-verify-{p.method}", stages),
+        cluster=cluster,
+        executor=executor,
+        progress=progress,
+    )  # type: ignore[arg-type]
     for s in report.stages:
         failures.extend(s.result or [])
     checked = {s.name: s.tasks for s in report.stages}
