@@ -1,0 +1,191 @@
+"""Operational tick latency: a source file is published -> its refs are visible on main.
+
+An archive of 10^5, 10^6 and 10^7 refs is laid down in bulk (one Icechunk session, refs set
+per array slab with the store's vectorised `set_virtual_refs_arr`, which toolkit.virtual.repo
+does not wrap, then `repo.commit`), with and without manifest splitting on init_time. Then the
+real operational path runs — `toolkit.virtual.update.update()` (lease, metadata refresh,
+filter, poll/discover, .idx + header check, whole-file commit to main) — while a thread
+publishes the next cycle's simulator files one at a time. Latency per file = the moment its
+commit returned minus the moment its `.idx` (written last) was in place; commit_s is the
+commit alone. The update polls every 0.1 s (tick_interval), so ~0.05 s of each latency is
+polling.
+
+Run: .venv/bin/python -m benchmarks virtual_tick [--no-1e7]
+  -> benchmarks/results/virtual_tick.{json,md}
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from benchmarks._report import write
+from toolkit import storage
+from toolkit.virtual import repo as R
+from toolkit.virtual.datasets.common import MemoTemplate
+from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.job import Template, sync_dims_to
+from toolkit.virtual.simulate import make_archive
+
+FIRST = datetime(2020, 1, 1)
+LEADS = tuple(range(100))  # 100 leads x (5 single-level + 3 levels) = 800 refs per init
+REFS_PER_INIT = 800
+SPLIT = 64  # inits per manifest: 6,400 refs for a single-level array, 9,600 for the 3-level one
+
+COMMITS: list[tuple[float, float, tuple[str, ...]]] = []  # (returned at, seconds, file keys)
+
+
+@dataclass(frozen=True)
+class TickGfs(SimGfs):
+    """SimGfs with a fast poll, a memoized template, and splitting switchable off."""
+
+    splitting: bool = True
+    live_leads: int = len(LEADS)  # the newest init expects only this many files (the update
+    tick_interval: ClassVar[float] = 0.1  # then ends once they are in, not at its deadline)
+
+    def leads(self, init: np.datetime64) -> Any:
+        leads = super().leads(init)
+        newest = self.template().coords["init_time"][-1]
+        return leads[: self.live_leads] if init == newest else leads
+
+    def template(self) -> Template:
+        t = super().template()
+        if not isinstance(t, MemoTemplate):
+            t = MemoTemplate(**{f.name: getattr(t, f.name) for f in fields(Template)})
+            from toolkit.virtual import demo
+
+            demo._TEMPLATES[(self.first_init, self.inits, self.freq_hours, self.lead_hours)] = t
+        return t
+
+    def virtual_config(self) -> R.VirtualConfig:
+        cfg = super().virtual_config()
+        return cfg if self.splitting else R.VirtualConfig(cfg.containers, None)
+
+    def commit_batch(self, batch: Any, **kw: Any) -> str:
+        t0 = time.perf_counter()
+        snap = super().commit_batch(batch, **kw)
+        COMMITS.append((time.time(), time.perf_counter() - t0, tuple(c.key for c, _ in batch)))
+        return snap
+
+
+def prepopulate(ds: TickGfs, history: int) -> float:
+    """`history` inits of refs (800 each) in one commit; returns seconds."""
+    t = ds.template()
+    t0 = time.perf_counter()
+    ds.ensure_repo()
+    session = R.writable(ds.repo.open(fresh=True))
+    sync_dims_to(session, t, history)
+    base = ds.source_store.url.rstrip("/")
+    rng = np.random.default_rng(0)
+    slab = 64
+    for name, v in t.variables.items():
+        nlev = len(t.coords["level"]) if "level" in v.dims else 1
+        for i0 in range(0, history, slab):
+            n = min(slab, history - i0)
+            locs = []
+            for i in range(i0, i0 + n):
+                init = FIRST + timedelta(hours=6 * i)
+                d = f"{base}/gfs.{init:%Y%m%d}/{init:%H}/atmos/gfs.t{init:%H}z.pgrb2.0p25.f"
+                for lead in LEADS:
+                    locs.extend([f"{d}{lead:03d}"] * nlev)
+            count = len(locs)
+            offsets = rng.integers(0, 500_000_000, count, dtype=np.uint64)
+            lengths = rng.integers(100_000, 1_000_000, count, dtype=np.uint64)
+            grid = (n, len(LEADS)) + ((nlev,) if "level" in v.dims else ()) + (1, 1)
+            offset = (i0, 0) + ((0,) if "level" in v.dims else ()) + (0, 0)
+            failed = session.store.set_virtual_refs_arr(
+                f"/{name}", grid, locs, offsets, lengths, arr_offset=offset
+            )
+            assert not failed, failed
+    R.commit(session, f"prepopulate {history} inits")
+    return time.perf_counter() - t0
+
+
+def measure(refs: int, splitting: bool, ticks: int, gap: float) -> dict[str, Any]:
+    from toolkit.virtual.update import update
+
+    history = refs // REFS_PER_INIT
+    work = Path(tempfile.mkdtemp(prefix="vtick-"))
+    try:
+        src = storage.open_store(str(work / "src"))
+        ds = TickGfs(
+            R.RepoRef(storage.open_store(str(work / "repo"))),
+            source_store=src,
+            first_init=FIRST,
+            inits=history + 1,
+            lead_hours=LEADS,
+            split=SPLIT,
+            splitting=splitting,
+            live_leads=ticks,
+        )
+        pre = prepopulate(ds, history)
+        live = FIRST + timedelta(hours=6 * history)
+        archive = make_archive(src, kind="gfs", inits=[live], leads=list(LEADS[:ticks]),
+                               publish=False)  # fmt: skip
+        files = archive.files()
+        published: dict[str, float] = {}
+
+        def publish() -> None:
+            for f in files:
+                time.sleep(gap)
+                archive.publish(f)
+                published[archive.data_url(f)] = time.time()
+
+        COMMITS.clear()
+        pub = threading.Thread(target=publish)
+        pub.start()
+        update(ds, fire_time=np.datetime64(live, "ns"), deadline_seconds=ticks * gap + 300.0)
+        pub.join()
+        lat = []
+        for at, _, keys in COMMITS:
+            lat += [at - published[k] for k in keys]
+        assert len(lat) == ticks, (len(lat), ticks)
+        commit_s = [s for _, s, _ in COMMITS]
+        rep = R.manifest_report(ds.repo.open(fresh=True))
+        return {
+            "archive_refs": history * REFS_PER_INIT,
+            "splitting": f"init_time/{SPLIT}" if splitting else "none",
+            "files": ticks,
+            "commits": len(COMMITS),
+            "p50_s": round(float(np.percentile(lat, 50)), 3),
+            "p95_s": round(float(np.percentile(lat, 95)), 3),
+            "max_s": round(max(lat), 3),
+            "commit_p50_s": round(float(np.median(commit_s)), 3),
+            "manifests": rep.manifests,
+            "bytes_per_ref": round(rep.bytes_per_ref, 1),
+            "prepopulate_s": round(pre, 1),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    sizes = [10**5, 10**6] + ([] if "--no-1e7" in argv else [10**7])
+    rows = []
+    for refs in sizes:
+        for splitting in (True, False):
+            ticks = 8 if refs < 10**7 else 5
+            rows.append(measure(refs, splitting, ticks, gap=1.0))
+            print(rows[-1], flush=True)
+    write(
+        "virtual_tick",
+        rows,
+        "Simulator GFS-shaped dataset (6 arrays, 100 leads, 800 refs per init); each row a "
+        "fresh local repo pre-populated to archive_refs, then one update fire while files of "
+        "the next cycle publish 1 s apart. p50/p95/max: file published (.idx in place) -> its "
+        "commit on main returned. commit_p50_s: commit_batch alone. Local disk, 2 cores.",
+    )
+
+
+if __name__ == "__main__":
+    main()
