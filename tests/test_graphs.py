@@ -1,0 +1,47 @@
+"""The scripted batch graphs in graphs/ run as users run them (in-process here, to stay fast)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
+
+
+def run_graph(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(GRAPHS / name), *args], capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_pyramid_then_archive_graphs(tmp_path: Path) -> None:
+    built = run_graph("pyramid_sparse_global.py", str(tmp_path), "--sync", "--shape", "700x1100")
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert '"verified": true' in built.stdout
+    again = run_graph("pyramid_sparse_global.py", str(tmp_path), "--sync", "--shape", "700x1100")
+    assert again.returncode == 0
+    first_stage = json.loads(again.stdout[: again.stdout.index("\n}\n") + 2])["stages"][0]
+    assert first_stage["written"] == 0 and first_stage["skipped"] == first_stage["tasks"]
+
+    args = (
+        str(tmp_path),
+        str(tmp_path / "manifests"),
+        "--t-max",
+        "1MiB",
+        "--t-hot",
+        "4KiB",
+        "--t-min",
+        "64KiB",
+        "--sync",
+    )
+    scanned = run_graph("archive_scan.py", *args)
+    assert scanned.returncode == 0, scanned.stderr[-2000:]
+    outcome = json.loads(scanned.stdout)
+    assert [o["scope"] for o in outcome] == ["global.zarr"] and outcome[0]["written"]
+    rerun = json.loads(run_graph("archive_scan.py", *args).stdout)
+    assert rerun[0]["epoch"] == 1 and not rerun[0]["written"]  # frozen cuts: nothing changes
