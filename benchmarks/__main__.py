@@ -17,6 +17,7 @@ def main(argv: list[str]) -> int:
         module = importlib.import_module(f"benchmarks.{name}")
         if hasattr(module, "main"):
             print(f"== {name}", flush=True)
+            sys.argv = [f"benchmarks/{name}.py"]  # each runs with its own defaults
             module.main()
     return 0
 
