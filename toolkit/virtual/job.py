@@ -14,6 +14,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import posixpath
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from toolkit.virtual import repo as R
 from toolkit.virtual.refs import ArrayGeometry, Geometry, SourceFileCoord, VirtualRef, chunk_key
 
 log = logging.getLogger(__name__)
+_MEMO_LOCK = threading.Lock()
 
 __all__ = [
     "CRASH_POINTS",
@@ -84,6 +86,11 @@ class Template:
     data variables (each decoded by gribberish's codec, `var` always set) and root attrs.
 
     Chunks: 1 along every dim a ref pins, whole along the grid dims (`grid_dims`).
+
+    Geometry is memoized per extent and append-dim positions in one dict: the write loop asks
+    for them per file and per batch, and rebuilding the label maps of a multi-year append dim
+    (plus full-resolution grid coordinates) each time dominated a tick. The memo lives outside
+    the dataclass fields, so `fields()`, `replace()` and equality are unaffected.
     """
 
     append_dim: str
@@ -104,15 +111,35 @@ class Template:
             for d in v.dims
         )
 
+    memo_extents: ClassVar[int] = 8  # geometries kept (an update process sees extent grow)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_memo", {})
+
+    def _memoized(self, key: Any, build: Callable[[], Any]) -> Any:
+        memo: dict[Any, Any] = self.__dict__.setdefault("_memo", {})
+        got = memo.get(key)
+        if got is None:
+            got = build()
+            with _MEMO_LOCK:  # the tick loop's threads may build concurrently: last one wins
+                extents = [k for k in memo if k[0] == "geometry" and k[1] is not None]
+                if key[0] == "geometry" and len(extents) >= self.memo_extents:
+                    memo.pop(extents[0], None)
+                memo[key] = got
+        return got
+
     def geometry(self, extent: int | None = None) -> Geometry:
+        return self._memoized(("geometry", extent), lambda: self._build_geometry(extent))
+
+    def _build_geometry(self, extent: int | None) -> Geometry:
+        if extent is not None:  # reuse the full geometry's non-append labels: only one dim shrinks
+            full = self.geometry()
+            return full.with_coords({self.append_dim: self.coords[self.append_dim][:extent]})
         arrays = [
             ArrayGeometry(n, v.dims, self.shape(n, extent), self.chunks(n))
             for n, v in self.variables.items()
         ]
-        coords = dict(self.coords)
-        if extent is not None:
-            coords[self.append_dim] = coords[self.append_dim][:extent]
-        return Geometry.build(self.append_dim, arrays, coords)
+        return Geometry.build(self.append_dim, arrays, self.coords)
 
     def position(self, label: Any) -> int:
         pos = self.geometry().labels[self.append_dim].get(_canon(label))

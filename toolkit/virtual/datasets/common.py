@@ -3,15 +3,15 @@ and CRS attributes, the update window and the Icechunk config.
 
 A dataset module only states its facts (bucket, catalog, file types, cycle spacing, leads,
 grid, manifest split sizes); `NoaaDataset` turns them into the template, the containers and
-the operational window. Templates are built once per process and memoize their geometry, so
-the write loop's label -> position lookups stay cheap on a multi-year append dim.
+the operational window. Templates are built once per process (and `Template` memoizes its
+geometry), so the write loop's label -> position lookups stay cheap on a multi-year append dim.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -21,7 +21,6 @@ from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.job import Template, TemplateVar
 from toolkit.virtual.noaa_job import NoaaVirtualRegionJob
-from toolkit.virtual.refs import Geometry
 from toolkit.virtual.sources.noaa import GribVariable, NoaaSource
 
 __all__ = [
@@ -70,21 +69,8 @@ def latlon_crs_attrs() -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class MemoTemplate(Template):
-    """A Template whose geometry is built once per extent (labels of a multi-year append dim
-    plus full-resolution grid coords would otherwise be re-hashed for every file committed)."""
-
-    memo: dict[Any, Geometry] = field(default_factory=dict, compare=False, repr=False)
-    memo_size: ClassVar[int] = 8  # extents kept (a long update process sees it grow slowly)
-
-    def geometry(self, extent: int | None = None) -> Geometry:
-        got = self.memo.get(extent)
-        if got is None:
-            if len(self.memo) >= self.memo_size:
-                self.memo.pop(next(k for k in self.memo if k is not None))
-            got = self.memo[extent] = super().geometry(extent)
-        return got
+# Kept for callers that still name it: `Template` memoizes its geometry itself now.
+MemoTemplate = Template
 
 
 def _owns(var: GribVariable, file_types: Sequence[str]) -> tuple[float, ...] | bool:
@@ -246,7 +232,7 @@ class NoaaDataset(NoaaVirtualRegionJob):
             variables[v.name] = TemplateVar(dims, "float32", attrs)
         variables["spatial_ref"] = TemplateVar((), "float32", self.crs_attrs())
         assert self.source_store is not None
-        return MemoTemplate(
+        return Template(
             "init_time",
             coords,
             variables,
