@@ -17,25 +17,18 @@ from tests.virtual.test_backfill import sim
 from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.demo import SimGfs
-from toolkit.virtual.job import list_available
 from toolkit.virtual.refs import SourceFileCoord
 from toolkit.virtual.simulate import expected_values
 
 
 @dataclass(frozen=True)
-class CheckedSimGfs(SimGfs):
-    """SimGfs discovering through `list_available`, which carries the listing's mtimes."""
+class UncheckedSimGfs(SimGfs):
+    """The negative control: discovery that drops the listing's last_modified."""
 
     def discover_available(
         self, pending: Sequence[SourceFileCoord], ingested_through: Any
-    ) -> list[tuple[SourceFileCoord, int, Any]]:
-        assert self.source_store is not None
-        return list_available(
-            pending,
-            store=self.source_store,
-            location_prefix=self.source_store.url,
-            require_index=True,
-        )
+    ) -> list[tuple[SourceFileCoord, int]]:
+        return [(c, size) for c, size, *_ in super().discover_available(pending, ingested_through)]
 
 
 def read_t2m(ds, f) -> np.ndarray:
@@ -63,7 +56,8 @@ def test_reuploaded_source_is_refused_at_read_time(tmp_path, checked):
         storage.open_store(str(tmp_path / "repo")),
         publish=3,
     )
-    ds = CheckedSimGfs(plain.repo, source_store=plain.source_store) if checked else plain
+    # every NOAA job (SimGfs included) discovers through list_available: checked by default
+    ds = plain if checked else UncheckedSimGfs(plain.repo, source_store=plain.source_store)
     ds.ensure_repo()
     assert len(ds.run().ingested) == 3
     f = files[1]

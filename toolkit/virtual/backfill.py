@@ -320,12 +320,19 @@ def backfill_plan(
 
 
 def last_published(job: VirtualRegionJob) -> Any:
-    """The newest append-dim label with any file the source lists now (None if none)."""
+    """The newest append-dim label with any file the source lists now (None if none).
+
+    Searched newest position first, one position's files at a time, so a multi-year template
+    costs a listing or two, not a listing of the whole archive.
+    """
     t = job.template()
-    coords = job.region(None, None).generate_source_file_coords()
-    found = job.discover_available(coords, None)
-    labels = [c.out_loc()[t.append_dim] for c, _ in found]
-    return max(labels, key=canon) if labels else None
+    labels = list(t.coords[t.append_dim])
+    for i in range(len(labels) - 1, -1, -1):
+        end = labels[i + 1] if i + 1 < len(labels) else None
+        coords = job.region(labels[i], end).generate_source_file_coords()
+        if coords and job.discover_available(coords, None):
+            return labels[i]
+    return None
 
 
 @dataclass(frozen=True)

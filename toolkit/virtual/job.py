@@ -33,12 +33,15 @@ _MEMO_LOCK = threading.Lock()
 
 __all__ = [
     "CRASH_POINTS",
+    "Available",
     "MetadataDrift",
     "RunResult",
     "Skipped",
     "Template",
     "TemplateVar",
     "VirtualRegionJob",
+    "discover_available_by_obstore_listing",
+    "list_available",
 ]
 
 Batch = list[tuple[SourceFileCoord, list[VirtualRef]]]
@@ -292,7 +295,10 @@ class VirtualRegionJob:
 
     def discover_available(
         self, pending: Sequence[SourceFileCoord], ingested_through: Any
-    ) -> list[tuple[SourceFileCoord, int]]:
+    ) -> list[Available]:
+        """The pending files ready now: (coord, size) or (coord, size, last_modified); pass the
+        source listing's own last_modified when there is one (Icechunk then refuses a ref whose
+        object was re-uploaded). A file held back stays pending."""
         raise NotImplementedError
 
     def file_refs(self, coord: SourceFileCoord, size: int) -> list[VirtualRef]:
@@ -614,6 +620,10 @@ def list_available(
         for c, k in keys.items()
         if k in listed and (not require_index or f"{k}.idx" in listed)
     ]
+
+
+# The name the design uses for the listing discovery utility.
+discover_available_by_obstore_listing = list_available
 
 
 def probe_keys(session: Any, keys: Sequence[str]) -> list[bool]:

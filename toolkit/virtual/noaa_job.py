@@ -1,14 +1,15 @@
 """NOAA GRIB sources as virtual jobs: listing discovery, `.idx` refs with the stale check.
 
 `NoaaVirtualRegionJob` implements `discover_available` (a file is ready once its data object
-and its `.idx` are listed) and `file_refs` (index GET, 16-byte header check, catalog match) for
-any NODD-shaped bucket. A dataset supplies the source, the template, the coords it expects and
-its update window.
+and its `.idx` are listed; the listing's own last_modified rides on every ref, so Icechunk
+refuses a ref whose object was re-uploaded since) and `file_refs` (index GET, 16-byte header
+check, catalog match) for any NODD-shaped bucket, and `expected_cells` from the source's own
+field list (a vertical group may be spread over several file types). A dataset supplies the
+source, the template, the coords it expects and its update window.
 """
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,8 +18,13 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.job import VirtualRegionJob
-from toolkit.virtual.refs import SourceFileCoord, VirtualRef
+from toolkit.virtual.job import (
+    Available,
+    VirtualRegionJob,
+    discover_available_by_obstore_listing,
+    list_available,
+)
+from toolkit.virtual.refs import SourceFileCoord, VirtualRef, canon
 from toolkit.virtual.sources.noaa import Member, NoaaSource
 from toolkit.virtual.sources.resolve import resolve_file
 
@@ -27,35 +33,6 @@ __all__ = [
     "NoaaVirtualRegionJob",
     "discover_available_by_obstore_listing",
 ]
-
-
-def discover_available_by_obstore_listing(
-    pending: Sequence[SourceFileCoord],
-    *,
-    store: storage.Store,
-    location_prefix: str,
-    require_index: bool,
-) -> list[tuple[SourceFileCoord, int]]:
-    """Pending files whose data object (and index, when required) `store` lists now.
-
-    One listing per distinct directory of the pending files; sizes come from the listing.
-    """
-    prefix = location_prefix.rstrip("/") + "/"
-    keys: dict[SourceFileCoord, str] = {}
-    for c in pending:
-        url = c.get_url()
-        if not url.startswith(prefix):
-            raise ValueError(f"{url} is not under the source prefix {prefix}")
-        keys[c] = url[len(prefix) :]
-    listed: dict[str, int] = {}
-    for d in sorted({posixpath.dirname(k) for k in keys.values()}):
-        for info in storage.list_objects(store, d):
-            listed[info.key] = info.size
-    out = []
-    for c, k in keys.items():
-        if k in listed and (not require_index or f"{k}.idx" in listed):
-            out.append((c, listed[k]))
-    return out
 
 
 @dataclass(frozen=True)
@@ -81,6 +58,10 @@ class NoaaCoord(SourceFileCoord):
         if self.member is not None:
             loc["ensemble_member"] = self.member if self.member_label is None else self.member_label
         return loc
+
+
+def _lead(lead: np.timedelta64) -> timedelta:
+    return timedelta(seconds=int(np.timedelta64(lead, "s").astype("int64")))
 
 
 def _py_time(t: np.datetime64) -> datetime:
@@ -128,7 +109,7 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
         self, init: np.datetime64, lead: np.timedelta64, member: Member, file_type: str
     ) -> NoaaCoord:
         src = self.source()
-        lead_td = timedelta(seconds=int(np.timedelta64(lead, "s").astype("int64")))
+        lead_td = _lead(lead)
         names = tuple(dict.fromkeys(f.variable.name for f in src.fields(file_type, lead_td)))
         key = src.data_key(_py_time(init), lead_td, file_type, member)
         assert self.source_store is not None
@@ -159,18 +140,53 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
 
     def discover_available(
         self, pending: Sequence[SourceFileCoord], ingested_through: Any
-    ) -> list[tuple[SourceFileCoord, int]]:
+    ) -> list[Available]:
+        """Listed data object and `.idx`, with the listing's size and last_modified."""
         assert self.source_store is not None
-        return discover_available_by_obstore_listing(
-            pending,
-            store=self.source_store,
-            location_prefix=self.source_store.url,
-            require_index=True,
+        return list(
+            list_available(
+                pending,
+                store=self.source_store,
+                location_prefix=self.source_store.url,
+                require_index=True,
+            )
         )
+
+    def expected_cells(self, coord: SourceFileCoord) -> list[tuple[str, dict[str, Any]]]:
+        """The (variable[, level]) cells this file owns, from `source.fields(file_type, lead)`:
+        a vertical group spread over several file types (GFS pgrb2/pgrb2b) expects each level
+        from the one file that carries it, and statistics absent at lead 0 are not expected."""
+        assert isinstance(coord, NoaaCoord)
+        t = self.template()
+        levels = {canon(lv) for lv in t.coords.get("level", ())}
+        base = coord.out_loc()
+        out: list[tuple[str, dict[str, Any]]] = []
+        src = self.source()
+        lead = _lead(coord.lead_time)
+        for fld in src.fields(coord.file_type, lead):
+            name = fld.variable.name
+            if name not in t.variables or any(  # optional: some files lack it, by design
+                k.covers(
+                    coord.file_type,
+                    fld.variable.element,
+                    fld.variable.index_level(fld.level),
+                    lead,
+                    coord.member,
+                )
+                for k in src.known_missing
+            ):
+                continue
+            loc = dict(base)
+            if fld.level is not None:
+                if canon(fld.level) not in levels:
+                    continue  # a level the dataset's template does not carry
+                loc["level"] = fld.level
+            out.append((name, loc))
+        return out
 
     def file_refs(self, coord: SourceFileCoord, size: int) -> list[VirtualRef]:
         assert isinstance(coord, NoaaCoord) and self.source_store is not None
-        lead = timedelta(seconds=int(np.timedelta64(coord.lead_time, "s").astype("int64")))
+        lead = _lead(coord.lead_time)
         resolved = resolve_file(
             self.source_store,
             self.source(),

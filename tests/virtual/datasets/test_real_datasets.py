@@ -214,8 +214,15 @@ def test_file_refs_one_per_field_on_one_chunk_each(tmp_path, cls, lead, member, 
     size = lay_out(ds.source_store, key, name)
 
     (found,) = ds.discover_available([c], None)
-    assert found == (c, size)  # size from the listing, index required
+    (info,) = [
+        i for i in storage.list_objects(ds.source_store, key.rsplit("/", 1)[0]) if i.key == key
+    ]
+    assert found == (c, size, info.last_modified)  # size and mtime from the listing, index required
     refs = ds.file_refs(c, size)
+    # completeness expects exactly the cells the file's refs fill
+    assert sorted((v, sorted(loc.items())) for v, loc in ds.expected_cells(c)) == sorted(
+        (r.variable, sorted(r.loc.items())) for r in refs
+    )
 
     fields = ds.source().fields(c.file_type, timedelta(hours=lead))
     assert sorted((r.variable, r.loc.get("level")) for r in refs) == sorted(
@@ -316,3 +323,51 @@ def test_run_commits_real_inventories_and_the_filter_sees_them(tmp_path, cls, fi
     assert x.sizes["init_time"] == 1 and x["init_time"].values[0] == INIT64
     assert np.isnan(x["spatial_ref"].values)  # appends never touch it
     assert region.region(INIT64, INIT64 + np.timedelta64(1, "ns")).run().commits == []
+
+
+def test_gfs_levels_over_two_file_types_are_expected_once_each(tmp_path):
+    """GFS pgrb2 + pgrb2b: each isobaric level is expected from the one file that carries it,
+    so validation counts every (variable, level) once; ingesting only pgrb2 names exactly the
+    pgrb2b levels as the gap."""
+    from toolkit.virtual.validate import completeness
+
+    ds = small(GfsForecast, tmp_path, source_file_types=("pgrb2", "pgrb2b"))
+    lead = np.timedelta64(7, "h").astype("timedelta64[ns]")
+    files = [
+        c for c in ds.generate_source_file_coords() if c.init_time == INIT64 and c.lead_time == lead
+    ]
+    assert sorted(c.file_type for c in files) == ["pgrb2", "pgrb2b"]
+    cells = {c.file_type: ds.expected_cells(c) for c in files}
+    flat = [(v, loc.get("level")) for cs in cells.values() for v, loc in cs]
+    assert len(flat) == len(set(flat))  # nothing expected twice
+    t = ds.template()
+    temp = sorted(lv for v, lv in flat if v == "temperature")
+    np.testing.assert_array_equal(temp, t.coords["level"])  # every level, from one file each
+    src = ds.source()
+    for ft, cs in cells.items():
+        assert sorted((v, loc.get("level")) for v, loc in cs) == sorted(
+            (f.variable.name, f.level) for f in src.fields(ft, timedelta(hours=7))
+        )
+    pgrb2b_levels = {loc["level"] for v, loc in cells["pgrb2b"] if v == "temperature"}
+    assert pgrb2b_levels and not pgrb2b_levels & {loc.get("level") for _, loc in cells["pgrb2"]}
+
+    pgrb2 = next(c for c in files if c.file_type == "pgrb2")
+    lay_out(
+        ds.source_store,
+        pgrb2.get_url()[len(ds.source_store.url) + 1 :],
+        "gfs.t00z.pgrb2.0p25.f007.idx",
+    )
+    ds.ensure_repo()
+    assert ds.region(INIT64, INIT64 + np.timedelta64(1, "ns")).run().ingested == [pgrb2.key]
+    comp = completeness(ds, start=INIT64, end=INIT64 + np.timedelta64(1, "ns"))
+    at7 = [
+        cell
+        for cells_ in comp.missing.values()
+        for cell in cells_
+        if dict(cell.loc)["lead_time"] == lead
+    ]
+    assert {(c.variable, dict(c.loc).get("level")) for c in at7} == {
+        (v, loc.get("level")) for v, loc in cells["pgrb2b"]
+    }
+    present7 = [c for c in comp.present if dict(c.loc)["lead_time"] == lead]
+    assert len(present7) == len(cells["pgrb2"])
