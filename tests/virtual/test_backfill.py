@@ -79,8 +79,15 @@ def test_end_past_published_needs_explicit_permission(tmp_path):
     end = np.datetime64("2025-08-02T00", "ns")
     with pytest.raises(ValueError, match=r"2 empty position\(s\).*2025-08-01T12"):
         backfill(ds, start=START, end=end, executor="sync")
-    backfill(ds, start=START, end=end, executor="sync", allow_empty_positions=True)
+    report = backfill(ds, start=START, end=end, executor="sync", allow_empty_positions=True)
     assert main_ds(ds).sizes["init_time"] == 4
+    # the report names the positions readers will see empty
+    assert report.stage("ingest").result.empty_positions == (
+        "2025-08-01T12:00:00.000000000",
+        "2025-08-01T18:00:00.000000000",
+    )
+    again = backfill(ds, start=START, executor="sync").stage("ingest")
+    assert again.written == 0 and again.result is None  # all done: nothing empty named
 
 
 def test_finalize_refuses_when_main_moved(tmp_path):

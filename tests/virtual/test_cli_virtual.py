@@ -72,11 +72,64 @@ def test_backfill_update_inspect(tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "roll to the next fire" in res.output
+    # anchored to the (simulated, long past) scheduled fire: one sweep, said so
+    assert "has passed: one sweep only" in res.output
     res = runner.invoke(app, ["virtual", "inspect", str(tmp_path / "repo")])
     assert res.exit_code == 0, res.output
     assert "rebase attempts" in res.output and "temperature_2m" in res.output
     res = runner.invoke(app, ["virtual", "backfill", "nope", *common, "--start", "2025-08-01"])
     assert res.exit_code == 2 and "unknown dataset 'nope'" in res.output
+    assert "gefs, gfs, hrrr, sim-gfs" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "virtual",
+            "backfill",
+            "sim-gfs",
+            "--repo",
+            str(tmp_path / "repo"),
+            "--start",
+            "2025-08-01",
+        ],
+    )
+    assert res.exit_code == 2 and "no bucket of its own" in res.output and "--source" in res.output
+
+
+def test_datasets_lists_the_registry_one_line_each():
+    from toolkit.virtual.datasets import DATASETS
+
+    res = runner.invoke(app, ["virtual", "datasets"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert [line.split()[0] for line in lines] == sorted(DATASETS)
+    by_name = {line.split()[0]: line for line in lines}
+    assert "s3://noaa-hrrr-bdp-pds" in by_name["hrrr"] and "HRRR" in by_name["hrrr"]
+    assert "s3://noaa-gfs-bdp-pds" in by_name["gfs"]
+    assert "s3://noaa-gefs-pds" in by_name["gefs"]
+    assert "pass --source" in by_name["sim-gfs"]
+
+
+def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
+    """No --source: the dataset's own NODD bucket, anonymous, us-east-1 (nothing is read
+    here); --source swaps in a mirror, --anonymous reads an S3 one without credentials."""
+    from toolkit.virtual.cli import _dataset
+    from toolkit.virtual.datasets.common import NOAA_REGION
+
+    for name, bucket in (
+        ("hrrr", "s3://noaa-hrrr-bdp-pds"),
+        ("gfs", "s3://noaa-gfs-bdp-pds"),
+        ("gefs", "s3://noaa-gefs-pds"),
+    ):
+        ds = _dataset(name, str(tmp_path / "repo"), None, None, False, False)
+        assert ds.source_store.url == bucket
+        assert ds.source_store.options == {"region": NOAA_REGION, "anonymous": True}
+        assert ds.repo.url.endswith("repo")
+    mirror = _dataset(
+        "gfs", str(tmp_path / "repo"), "s3://mirror/gfs", "http://127.0.0.1:9", True, True, True
+    )
+    assert mirror.source_store.url == "s3://mirror/gfs"
+    assert mirror.source_store.options["anonymous"] is True
+    assert mirror.source_store.options["endpoint"] == "http://127.0.0.1:9"
 
 
 def test_demo_backfills_then_updates_while_files_publish(tmp_path):
@@ -87,3 +140,33 @@ def test_demo_backfills_then_updates_while_files_publish(tmp_path):
     assert reports[0].stage("ingest").written == 6
     result = reports[1].stage("update").result
     assert len(result.ingested) == 6 and result.pending == [] and not result.skipped
+
+
+def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
+    """`toolkit virtual backfill gfs --source <local copy>`: the real GFS template, the real
+    inventories (sparse GRIB2 bodies), refs into the mirror's container; then validate names
+    the leads the mirror lacks."""
+    import numpy as np
+    import xarray as xr
+
+    from tests.virtual.datasets.test_real_datasets import lay_out
+    from toolkit.virtual import repo as R
+    from toolkit.virtual.datasets import GfsForecast
+
+    src = storage.open_store(str(tmp_path / "bucket"))
+    ds = GfsForecast(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
+    init = datetime(2025, 8, 1)
+    for lead in (0, 7):
+        key = ds.source().data_key(init, timedelta(hours=lead), "pgrb2")
+        lay_out(src, key, f"gfs.t00z.pgrb2.0p25.f{lead:03d}.idx")
+    common = ["--repo", str(tmp_path / "repo"), "--source", str(tmp_path / "bucket")]
+    window = ["--start", "2025-08-01T00", "--end", "2025-08-01T01"]
+    res = runner.invoke(app, ["virtual", "backfill", "gfs", *common, *window, "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    assert "2/2" in res.output  # the ingest gate: both published files probed present
+    session = R.readonly(R.open_repo(storage.open_store(str(tmp_path / "repo")), fresh=True))
+    x = xr.open_zarr(session.store, consolidated=False)
+    assert x["init_time"].values[-1] == np.datetime64(init, "ns")  # ends at the backfilled cycle
+    res = runner.invoke(app, ["virtual", "validate", "gfs", *common, *window, "--sample", "0"])
+    assert res.exit_code == 1  # 207 leads of the cycle are not in the mirror
+    assert "lead_time=1h" in res.output and "lead_time=7h" not in res.output

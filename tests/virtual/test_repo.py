@@ -86,6 +86,23 @@ def test_reader_needs_only_the_location(local):
     assert R.container_prefixes(R.open_repo(store, fresh=True)) == [f"{src.as_uri()}/"]
 
 
+def test_chunks_present_agrees_with_store_exists(local):
+    """The fast manifest lookup the filter and completeness use answers exactly as
+    `store.exists` does: set refs, unset cells, out-of-range cells; a missing array raises."""
+    _, src, repo = local
+    s = R.writable(repo)
+    make_array(s, n=6)
+    R.set_virtual_refs(s, "v", refs_for(f"{src.as_uri()}/f.bin", [0, 2, 3]))
+    R.commit(s, "refs")
+    ro = R.readonly(R.open_repo(local[0], fresh=True))
+    cells = [("v", (i, 0)) for i in range(8)]  # rows 6 and 7 lie past the array's shape
+    got = R.chunks_present(ro, cells)
+    assert got == R.exists_many(ro, [f"v/c/{i}/0" for i in range(8)])
+    assert got == [True, False, True, True, False, False, False, False]
+    with pytest.raises(KeyError, match="array 'w' is not in the store"):
+        R.chunks_present(ro, [("w", (0, 0))])
+
+
 def test_refs_outside_every_container_raise(local, tmp_path):
     _, _, repo = local
     s = R.writable(repo)

@@ -127,6 +127,8 @@ def test_two_update_processes_started_at_once_one_writes(tmp_path):
         str(tmp_path / "src"),
         "--fire-time",
         "2025-08-01T18",
+        "--scheduled-at",
+        "now",  # the simulator's clock is not the wall clock: anchor the deadline at start
         "--deadline",
         "10",  # the winner holds the lease, polling for the last cycle, past the loser
     ]
@@ -156,3 +158,27 @@ def test_a_dead_holders_lease_lapses_and_a_waiting_update_takes_it(tmp_path):
     b._renewed = 0.0  # force the next renew to write
     b.renew()
     b.check()
+
+
+def test_an_update_far_behind_says_to_backfill_and_a_window_outside_the_template_is_refused(
+    tmp_path,
+):
+    """Main ends more than one window before the fire's window: growing past the gap would
+    leave readers empty positions no later fire covers, so the update refuses, saying
+    backfill. A fire whose window misses the template entirely is refused, naming both."""
+    from toolkit.virtual.demo import SimGfs
+    from toolkit.virtual.update import FarBehind
+
+    ds = SimGfs(
+        R.RepoRef(storage.open_store(str(tmp_path / "repo"))),
+        source_store=storage.open_store(str(tmp_path / "src")),
+        inits=8,
+    )
+    with pytest.raises(FarBehind, match=r"ends 5 init_time positions .*run a backfill"):
+        update(ds, fire_time=np.datetime64("2025-08-02T18", "ns"), deadline_seconds=5)
+    assert main_ds(ds).sizes["init_time"] == 0  # nothing grown, nothing committed
+    with pytest.raises(ValueError, match=r"fire 2030-01-01.*holds no init_time of the template"):
+        update(ds, fire_time=np.datetime64("2030-01-01", "ns"), deadline_seconds=5)
+    # one window behind is tolerated (a new dataset, or a missed fire)
+    report = update(ds, fire_time=np.datetime64("2025-08-01T18", "ns"), deadline_seconds=1)
+    assert len(report.stage("update").result.pending) == 9  # nothing published: rolls over

@@ -18,9 +18,10 @@ finalize  replicas, then the primary: main := temp branch, each only if its main
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ class BackfillOut:
     refs: int = 0
     verified: tuple[str, ...] = ()  # ingested files probed present after their commit
     probe_nodes: int = 0  # how many nodes ran those probes
+    empty_positions: tuple[str, ...] = ()  # pre-sized past the last published position
 
 
 def temp_branch(job: VirtualRegionJob) -> str:
@@ -320,25 +322,20 @@ def backfill_plan(
 
 
 def last_published(job: VirtualRegionJob) -> Any:
-    """The newest append-dim label with any file the source lists now (None if none).
+    """The newest append-dim label in `job`'s region with any file the source lists now (None
+    if none).
 
     Searched newest position first, one position's files at a time, so a multi-year template
     costs a listing or two, not a listing of the whole archive.
     """
     t = job.template()
-    labels = list(t.coords[t.append_dim])
+    labels = [x for x in t.coords[t.append_dim] if job.in_region(x)]
     for i in range(len(labels) - 1, -1, -1):
-        end = labels[i + 1] if i + 1 < len(labels) else None
+        end = labels[i + 1] if i + 1 < len(labels) else job.end
         coords = job.region(labels[i], end).generate_source_file_coords()
         if coords and job.discover_available(coords, None):
             return labels[i]
     return None
-
-
-@dataclass(frozen=True)
-class BackfillResult:
-    report: Report
-    empty_positions: tuple[Any, ...] = field(default=())
 
 
 def backfill(
@@ -358,11 +355,13 @@ def backfill(
     """Backfill [start, end) of `job`'s dataset; `end` defaults to just past the last published
     position. Going past it needs `allow_empty_positions` (readers would see those empty)."""
     t = job.template()
-    newest = last_published(job)
     if end is None:
+        newest = last_published(job.region(start, None))
         if newest is None:
-            raise ValueError("the source has published nothing yet: nothing to backfill")
+            raise ValueError(f"the source lists no file at or after {start}: nothing to backfill")
         end = np.datetime64(newest, "ns") + np.timedelta64(1, "ns")
+    else:
+        newest = last_published(job.region(start, end))
     region = job.region(start, end, overwrite_chunks=overwrite_chunks)
     empty = [
         x
@@ -370,10 +369,30 @@ def backfill(
         if region.in_region(x) and (newest is None or canon(x) > canon(newest))
     ]
     if empty and not allow_empty_positions:
+        published = (
+            f"the last published {t.append_dim} ({newest})"
+            if newest is not None
+            else (f"every published {t.append_dim} (none in [{start}, {end}))")
+        )
         raise ValueError(
-            f"--end {end} runs past the last published {t.append_dim} ({newest}): readers would "
+            f"--end {end} runs past {published}: readers would "
             f"see {len(empty)} empty position(s) ({', '.join(map(str, empty[:5]))}); pass "
             "allow_empty_positions / --allow-empty-positions to pre-size them anyway"
         )
     plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in)
-    return run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+    report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+    if not empty:
+        return report
+    # name the positions readers will see empty (pre-sized past the last published one)
+    stages = tuple(
+        dataclasses.replace(
+            s,
+            result=dataclasses.replace(
+                s.result or BackfillOut(), empty_positions=tuple(str(x) for x in empty)
+            ),
+        )
+        if s.name == "ingest"
+        else s
+        for s in report.stages
+    )
+    return dataclasses.replace(report, stages=stages)

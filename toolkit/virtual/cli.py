@@ -1,5 +1,8 @@
 """`toolkit virtual backfill|update|inspect|validate`.
 
+Datasets come from `toolkit.virtual.datasets.DATASETS`; a real one reads its own NOAA bucket
+anonymously unless `--source` names a mirror or a local copy.
+
 Exit codes: 0 success, 1 a failed gate or check (finalize refusing a moved main; another
 update holding the repo's lease -- "another update is running" -- or taking it over mid-run; a
 validation failure), 2 bad usage or an unreachable store.
@@ -15,41 +18,56 @@ app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_i
 
 Dataset = Annotated[str, typer.Argument(help="Dataset name (see `toolkit virtual datasets`).")]
 RepoUrl = Annotated[str, typer.Option("--repo", help="Icechunk repo location (path, s3://...).")]
-SourceUrl = Annotated[str, typer.Option("--source", help="Source archive location (bucket URL).")]
+SourceUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--source",
+        help="Source archive location (bucket URL, path). Default: the dataset's own NOAA "
+        "bucket, read anonymously; sim-gfs has none and needs it.",
+    ),
+]
 Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
 AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
 PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+Anonymous = Annotated[
+    bool, typer.Option("--anonymous", help="Read an s3:// --source without credentials.")
+]
 
 
-def _datasets() -> dict[str, Any]:
-    from toolkit.virtual.demo import SimGfs
-
-    return {"sim-gfs": SimGfs}
-
-
-def _open(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
+def _open(
+    url: str, endpoint: str | None, allow_http: bool, path_style: bool, anonymous: bool = False
+) -> Any:
     from toolkit import storage
     from toolkit.console import store_options
 
     return storage.open_store(
         url,
         **store_options(
-            url, endpoint, "us-east-1" if endpoint else None, False, allow_http, path_style
+            url, endpoint, "us-east-1" if endpoint else None, anonymous, allow_http, path_style
         ),
     )
 
 
 def _dataset(
-    name: str, repo: str, source: str, endpoint: str | None, allow_http: bool, path_style: bool
+    name: str,
+    repo: str,
+    source: str | None,
+    endpoint: str | None,
+    allow_http: bool,
+    path_style: bool,
+    anonymous: bool = False,
 ) -> Any:
+    """Build DATASETS[name] on `repo`; `source` (a mirror, a local copy) replaces its bucket."""
     from toolkit.virtual import repo as R
+    from toolkit.virtual.datasets import DATASETS
 
-    known = _datasets()
-    if name not in known:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(known))}")
-    return known[name](
-        R.RepoRef(_open(repo, endpoint, allow_http, path_style)),
-        source_store=_open(source, endpoint, allow_http, path_style),
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    ref = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
+    if source is None:
+        return DATASETS[name](ref)  # its own bucket, or a ValueError saying it has none
+    return DATASETS[name](
+        ref, source_store=_open(source, endpoint, allow_http, path_style, anonymous)
     )
 
 
@@ -84,11 +102,17 @@ def _label(text: str | None) -> Any:
 
 @app.command("datasets")
 def datasets() -> None:
-    """List the datasets this build knows."""
+    """List the datasets this build knows: name, what it is, where it reads from."""
     from toolkit.console import out
+    from toolkit.virtual.datasets import DATASETS
 
-    for name, cls in sorted(_datasets().items()):
-        out.print(f"{name}\t{(cls.__doc__ or '').strip().splitlines()[0]}")
+    width = max(map(len, DATASETS))
+    for name, cls in sorted(DATASETS.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        bucket = getattr(cls, "bucket", "") or "(no bucket: pass --source)"
+        out.print(
+            f"{name:<{width}}  {bucket:<26}  {doc}", highlight=False, markup=False, soft_wrap=True
+        )
 
 
 @app.command()
@@ -96,8 +120,8 @@ def backfill(
     ctx: typer.Context,
     dataset: Dataset,
     repo: RepoUrl,
-    source: SourceUrl,
     start: Annotated[str, typer.Option(help="First append-dim label (e.g. 2025-08-01T00).")],
+    source: SourceUrl = None,
     end: Annotated[str | None, typer.Option(help="Exclusive end; default: last published.")] = None,
     workers: Annotated[int, typer.Option(help="Worker nodes (contiguous blocks).")] = 4,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
@@ -110,13 +134,14 @@ def backfill(
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    anonymous: Anonymous = False,
 ) -> None:
     """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
     from toolkit.console import err_console, print_report, progress_bars, root_cluster
     from toolkit.virtual.backfill import backfill as run_backfill
 
     with _errors():
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         with progress_bars() as bars:
             report = run_backfill(
                 ds,
@@ -135,14 +160,32 @@ def backfill(
     if out is not None:
         for s in out.skipped:
             err_console.print(f"skipped {s.url}: {s.reason}")
+        if out.empty_positions:
+            err_console.print(
+                f"{len(out.empty_positions)} position(s) past the last published one: readers "
+                f"see them empty until refs land: {', '.join(out.empty_positions)}"
+            )
 
 
 @app.command()
 def update(
     dataset: Dataset,
     repo: RepoUrl,
-    source: SourceUrl,
-    fire_time: Annotated[str, typer.Option(help="Scheduled fire (append-dim label).")],
+    source: SourceUrl = None,
+    fire_time: Annotated[
+        str | None,
+        typer.Option(
+            help="Scheduled fire (UTC, e.g. 2025-08-01T18:00): the window ends here. Default: now."
+        ),
+    ] = None,
+    scheduled_at: Annotated[
+        str | None,
+        typer.Option(
+            help="Wall-clock UTC time the fire was scheduled ('now' for a simulated clock); "
+            "polling stops at it + --deadline - grace, so a replacement process stops when "
+            "the one it replaced would have. Default: --fire-time."
+        ),
+    ] = None,
     deadline: Annotated[float, typer.Option(help="Active deadline, seconds.")] = 600.0,
     lease_wait: Annotated[
         float,
@@ -154,15 +197,29 @@ def update(
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    anonymous: Anonymous = False,
 ) -> None:
     """One operational fire: refresh metadata, commit whole files to main as they publish."""
+    import time
+
     from toolkit.console import err_console, print_report
     from toolkit.virtual.update import update as run_update
 
     with _errors():
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        fire = _label(fire_time or "now")
+        anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
+        if anchor + deadline <= time.time():
+            err_console.print(
+                f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
+                "has passed: one sweep only"
+            )
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         report = run_update(
-            ds, fire_time=_label(fire_time), deadline_seconds=deadline, lease_wait=lease_wait
+            ds,
+            fire_time=fire,
+            scheduled_at=anchor,
+            deadline_seconds=deadline,
+            lease_wait=lease_wait,
         )
     print_report(report)
     result = report.stage("update").result
@@ -170,6 +227,17 @@ def update(
         err_console.print(f"skipped {s.url}: {s.reason}")
     if result.pending:
         err_console.print(f"{len(result.pending)} file(s) not yet published roll to the next fire")
+
+
+def _epoch(text: str) -> float:
+    """A UTC wall-clock time ('now' or ISO) as epoch seconds."""
+    import time
+
+    import numpy as np
+
+    if text == "now":
+        return time.time()
+    return float(np.datetime64(text, "ms").astype("int64")) / 1000.0
 
 
 @app.command()
@@ -224,7 +292,7 @@ def validate(
     ctx: typer.Context,
     dataset: Dataset,
     repo: RepoUrl,
-    source: SourceUrl,
+    source: SourceUrl = None,
     start: Annotated[str | None, typer.Option(help="First append-dim label to check.")] = None,
     end: Annotated[str | None, typer.Option(help="Exclusive end label.")] = None,
     sample: Annotated[int, typer.Option(help="Cells to decode (each a graph node).")] = 16,
@@ -236,6 +304,7 @@ def validate(
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    anonymous: Anonymous = False,
 ) -> None:
     """Manifest completeness per append-dim position, then decode health on a sample.
 
@@ -246,7 +315,7 @@ def validate(
     from toolkit.virtual.validate import validate as run_validate
 
     with _errors():
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         fractions = tuple(float(x) for x in min_present.split(",") if x.strip())
         with progress_bars() as bars:
             report = run_validate(
@@ -268,6 +337,6 @@ def validate(
         bad = [s for s in report.samples if not s.ok]
         out.print(f"decode health: {len(report.samples)} sample(s), {len(bad)} failed")
         for line in report.failures:
-            err_console.print(f"FAIL {line}")
+            err_console.print(f"FAIL {line}", highlight=False, markup=False)
         if not report.ok:
             raise ValidationFailed(f"{len(report.failures)} validation failure(s)")

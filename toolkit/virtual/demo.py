@@ -29,13 +29,23 @@ _TEMPLATES: dict[tuple[Any, ...], Template] = {}
 
 @dataclass(frozen=True)
 class SimGfs(NoaaVirtualRegionJob):
-    """GFS-shaped: init_time (append, every `freq_hours`) x lead_time x [level] x lat x lon."""
+    """Simulated GFS-shaped forecast over toolkit.virtual.simulate's archive (demo, tests).
+
+    init_time (append, every `freq_hours`) x lead_time x [level] x latitude x longitude.
+    """
 
     first_init: datetime = datetime(2025, 8, 1)
     inits: int = 4
     freq_hours: int = 6
     lead_hours: tuple[int, ...] = (0, 3, 6)
     split: int = 8
+
+    def __post_init__(self) -> None:
+        if self.source_store is None:
+            raise ValueError(
+                "dataset 'sim-gfs' reads a simulator archive and has no bucket of its own: "
+                "pass its store (--source)"
+            )
 
     def source(self) -> NoaaSource:
         from toolkit.virtual.simulate import sim_variables

@@ -26,7 +26,14 @@ import zarr
 
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.refs import ArrayGeometry, Geometry, SourceFileCoord, VirtualRef, chunk_key
+from toolkit.virtual.refs import (
+    ArrayGeometry,
+    ChunkKey,
+    Geometry,
+    SourceFileCoord,
+    VirtualRef,
+    chunk_key,
+)
 
 log = logging.getLogger(__name__)
 _MEMO_LOCK = threading.Lock()
@@ -368,14 +375,13 @@ class VirtualRegionJob:
         if extent is None:
             return list(coords)
         geom = t.geometry(extent)
-        probes: list[tuple[SourceFileCoord, str | None]] = []
+        probes: list[tuple[SourceFileCoord, ChunkKey | None]] = []
         for c in coords:
             var = self.representative_var(c)
-            ck = chunk_key(geom, var, self.representative_probe_loc(c, var))
-            probes.append((c, ck.key if ck else None))
-        keys = [k for _, k in probes if k is not None]
-        present = dict(zip(keys, R.exists_many(session, keys), strict=True))
-        return [c for c, k in probes if k is None or not present[k]]
+            probes.append((c, chunk_key(geom, var, self.representative_probe_loc(c, var))))
+        cells = [(k.variable, k.index) for _, k in probes if k is not None]
+        present = dict(zip(cells, R.chunks_present(session, cells), strict=True))
+        return [c for c, k in probes if k is None or not present[(k.variable, k.index)]]
 
     def ingested_through(self, session: Any) -> Any:
         t = self.template()

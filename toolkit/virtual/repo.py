@@ -31,6 +31,7 @@ __all__ = [
     "RepoRef",
     "VirtualConfig",
     "chunk_coordinates",
+    "chunks_present",
     "commit",
     "create_branch",
     "delete_branch",
@@ -418,16 +419,35 @@ def virtual_locations(session: Any) -> set[str]:
     return set(session.all_virtual_chunk_locations())
 
 
+def chunks_present(session: Any, cells: Sequence[tuple[str, Sequence[int]]]) -> list[bool]:
+    """For each (array, chunk index): does the manifest hold a ref (or chunk) there?
+
+    Manifest lookups only (`Session.chunk_type`), synchronous and ~100x cheaper per cell than
+    `store.exists` through asyncio, which matters for a filter or a completeness check over
+    tens of thousands of cells. An array missing from the store raises KeyError naming it.
+    """
+    out = []
+    for array, index in cells:
+        try:
+            kind = session.chunk_type("/" + array.lstrip("/"), [int(i) for i in index])
+        except ic.NodeNotFoundError:
+            raise KeyError(f"array {array!r} is not in the store") from None
+        out.append(kind != ic.ChunkType.uninitialized)
+    return out
+
+
 def exists_many(session: Any, keys: Sequence[str], concurrency: int = 256) -> list[bool]:
     """Manifest probes (`store.exists`): never read a source byte, never decode."""
     import asyncio
+
+    store = session.store  # one store object: building it per key dominated large probes
 
     async def run() -> list[bool]:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(k: str) -> bool:
             async with sem:
-                return bool(await session.store.exists(k))
+                return bool(await store.exists(k))
 
         return list(await asyncio.gather(*(one(k) for k in keys)))
 

@@ -54,6 +54,14 @@ def update(
     fire = job.region(
         start, end, processing_mode="update", branch="main", poll_deadline=poll_deadline
     )
+    t = fire.template()
+    inside = [x for x in t.coords[t.append_dim] if fire.in_region(x)]
+    if not inside:
+        raise ValueError(
+            f"fire {fire_time}: its window [{start}, {end}) holds no {t.append_dim} of "
+            f"the template ({t.coords[t.append_dim][0]} .. {t.coords[t.append_dim][-1]})"
+        )
+    first = t.position(inside[0])
     repo = fire.ensure_repo()
     busy = [b for b in R.branches(repo) if b.startswith("backfill-")]
     if busy:
@@ -68,14 +76,15 @@ def update(
     )
     try:
         fire.refresh_metadata()
-        t = fire.template()
         session = R.readonly(fire.repo.open(fresh=True))
         extent = committed_extent(session, t) or 0
-        first = t.position(next(x for x in t.coords[t.append_dim] if fire.in_region(x)))
-        if extent and first - extent > len(t.coords[t.append_dim]) // 2 and first > extent + 4:
+        # Positions between main's end and the window are never in any later fire's window:
+        # growing past them leaves readers empty slots. Tolerate one window's worth (a missed
+        # fire or a new dataset whose template starts just before), refuse beyond.
+        if first - extent > len(inside):
             raise FarBehind(
                 f"{job.repo.url} ends {first - extent} {t.append_dim} positions "
-                "before this fire's window: run a backfill instead"
+                f"before this fire's window (starting {inside[0]}): run a backfill instead"
             )
         result = RunResult()
         coords = fire.generate_source_file_coords()

@@ -102,7 +102,7 @@ def completeness(
     session = R.readonly(job.repo.open(fresh=True), branch)
     extent = committed_extent(session, t) or 0
     geom = t.geometry(extent)
-    cells: list[tuple[Any, Cell, str]] = []
+    cells: list[tuple[Any, Cell, tuple[str, tuple[int, ...]]]] = []
     skipped: set[Any] = set()
     for coord in region.generate_source_file_coords():
         pos = coord.out_loc()[t.append_dim]
@@ -111,8 +111,8 @@ def completeness(
             if ck is None:  # the label is past the committed extent: not published yet
                 skipped.add(canon(pos))
                 continue
-            cells.append((pos, Cell(var, tuple(sorted(loc.items()))), ck.key))
-    present_flags = R.exists_many(session, [k for _, _, k in cells])
+            cells.append((pos, Cell(var, tuple(sorted(loc.items()))), (ck.variable, ck.index)))
+    present_flags = R.chunks_present(session, [k for _, _, k in cells])
     expected: dict[tuple[Any, str], int] = {}
     missing: dict[tuple[Any, str], list[Cell]] = {}
     present: list[Cell] = []
