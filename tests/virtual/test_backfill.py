@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from tests.conftest import make_bucket, s3_options
 from tests.virtual.test_job import assert_exact
 from toolkit import storage
 from toolkit.plan import IncompleteStageError
@@ -102,26 +101,6 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     with pytest.raises(R.BranchMoved, match="moved since setup"):
         backfill(ds, start=START, executor="sync")
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
-
-
-@pytest.mark.slow
-def test_backfill_on_local_cluster_with_s3_emulator(s3_endpoint, local_cluster):
-    """Four contiguous worker blocks on spawned process workers; source and repo on S3."""
-    from tests.virtual.test_repo import public_bucket
-
-    bucket = public_bucket(s3_endpoint)
-    src = storage.open_store(f"s3://{bucket}/src", **s3_options(s3_endpoint))
-    repo_store = storage.open_store(
-        f"s3://{make_bucket(s3_endpoint)}/repo", **s3_options(s3_endpoint)
-    )
-    _, files, ds = sim(src, repo_store)
-    report = backfill(ds, start=START, workers=4, cluster=local_cluster)
-    out = report.stage("ingest").result
-    assert len(out.ingested) == 12 and not out.skipped
-    assert report.stage("ingest").gate_have == 12
-    assert_exact(main_ds(ds), files)
-    hist = R.history(ds.repo.open(fresh=True))
-    assert max(c.rebase_attempts or 0 for c in hist) <= len(out.commits)
 
 
 def test_gate_probes_are_split_over_the_commit_nodes(tmp_path):
