@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -93,6 +93,14 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
     out.print(table)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
+
+
+# The S3 options of toolkit.storage, shared by every command that opens a store.
+Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
+Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
+Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
+AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
+PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
 
 
 def root_cluster(ctx: typer.Context, explicit: str | None = None) -> str | None:

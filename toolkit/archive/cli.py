@@ -14,7 +14,16 @@ from typing import Annotated, Any
 
 import typer
 
-from toolkit.console import exit_codes, root_cluster, store_options
+from toolkit.console import (
+    AllowHttp,
+    Anonymous,
+    Endpoint,
+    PathStyle,
+    Region,
+    exit_codes,
+    root_cluster,
+    store_options,
+)
 
 app = typer.Typer(
     help="Partition Zarr stores into archive blobs; resolve keys to blobs.", no_args_is_help=True
@@ -37,15 +46,13 @@ TMin = Annotated[
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Compute and show, write nothing.")]
 Force = Annotated[bool, typer.Option("--force", help="Re-cut (orphans blob ids; keeps pins).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
-Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
-Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests.")]
-AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow http:// endpoints.")]
-PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
 HotAlways = Annotated[
     list[str] | None,
-    typer.Option("--hot-always", help="Object basename never archived, added to the defaults "
-                 "(zarr.json, .zarray, .zattrs, .zgroup, .zmetadata) (repeatable)."),
+    typer.Option(
+        "--hot-always",
+        help="Object basename never archived, added to the defaults "
+        "(zarr.json, .zarray, .zattrs, .zgroup, .zmetadata) (repeatable).",
+    ),
 ]
 
 
@@ -191,8 +198,16 @@ def partition(
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         todo = scopes or _stores(d, exclude)
         outcomes = [
-            partition_store(d, m, s, policy, force=force, dry_run=dry_run, exclude=exclude or (),
-                            hot_always=hot_always or ())
+            partition_store(
+                d,
+                m,
+                s,
+                policy,
+                force=force,
+                dry_run=dry_run,
+                exclude=exclude or (),
+                hot_always=hot_always or (),
+            )
             for s in todo
         ]
     _print_outcomes(outcomes, as_json, dry_run)
@@ -284,13 +299,18 @@ def diff(
 def resolve(
     keys: Annotated[
         list[str] | None,
-        typer.Argument(help="Keys relative to the data root, or full URLs / absolute paths "
-                       "(default: one per line on stdin)."),
+        typer.Argument(
+            help="Keys relative to the data root, or full URLs / absolute paths "
+            "(default: one per line on stdin)."
+        ),
     ] = None,
     data: Annotated[
         str | None,
-        typer.Option("--data", help="Data root, stripped from URL / path keys (needed only "
-                     "when a pasted URL could enter two scopes)."),
+        typer.Option(
+            "--data",
+            help="Data root, stripped from URL / path keys (needed only "
+            "when a pasted URL could enter two scopes).",
+        ),
     ] = None,
     manifests: Manifests = "manifests",
     as_json: Json = False,
@@ -433,8 +453,13 @@ def report(
     ] = 90.0,
     events: Annotated[
         Path | None,
-        typer.Option("--events", help="Recorded event notifications (JSON / JSON lines).",
-                     exists=True, dir_okay=False, readable=True),
+        typer.Option(
+            "--events",
+            help="Recorded event notifications (JSON / JSON lines).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
     ] = None,
     as_json: Json = False,
     endpoint: Endpoint = None,

@@ -13,8 +13,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from toolkit.console import err_console as console
 from toolkit.console import (
+    AllowHttp,
+    Anonymous,
+    Endpoint,
+    PathStyle,
+    Region,
     exit_codes,
     out,
     print_report,
@@ -22,6 +26,7 @@ from toolkit.console import (
     root_cluster,
     store_options,
 )
+from toolkit.console import err_console as console
 
 app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
 
@@ -37,15 +42,16 @@ MaxShard = Annotated[
 ]
 Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
 Executor = Annotated[str, typer.Option(help="dask or sync")]
-Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
-Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
-Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
-AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
-PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
 
 
-def _options(source: str, endpoint: str | None, region: str | None, anonymous: bool,
-             allow_http: bool, path_style: bool) -> dict[str, Any]:
+def _options(
+    source: str,
+    endpoint: str | None,
+    region: str | None,
+    anonymous: bool,
+    allow_http: bool,
+    path_style: bool,
+) -> dict[str, Any]:
     from toolkit.pyramid.plan import PlanError
 
     options = store_options(source, endpoint, region, anonymous, allow_http, path_style)
@@ -170,8 +176,14 @@ def verify_cmd(
 
     with _exit_codes():
         opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
-        result = verify(source, sample, cluster=root_cluster(ctx, cluster), executor=executor,
-                        private=private, **opts)
+        result = verify(
+            source,
+            sample,
+            cluster=root_cluster(ctx, cluster),
+            executor=executor,
+            private=private,
+            **opts,
+        )
     for f in result.failures:
         console.print(f"[red]FAIL[/red] {escape(str(f))}")
     if not result.ok:

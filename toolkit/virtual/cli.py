@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
+from toolkit.console import AllowHttp, Endpoint, PathStyle
+
 app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
 Dataset = Annotated[str, typer.Argument(help="Dataset name (see `toolkit virtual datasets`).")]
@@ -26,9 +28,6 @@ SourceUrl = Annotated[
         "bucket, read anonymously; sim-gfs has none and needs it.",
     ),
 ]
-Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
-AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
-PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
 Anonymous = Annotated[
     bool, typer.Option("--anonymous", help="Read an s3:// --source without credentials.")
 ]
