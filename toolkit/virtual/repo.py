@@ -13,6 +13,7 @@ objects (`session.store` is a zarr store).
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,7 +58,10 @@ ConflictError = ic.ConflictError
 Container = ic.VirtualChunkContainer
 Session = ic.Session
 
-ic.set_logs_filter("error")
+# Icechunk warns on every repo open (local-filesystem storage, conditional-PUT readback); keep
+# the CLI readable unless the user asked for icechunk's logs with ICECHUNK_LOG.
+if "ICECHUNK_LOG" not in os.environ:
+    ic.set_logs_filter("error")
 
 
 class OutsideContainers(ValueError):
