@@ -159,3 +159,21 @@ def test_listing_matches_written_keys(keys: list[str]) -> None:
         storage.put(store, k, b"x")
         written.append(k)
     assert storage.list_keys(store) == sorted(written)
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        # the digits of a duration once read as HTTP 403 (seen in CI)
+        (
+            "Error performing GET http://h/k in 1.821543403s, after 10 retries - HTTP error: "
+            "error sending request",
+            storage.Unreachable,
+        ),
+        ("Server returned non-2xx status code: 403 Forbidden", storage.AccessDenied),
+        ("took 1.821543403s and failed oddly", storage.StorageError),
+    ],
+)
+def test_error_classification_reads_status_codes_not_digits(message: str, kind: type) -> None:
+    err = storage._translate(RuntimeError(message), storage.open_store("memory://cls"), "k")
+    assert type(err) is kind and "memory://cls/k" in str(err)

@@ -12,6 +12,7 @@ provider, which refreshes. Explicit secret options are refused when pickling.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -127,10 +128,11 @@ def _translate(err: BaseException, store: Store, key: str | None) -> StorageErro
     if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError, PermissionError)):
         return AccessDenied(store.url, key, detail)
     text = str(err).lower()
-    if "403" in text or "forbidden" in text or "access denied" in text:
-        return AccessDenied(store.url, key, detail)
     if any(h in text for h in _UNREACHABLE_HINTS):
         return Unreachable(store.url, key, detail)
+    # a status code, not digits inside a duration such as "in 1.821543403s"
+    if re.search(r"\b403\b", text) or "forbidden" in text or "access denied" in text:
+        return AccessDenied(store.url, key, detail)
     return StorageError(store.url, key, detail)
 
 

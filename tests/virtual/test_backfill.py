@@ -103,11 +103,17 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
 
 
-def test_gate_probes_are_split_over_the_commit_nodes(tmp_path):
+def test_gate_probes_are_split_over_the_commit_nodes(s3_endpoint):
     """Four workers, forks merged two at a time: two commit nodes each probe what they
-    committed; the gate itself probes nothing and passes on their evidence."""
+    committed; the gate itself probes nothing and passes on their evidence. (An object store:
+    Icechunk arbitrates the concurrent commits there.)"""
+    from tests.conftest import make_bucket, s3_options
+    from tests.virtual.test_repo import public_bucket
+
+    opts = s3_options(s3_endpoint)
     _, files, ds = sim(
-        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+        storage.open_store(f"s3://{public_bucket(s3_endpoint)}/src", **opts),
+        storage.open_store(f"s3://{make_bucket(s3_endpoint)}/repo", **opts),
     )
     report = backfill(ds, start=START, workers=4, executor="sync", fan_in=2)
     out = report.stage("ingest").result
@@ -115,6 +121,19 @@ def test_gate_probes_are_split_over_the_commit_nodes(tmp_path):
     assert sorted(out.verified) == sorted(out.ingested) and len(out.ingested) == 12
     assert report.stage("ingest").gate_have == report.stage("ingest").gate_want == 12
     assert_exact(main_ds(ds), files)
+
+
+def test_a_local_repo_gets_one_commit_node(tmp_path):
+    """Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch."""
+    from toolkit.engine import compile_plan
+    from toolkit.virtual.backfill import backfill_plan
+
+    _, _, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    nodes = compile_plan(backfill_plan(ds.region(START, None), workers=8, fan_in=2))
+    combines = [n for n in nodes if n.stage == "ingest" and n.kind == "combine"]
+    assert len(combines) == 1 and len(combines[0].deps) == 8
 
 
 def test_ingest_gate_names_a_file_reported_but_not_probed_present():

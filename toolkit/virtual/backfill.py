@@ -288,6 +288,10 @@ def backfill_plan(
     if not coords:
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
+    if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
+        # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
+        # so a local repo gets one combine node: one commit, no race.
+        fan_in = max(fan_in, workers)
     return Plan(
         f"virtual-backfill-{branch}",
         (
