@@ -199,7 +199,10 @@ def main() -> None:
             contention,
             "Same backfill on a LocalCluster (2 spawned processes, 1 thread each). Workers "
             "return Icechunk forks; combine nodes merge them (fan-in 4) and each commits once "
-            "to the temp branch; max_rebase_attempts is read back from the commits' metadata.",
+            "to the temp branch; max_rebase_attempts is read back from the commits' metadata. "
+            "The repo here is on local disk, whose Icechunk storage cannot arbitrate concurrent "
+            "commits, so the backfill merges every fork in one node: one commit at any worker "
+            "count. (Before that rule, a commit tree gave 2 commits / 1 rebase at 8 workers.)",
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
