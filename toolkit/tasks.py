@@ -54,10 +54,6 @@ class StableTasks(Sequence[T]):
     def keys(self) -> list[str]:
         return [t.key for t in self.tasks]
 
-    @property
-    def short_hash(self) -> str:
-        return self.digest[:12]
-
 
 def stable[T: Task](tasks: Iterable[T]) -> StableTasks[T]:
     """Sort by key, reject duplicate keys, hash the key list."""
