@@ -67,3 +67,21 @@ def local_cluster() -> Iterator[object]:
     )
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A `dask scheduler` and two `dask worker` processes on 127.0.0.1 for the whole session;
+    workers stay warm across tests, as on a user's long-lived cluster."""
+    from tests.external import start
+
+    cluster = start(tmp_path_factory.mktemp("external"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_address(external) -> str:
+    """The external cluster's address, with both workers up (a test may have killed one)."""
+    external.wait_for_workers(2)
+    return external.address

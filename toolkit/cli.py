@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable s
 from __future__ import annotations
 
 import json
+import os
 from importlib.metadata import version as _dist_version
 from pathlib import Path
 from typing import Annotated
@@ -13,8 +14,16 @@ from typing import Annotated
 import typer
 
 from toolkit.archive.cli import app as archive_app
+from toolkit.console import (
+    PerformanceReport,
+    Ship,
+    exit_codes,
+    out,
+    print_report,
+    progress_bars,
+    session,
+)
 from toolkit.console import err_console as console
-from toolkit.console import exit_codes, out, print_report, progress_bars
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
@@ -56,12 +65,21 @@ def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Print full tracebacks (also TOOLKIT_DEBUG=1), not one line per error."
+        ),
+    ] = False,
 ) -> None:
     state.cluster = cluster
+    if debug:
+        os.environ["TOOLKIT_DEBUG"] = "1"
 
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     workdir: Annotated[
         Path | None, typer.Option(help="Where to write the demo stores (default: a temp dir).")
     ] = None,
@@ -69,13 +87,19 @@ def demo(
     report_json: Annotated[
         Path | None, typer.Option("--json", help="Write the report as JSON.")
     ] = None,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Run the demo jobs on the embedded default (LocalCluster + local store)."""
     from toolkit.demo import run_demo
 
-    with exit_codes(), progress_bars() as bars:
+    with (
+        exit_codes(),
+        session(ctx, None, performance_report, ship) as cluster,
+        progress_bars() as bars,
+    ):
         reports = run_demo(
-            workdir, cluster=state.cluster, executor=executor, progress=bars, say=console.print
+            workdir, cluster=cluster, executor=executor, progress=bars, say=console.print
         )
     for report in reports:
         print_report(report)

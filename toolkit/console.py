@@ -8,6 +8,8 @@ store or cluster.
 from __future__ import annotations
 
 import json
+import os
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,17 +18,21 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from toolkit import storage
-from toolkit.engine import ClusterUnreachable
-from toolkit.plan import IncompleteStageError, Report
+from toolkit.engine import ClusterUnreachable, Session, VersionMismatch, progress_bar
+from toolkit.plan import IncompleteStageError, Report, task_context
 
 err_console = Console(stderr=True, soft_wrap=True)  # one-line errors in logs and pipes
 out = Console()
 
 ProgressFn = Callable[[str, int, int], None]
+
+
+def debugging() -> bool:
+    """`toolkit --debug` or TOOLKIT_DEBUG=1: print tracebacks, not just the one line."""
+    return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
 
 
 def fail(code: int, message: str) -> typer.Exit:
@@ -46,36 +52,72 @@ def exit_codes(
     """
     try:
         yield
-    except IncompleteStageError as err:
-        raise fail(1, f"gate failed: {err}") from None
-    except (storage.Unreachable, storage.AccessDenied, ClusterUnreachable) as err:
-        raise fail(2, str(err)) from None
-    except storage.StorageError as err:
-        raise fail(1, str(err)) from None
-    except usage_errors as err:
-        raise fail(2, str(err)) from None
-    except check_errors as err:
-        raise fail(1, str(err)) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        context = task_context(err)
+        if debugging():
+            err_console.print(escape("".join(traceback.format_exception(err))), highlight=False)
+            if context is not None and context.traceback:
+                err_console.print(f"on the worker:\n{escape(context.traceback)}", highlight=False)
+        raise _one_line(err, usage_errors, check_errors) from None
+
+
+def _one_line(
+    err: Exception,
+    usage_errors: tuple[type[BaseException], ...],
+    check_errors: tuple[type[BaseException], ...],
+) -> typer.Exit:
+    if isinstance(err, IncompleteStageError):
+        return fail(1, f"gate failed: {err}")
+    context = task_context(err)
+    if context is not None:  # a task failed: exit 1, unless its store was out of reach
+        code = 2 if isinstance(err, (storage.Unreachable, storage.AccessDenied)) else 1
+        hint = "" if debugging() else " (--debug shows the traceback)"
+        return fail(code, f"{context.line(err)}{hint}")
+    code = _code(err, usage_errors, check_errors)
+    known = code == 2 or isinstance(err, (storage.StorageError, *check_errors))
+    hint = "" if known or debugging() else " (--debug shows the traceback)"
+    return fail(code, str(err) if known else f"{type(err).__name__}: {err}{hint}")
+
+
+def _code(
+    err: Exception,
+    usage_errors: tuple[type[BaseException], ...],
+    check_errors: tuple[type[BaseException], ...],
+) -> int:
+    """2: bad usage, an unreachable store or cluster, mismatched versions; 1: anything else."""
+    usage = (storage.Unreachable, storage.AccessDenied, ClusterUnreachable, VersionMismatch)
+    if isinstance(err, usage):
+        return 2
+    if isinstance(err, storage.StorageError):
+        return 1
+    if isinstance(err, usage_errors):
+        return 2
+    return 1
 
 
 @contextmanager
 def progress_bars() -> Iterator[ProgressFn]:
-    """A rich progress bar per stage, driven by the engine's progress callback."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-    ) as bars:
-        ids: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in ids:
-                ids[stage] = bars.add_task(stage, total=total)
-            bars.update(ids[stage], completed=done)
-
+    """A rich progress bar per stage on stderr, counting tasks (the engine's progress callback)."""
+    with progress_bar(err_console) as update:
         yield update
+
+
+def session(
+    ctx: typer.Context,
+    cluster: str | None = None,
+    performance_report: Path | None = None,
+    ship: bool = False,
+) -> Session:
+    """The cluster a job command runs on: connected when the job first needs it (after its
+    arguments are validated), dashboard link on stderr, closed when the command ends."""
+    return Session(
+        root_cluster(ctx, cluster),
+        announce=lambda line: err_console.print(escape(line), highlight=False),
+        performance_report=performance_report,
+        ship=ship,
+    )
 
 
 def print_report(report: Report, json_path: Path | None = None) -> None:
@@ -101,6 +143,22 @@ Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
 Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
 AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
 PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+
+# The engine options of every job command.
+PerformanceReport = Annotated[
+    Path | None,
+    typer.Option(
+        "--performance-report",
+        help="Write distributed's performance report (HTML) of the run to this file.",
+    ),
+]
+Ship = Annotated[
+    bool,
+    typer.Option(
+        "--ship",
+        help="Install this toolkit on the cluster's workers first (a development checkout).",
+    ),
+]
 
 
 def root_cluster(ctx: typer.Context, explicit: str | None = None) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any
 from toolkit.tasks import StableTasks, StripeMode
 
 __all__ = [
+    "AUTO",
     "Gate",
     "GateResult",
     "IncompleteStageError",
@@ -21,7 +22,12 @@ __all__ = [
     "Report",
     "Stage",
     "StageReport",
+    "TaskContext",
+    "TaskError",
+    "task_context",
 ]
+
+AUTO = "auto"  # Stage.workers: one stripe per thread of the cluster the plan runs on
 
 
 class IncompleteStageError(RuntimeError):
@@ -42,6 +48,45 @@ class IncompleteStageError(RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (IncompleteStageError, (self.stage, self.have, self.want, self.missing))
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Where a service's exception was raised: its stage, its task, the worker's traceback."""
+
+    stage: str
+    task: str
+    traceback: str = ""
+
+    def line(self, err: BaseException) -> str:
+        """`stage '4x' task '4x/3/7': ValueError: ...` -- what a user reads first."""
+        cause = err.cause if isinstance(err, TaskError) else type(err).__name__
+        message = err.message if isinstance(err, TaskError) else str(err)
+        return f"stage {self.stage!r} task {self.task!r}: {cause}: {message}"
+
+
+CONTEXT = "toolkit_task"  # the attribute a service's exception carries its TaskContext in
+
+
+def task_context(err: BaseException) -> TaskContext | None:
+    """The stage and task an exception from `run()` came from (None: not from a service)."""
+    found = getattr(err, CONTEXT, None)
+    return found if isinstance(found, TaskContext) else None
+
+
+class TaskError(RuntimeError):
+    """A node failed with a cause that cannot travel as itself: an exception that does not
+    pickle (sent as its type name and message), or a node lost with its workers."""
+
+    def __init__(self, stage: str, task: str, cause: str, message: str, detail: str = "") -> None:
+        self.stage, self.task, self.cause, self.message = stage, task, cause, message
+        setattr(self, CONTEXT, TaskContext(stage, task, detail))
+        super().__init__(f"stage {stage!r} task {task!r}: {cause}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        ctx = task_context(self)
+        detail = ctx.traceback if ctx else ""
+        return (TaskError, (self.stage, self.task, self.cause, self.message, detail))
 
 
 @dataclass(frozen=True)
@@ -102,7 +147,7 @@ class Stage:
     tasks: StableTasks[Any]
     service: Callable[..., Any]
     gate: Gate | None = None
-    workers: int | None = None
+    workers: int | str | None = None  # None: a node per task; N or AUTO: stripe nodes
     stripe_mode: StripeMode = "contiguous"
     per_task: bool = False
     done: Callable[[], Iterable[str]] | None = None
@@ -110,6 +155,13 @@ class Stage:
     combine: Callable[[list[Any]], Any] | None = None
     fan_in: int = 8
     retries: int = 2
+
+    def __post_init__(self) -> None:
+        w = self.workers
+        if w is not None and w != AUTO and (not isinstance(w, int) or w < 1):
+            raise ValueError(
+                f"stage {self.name!r}: workers must be >= 1 or {AUTO!r}, not {w!r}"
+            )
 
     def observe_done(self) -> frozenset[str]:
         if not self.resume:
@@ -121,13 +173,23 @@ class Stage:
     def node_count(self) -> int:
         if self.workers is None:
             return len(self.tasks)
-        return min(self.workers, len(self.tasks)) or (1 if self.tasks else 0)
+        if self.workers == AUTO:
+            raise ValueError(f"stage {self.name!r}: workers={AUTO!r} is resolved by the engine")
+        return min(int(self.workers), len(self.tasks)) or (1 if self.tasks else 0)
 
 
 @dataclass(frozen=True)
 class Plan:
+    """Stages run in order, each certified by its gate before the next starts.
+
+    `holds_gil`: the services hold the GIL (GRIB decoding), so the embedded default runs them in
+    spawned processes; False (numba kernels, zarr I/O) lets it use threads, which start in
+    milliseconds instead of seconds.
+    """
+
     name: str
     stages: tuple[Stage, ...]
+    holds_gil: bool = True
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]

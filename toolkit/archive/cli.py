@@ -19,9 +19,11 @@ from toolkit.console import (
     Anonymous,
     Endpoint,
     PathStyle,
+    PerformanceReport,
     Region,
+    Ship,
     exit_codes,
-    root_cluster,
+    session,
     store_options,
 )
 
@@ -75,10 +77,6 @@ def _errors() -> Any:
         usage_errors=(ManifestError, HierarchyError, EventError, ValueError),
         check_errors=(ManifestConflict,),
     )
-
-
-def _cluster(ctx: typer.Context) -> str | None:
-    return root_cluster(ctx)
 
 
 def _progress(stage: str, done: int, total: int) -> None:
@@ -232,11 +230,13 @@ def scan(
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
 
-    with _errors():
+    with _errors(), session(ctx, None, performance_report, ship) as where:
         policy = _policy(t_max, t_hot, t_min)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
@@ -249,7 +249,7 @@ def scan(
             force=force,
             dry_run=dry_run,
             hot_always=hot_always or (),
-            cluster=_cluster(ctx),
+            cluster=where,
             executor=executor,
             progress=_progress,
         )

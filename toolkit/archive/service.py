@@ -158,7 +158,7 @@ def scan_plan(service: PartitionScope, scopes: Iterable[str]) -> Plan:
     if not service.dry_run:
         gate = Gate(ListedKeys(service.manifests, "", scope_of_key), want=tuple(tasks.keys))
     stage = Stage("partition", tasks, service, gate, resume=False, combine=_collect, retries=0)
-    return Plan("archive-scan", (stage,))
+    return Plan("archive-scan", (stage,), holds_gil=False)  # listings and small GETs
 
 
 def scan(

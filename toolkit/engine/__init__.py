@@ -1,12 +1,34 @@
 """The engine: compiles plans into Dask graphs and runs them. The only dask/distributed import."""
 
-from toolkit.engine.cluster import ClusterUnreachable, connect, default_workers
+from toolkit.engine.cluster import (
+    ClusterUnreachable,
+    Session,
+    connect,
+    dashboard,
+    default_workers,
+    embedded,
+)
 from toolkit.engine.graph import Node, compile_plan
 from toolkit.engine.listing import ListedKeys
+from toolkit.engine.progress import progress_bar
 from toolkit.engine.run import run
-from toolkit.plan import Gate, IncompleteStageError, Plan, Report, Stage, StageReport
+from toolkit.engine.ship import ship
+from toolkit.engine.versions import VersionMismatch, check_versions
+from toolkit.plan import (
+    AUTO,
+    Gate,
+    IncompleteStageError,
+    Plan,
+    Report,
+    Stage,
+    StageReport,
+    TaskContext,
+    TaskError,
+    task_context,
+)
 
 __all__ = [
+    "AUTO",
     "ClusterUnreachable",
     "Gate",
     "IncompleteStageError",
@@ -14,10 +36,20 @@ __all__ = [
     "Node",
     "Plan",
     "Report",
+    "Session",
     "Stage",
     "StageReport",
+    "TaskContext",
+    "TaskError",
+    "VersionMismatch",
+    "check_versions",
     "compile_plan",
     "connect",
+    "dashboard",
     "default_workers",
+    "embedded",
+    "progress_bar",
     "run",
+    "ship",
+    "task_context",
 ]

@@ -1,13 +1,21 @@
-"""Where a plan runs: `connect()` turns whatever the user has into a distributed Client."""
+"""Where a plan runs: `connect()` turns whatever the user has into a distributed Client.
+
+The embedded default is decided here and only here: threads when the plan's services release
+the GIL (numba kernels, zarr and Icechunk I/O; start-up takes milliseconds), spawned processes
+when they hold it (GRIB decoding; Icechunk sessions do not survive fork, so never forked).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 from distributed import Client, LocalCluster
+
+from toolkit.engine.versions import check_versions
 
 ClusterLike = None | str | Client | Any
 
@@ -20,44 +28,141 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-@contextmanager
-def connect(cluster: ClusterLike = None, *, n_workers: int | None = None) -> Iterator[Client]:
-    """Yield a Client for `cluster` and close only what this call created.
-
-    None: an embedded LocalCluster with spawned process workers (decoding holds the GIL, and
-    Icechunk sessions do not survive fork). A string: a scheduler address. A `Client`: used as
-    is. Anything with `.get_client()`: dask-gateway, Coiled, a LocalCluster you made yourself.
-    """
-    if cluster is None:
-        local = LocalCluster(
+def embedded(holds_gil: bool = True, n_workers: int | None = None) -> LocalCluster:
+    """The cluster a run starts when it is given none."""
+    if holds_gil:
+        return LocalCluster(
             n_workers=n_workers or default_workers(),
             threads_per_worker=1,
             processes=True,
             dashboard_address=":0",
         )
-        client = Client(local)
-        try:
-            yield client
-        finally:
-            client.close()
-            local.close()
-    elif isinstance(cluster, str):
-        try:
-            client = Client(cluster)
-        except OSError as err:
-            raise ClusterUnreachable(
-                f"no Dask scheduler reachable at {cluster} ({err}); check --cluster / TOOLKIT_CLUSTER"
-            ) from err
-        try:
-            yield client
-        finally:
-            client.close()
-    elif isinstance(cluster, Client):
-        yield cluster
-    elif hasattr(cluster, "get_client"):
-        yield cluster.get_client()
-    else:
-        raise TypeError(
-            f"cannot connect to {cluster!r}: pass None, a scheduler address, a distributed.Client, "
-            "or a cluster object with .get_client() (dask-gateway, Coiled, LocalCluster)"
-        )
+    return LocalCluster(
+        n_workers=1,
+        threads_per_worker=n_workers or default_workers(),
+        processes=False,
+        dashboard_address=":0",
+    )
+
+
+def total_threads(client: Client) -> int:
+    """Threads across the cluster's workers now (at least 1: an adaptive cluster may have none)."""
+    return max(1, sum(client.nthreads().values()))
+
+
+def dashboard(client: Client) -> str:
+    """The dashboard link of the client's cluster, or why there is none."""
+    link = client.dashboard_link
+    return link or "no dashboard (install bokeh on the scheduler)"
+
+
+def _current_client() -> Client | None:
+    try:
+        return Client.current(allow_global=True)
+    except ValueError:
+        return None
+
+
+@contextmanager
+def connect(
+    cluster: ClusterLike = None,
+    *,
+    n_workers: int | None = None,
+    holds_gil: bool = True,
+    check: bool = True,
+) -> Iterator[Client]:
+    """Yield a Client for `cluster` and close every client and cluster this call created.
+
+    None: an embedded cluster (`embedded`). A string: a scheduler address. A `Client` or a
+    `Session`: used as is. Anything with `.get_client()`: dask-gateway, Coiled, a LocalCluster
+    you made yourself (dask-gateway makes a new client per call: that one is closed on exit).
+    `check`: compare package versions on client, scheduler and workers (`check_versions`).
+    """
+    if isinstance(cluster, Session):
+        yield cluster.client(holds_gil=holds_gil)
+        return
+    with ExitStack() as stack:
+        if cluster is None:
+            local = stack.enter_context(embedded(holds_gil, n_workers))
+            client = stack.enter_context(Client(local))
+        elif isinstance(cluster, str):
+            try:
+                client = Client(cluster, timeout="10s")
+            except OSError as err:
+                raise ClusterUnreachable(
+                    f"no Dask scheduler reachable at {cluster} ({err}); "
+                    "check --cluster / TOOLKIT_CLUSTER"
+                ) from err
+            stack.enter_context(client)
+        elif isinstance(cluster, Client):
+            client = cluster
+        elif hasattr(cluster, "get_client"):
+            before = _current_client()
+            client = cluster.get_client()
+            if client is not before:
+                stack.enter_context(client)
+        else:
+            raise TypeError(
+                f"cannot connect to {cluster!r}: pass None, a scheduler address, a "
+                "distributed.Client, or a cluster object with .get_client() "
+                "(dask-gateway, Coiled, LocalCluster)"
+            )
+        if check:
+            check_versions(client)
+        yield client
+
+
+class Session:
+    """One cluster for a whole command: connected on first use, closed on exit.
+
+    A command validates its input before it needs a cluster, so nothing starts (and no
+    dashboard link is printed) for a command that fails on bad arguments. At first use it
+    connects, checks versions, ships the running toolkit if asked, announces the dashboard
+    link and starts distributed's performance report, which is written on exit.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterLike = None,
+        *,
+        announce: Callable[[str], None] | None = None,
+        performance_report: Path | str | None = None,
+        ship: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.announce = announce
+        self.performance_report = performance_report
+        self.ship = ship
+        self._stack = ExitStack()
+        self._client: Client | None = None
+
+    def client(self, holds_gil: bool = True) -> Client:
+        if self._client is None:
+            from distributed import performance_report
+
+            from toolkit.engine.ship import ship
+
+            client = self._stack.enter_context(
+                connect(self.cluster, holds_gil=holds_gil, check=not self.ship)
+            )
+            if self.ship:
+                ship(client)
+            if self.announce is not None:
+                self.announce(f"dashboard: {dashboard(client)}")
+            if self.performance_report is not None:
+                self._stack.enter_context(performance_report(str(self.performance_report)))
+            self._client = client
+        return self._client
+
+    def get_client(self) -> Client:
+        return self.client()
+
+    def close(self) -> None:
+        self._client = None
+        self._stack.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

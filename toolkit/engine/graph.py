@@ -4,17 +4,35 @@ Per stage: a `done` node (what exists already, observed once, after the previous
 work nodes (one per task, or one per worker stripe), an optional combine tree of bounded fan-in,
 and a gate node that depends on all of them. Every node of stage k+1 depends on gate k.
 Keys are deterministic: `<stage>-<plan hash>` plus an index.
+
+A service's exception leaves its node carrying a `TaskContext` (stage, task, the worker's
+traceback), so the user reads one line naming the task and `--debug` shows where it broke.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.plan import Gate, NodeResult, Plan, Stage
+from toolkit.plan import (
+    CONTEXT,
+    Gate,
+    IncompleteStageError,
+    NodeResult,
+    Plan,
+    Stage,
+    TaskContext,
+    TaskError,
+    task_context,
+)
 from toolkit.tasks import remaining, stripe
+
+Tick = Callable[[int], None]  # a stripe node reports how many of its tasks are done so far
+Ticker = Callable[[str, int], Tick | None]  # (stage, node index) -> that node's Tick
 
 Key = str | tuple[str, int] | tuple[str, int, int]
 
@@ -28,6 +46,7 @@ class Node:
     args: tuple[Any, ...]
     deps: tuple[Key, ...]  # keys whose results are appended to args, in order
     retries: int = 0
+    tasks: int = 0  # work nodes: how many of the stage's tasks this node runs
 
 
 @dataclass(frozen=True)
@@ -62,37 +81,78 @@ def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozens
     return observe()
 
 
+def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> Any:
+    """Call a service. Its exception is re-raised as itself (callers keep `except` on its type)
+    carrying a `TaskContext` (stage, task, traceback); one that cannot pickle becomes a
+    `TaskError` with its type name and message, so the context reaches the client either way."""
+    try:
+        return service(arg)
+    except Exception as err:
+        if task_context(err) is not None or isinstance(err, IncompleteStageError):
+            raise
+        detail = traceback.format_exc()
+        setattr(err, CONTEXT, TaskContext(stage, label, detail))
+        if not _pickles(err):
+            raise TaskError(stage, label, type(err).__name__, str(err), detail) from None
+        raise
+
+
+def _pickles(err: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:
+        return False
+    return True
+
+
 def run_task(
-    service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any
+    stage: str, service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any
 ) -> NodeResult:
     started = time.time()
     if task.key in done:
         return NodeResult(0, 1, (), started, time.time())
-    value = service(task)
+    value = serve(stage, task.key, service, task)
     return NodeResult(1, 0, (value,), started, time.time())
 
 
 def run_each(
-    service: Callable[[Any], Any], block: list[Any], done: frozenset[str], *_after: Any
+    stage: str,
+    service: Callable[[Any], Any],
+    block: list[Any],
+    tick: Tick | None,
+    done: frozenset[str],
+    *_after: Any,
 ) -> NodeResult:
-    """A stripe whose service takes one task at a time."""
+    """A stripe whose service takes one task at a time; `tick` hears of each one."""
     started = time.time()
     todo = remaining(block, done)
-    values = tuple(service(t) for t in todo)
-    return NodeResult(len(todo), len(block) - len(todo), values, started, time.time())
+    skipped = len(block) - len(todo)
+    values = []
+    for i, t in enumerate(todo):
+        values.append(serve(stage, t.key, service, t))
+        if tick is not None:
+            tick(skipped + i + 1)
+    return NodeResult(len(todo), skipped, tuple(values), started, time.time())
 
 
 def run_block(
+    stage: str,
     service: Callable[[list[Any]], Any],
     block: list[Any],
+    tick: Tick | None,
     done: frozenset[str],
     *_after: Any,
 ) -> NodeResult:
     """One worker's stripe: the stripe was cut from the stable list; now drop what is done."""
     started = time.time()
     todo = remaining(block, done)
-    values = (service(todo),) if todo else ()
+    values = (serve(stage, _span(todo), service, todo),) if todo else ()
     return NodeResult(len(todo), len(block) - len(todo), values, started, time.time())
+
+
+def _span(block: list[Any]) -> str:
+    first, last = block[0].key, block[-1].key
+    return first if first == last else f"{first}..{last} ({len(block)} tasks)"
 
 
 def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partial) -> Partial:
@@ -141,12 +201,13 @@ def _blocks(stage: Stage) -> list[list[Any]]:
     return [stripe(stage.tasks, i, n, stage.stripe_mode) for i in range(n)]
 
 
-def compile_plan(plan: Plan, run_id: str = "") -> list[Node]:
+def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> list[Node]:
     """Nodes in a valid execution order.
 
     Keys are `<stage>-<plan hash>` (+ `-<run_id>` when given) and an index. The run id keeps a
     rerun from reusing the previous run's observations (done-sets, gates) while the scheduler
     still holds them; resubmitting with the same run id attaches to the graph in flight.
+    `ticker` gives each stripe node the callable it reports progress to (per task).
     """
     digest = f"{plan.digest}-{run_id}" if run_id else plan.digest
     nodes: list[Node] = []
@@ -175,9 +236,10 @@ def compile_plan(plan: Plan, run_id: str = "") -> list[Node]:
                         stage.name,
                         "work",
                         run_task,
-                        (stage.service, task),
+                        (stage.name, stage.service, task),
                         (done_key,),
                         stage.retries,
+                        1,
                     )
                 )
                 work_keys.append(key)
@@ -191,9 +253,10 @@ def compile_plan(plan: Plan, run_id: str = "") -> list[Node]:
                         stage.name,
                         "work",
                         fn,
-                        (stage.service, block),
+                        (stage.name, stage.service, block, ticker(stage.name, i) if ticker else None),
                         (done_key,),
                         stage.retries,
+                        len(block),
                     )
                 )
                 work_keys.append(key)

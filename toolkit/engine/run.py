@@ -1,18 +1,36 @@
-"""Execute a compiled plan: in-process (`sync`) or as one Dask graph (`dask`)."""
+"""Execute a compiled plan: in-process (`sync`) or on a Dask cluster (`dask`), stage by stage.
+
+On Dask each stage goes to the scheduler as one graph in one call (its done node, work nodes,
+combine tree and gate). The client waits for the gate, keeps only its summary, and releases
+every future of the stage: a certified stage is never recomputed when a later worker dies,
+because the scheduler no longer holds anything to recompute it from.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from toolkit.engine.cluster import ClusterLike, connect
-from toolkit.engine.graph import Key, Node, StageSummary, compile_plan
-from toolkit.plan import Plan, Report, StageReport
+from toolkit.engine.cluster import ClusterLike, connect, default_workers, total_threads
+from toolkit.engine.graph import Key, Node, StageSummary, Tick, compile_plan
+from toolkit.plan import (
+    AUTO,
+    IncompleteStageError,
+    Plan,
+    Report,
+    StageReport,
+    TaskError,
+    task_context,
+)
 
 Progress = Callable[[str, int, int], None]
 Executor = Literal["dask", "sync"]
+TICK_SECONDS = 0.2  # a stripe node reports its progress at most this often (and when done)
 
 
 def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float) -> Report:
@@ -32,17 +50,52 @@ def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float)
     return Report(plan.name, plan.digest, executor, stages, time.time() - t0)
 
 
-def _totals(nodes: list[Node]) -> dict[str, int]:
-    totals: dict[str, int] = {}
+class _Counter:
+    """Tasks done per stage: finished nodes count whole, running stripes count what they report."""
+
+    def __init__(self, plan: Plan, progress: Progress | None) -> None:
+        self.total = {s.name: len(s.tasks) for s in plan.stages}
+        self.by_node: dict[str, dict[int, int]] = {s.name: {} for s in plan.stages}
+        self.progress = progress
+        self.lock = threading.Lock()
+
+    def node(self, stage: str, index: int, done: int) -> None:
+        if self.progress is None:
+            return
+        with self.lock:
+            nodes = self.by_node[stage]
+            nodes[index] = max(done, nodes.get(index, 0))
+            count = sum(nodes.values())
+        self.progress(stage, count, self.total[stage])
+
+
+def _stages(nodes: list[Node]) -> list[list[Node]]:
+    out: list[list[Node]] = []
     for n in nodes:
-        if n.kind == "work":
-            totals[n.stage] = totals.get(n.stage, 0) + 1
-    return totals
+        if not out or out[-1][0].stage != n.stage:
+            out.append([])
+        out[-1].append(n)
+    return out
 
 
-def _run_sync(nodes: list[Node], progress: Progress | None) -> list[StageSummary]:
+def _resolve_workers(plan: Plan, threads: int) -> Plan:
+    """Stripe counts left to the engine (`workers=AUTO`) become the cluster's thread count."""
+    stages = tuple(
+        dataclasses.replace(s, workers=max(1, threads)) if s.workers == AUTO else s
+        for s in plan.stages
+    )
+    return dataclasses.replace(plan, stages=stages)
+
+
+# ----------------------------------------------------------------------------- sync
+
+
+def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
+    def ticker(stage: str, index: int) -> Tick:
+        return lambda done: counter.node(stage, index, done)
+
+    nodes = compile_plan(plan, run_id, ticker)
     results: dict[Key, Any] = {}
-    totals, seen = _totals(nodes), {}
     summaries = []
     for node in nodes:
         args = node.args + tuple(results[d] for d in node.deps)
@@ -53,37 +106,107 @@ def _run_sync(nodes: list[Node], progress: Progress | None) -> list[StageSummary
             except Exception:
                 if attempt == node.retries:
                     raise
-        if node.kind == "work" and progress:
-            seen[node.stage] = seen.get(node.stage, 0) + 1
-            progress(node.stage, seen[node.stage], totals[node.stage])
+        if node.kind == "work":
+            counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
         if node.kind == "gate":
             summaries.append(results[node.key])
     return summaries
 
 
-def _run_dask(
-    nodes: list[Node], cluster: ClusterLike, progress: Progress | None
-) -> list[StageSummary]:
+# ----------------------------------------------------------------------------- dask
+
+
+class EventTick:
+    """A stripe node's progress, sent from its worker as a Dask event (throttled)."""
+
+    def __init__(self, topic: str, stage: str, index: int, size: int) -> None:
+        self.topic, self.stage, self.index, self.size = topic, stage, index, size
+        self.last = 0.0
+
+    def __call__(self, done: int) -> None:
+        from distributed import get_worker
+
+        now = time.monotonic()
+        if done < self.size and now - self.last < TICK_SECONDS:
+            return
+        self.last = now
+        with contextlib.suppress(ValueError):  # not on a worker: nobody listens
+            get_worker().log_event(self.topic, [self.stage, self.index, done])
+
+
+def _stage_graph(stage_nodes: list[Node]) -> dict[Key, Any]:
+    """One stage as a task-spec graph. Dependencies on an earlier stage's gate only order the
+    stages; the client already waited for that gate, so they become plain `None` arguments."""
+    from dask._task_spec import Task, TaskRef
+
+    own = {n.key for n in stage_nodes}
+    return {
+        n.key: Task(
+            n.key, n.fn, *n.args, *(TaskRef(d) if d in own else None for d in n.deps)
+        )
+        for n in stage_nodes
+    }
+
+
+def _node_failure(node: Node, err: BaseException) -> BaseException:
+    """A failure the service did not raise itself (a worker killed too often) still names the
+    stage and the node."""
+    if task_context(err) is not None or isinstance(err, IncompleteStageError):
+        return err
+    what = f"node {node.key[1]} of {node.stage}" if isinstance(node.key, tuple) else str(node.key)
+    return TaskError(node.stage, what, type(err).__name__, str(err))
+
+
+def _run_stage(client: Any, stage_nodes: list[Node], counter: _Counter) -> StageSummary:
     from distributed import as_completed
 
-    totals, seen = _totals(nodes), {}
-    with connect(cluster) as client:
-        futures: dict[Key, Any] = {}
-        for node in nodes:
-            deps = [futures[d] for d in node.deps]
-            futures[node.key] = client.submit(
-                node.fn, *node.args, *deps, key=node.key, retries=node.retries, pure=False
-            )
-        stage_of = {futures[n.key]: n.stage for n in nodes if n.kind == "work"}
-        gates = [futures[n.key] for n in nodes if n.kind == "gate"]
-        for fut in as_completed(list(stage_of) + gates):
+    stage_nodes = list(stage_nodes)
+    gate = stage_nodes[-1]
+    watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
+    retries = max(n.retries for n in stage_nodes)
+    futures = client.get(
+        _stage_graph(stage_nodes), [n.key for n in watched] + [gate.key], sync=False,
+        retries=retries,
+    )
+    try:
+        node_of = {f.key: n for f, n in zip(futures, watched, strict=False)}
+        for fut in as_completed(futures[:-1]):
+            node = node_of[fut.key]
             if fut.status == "error":
-                fut.result()  # raises the node's exception (a gate's IncompleteStageError too)
-            stage = stage_of.get(fut)
-            if stage is not None and progress:
-                seen[stage] = seen.get(stage, 0) + 1
-                progress(stage, seen[stage], totals[stage])
-        return client.gather(gates)
+                raise _node_failure(node, fut.exception()) from None
+            counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
+        try:
+            return futures[-1].result()
+        except Exception as err:
+            raise _node_failure(gate, err) from None
+    finally:
+        for f in futures:  # certified (or failed): nothing of this stage stays on the cluster
+            f.release()
+
+
+def _run_dask(
+    plan: Plan, cluster: ClusterLike, run_id: str, counter: _Counter
+) -> list[StageSummary]:
+    topic = f"toolkit-progress-{run_id}"
+    with connect(cluster, holds_gil=plan.holds_gil) as client:
+        plan = _resolve_workers(plan, total_threads(client))
+
+        def ticker(stage: str, index: int) -> Tick:
+            size = next(len(s.tasks) for s in plan.stages if s.name == stage)
+            return EventTick(topic, stage, index, size)
+
+        def heard(event: tuple[float, list[Any]]) -> None:
+            stage, index, done = event[1]
+            counter.node(stage, index, done)
+
+        nodes = compile_plan(plan, run_id, ticker if counter.progress else None)
+        if counter.progress:
+            client.subscribe_topic(topic, heard)
+        try:
+            return [_run_stage(client, stage, counter) for stage in _stages(nodes)]
+        finally:
+            if counter.progress:
+                client.unsubscribe_topic(topic)
 
 
 def run(
@@ -95,17 +218,21 @@ def run(
 ) -> Report:
     """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want.
 
-    Node keys are `<stage>-<plan hash>-<run id>` and an index; pass the same `run_id` to
-    resubmit idempotently (a reconnecting client attaches to the nodes in flight).
-    Raises the first failing node's exception; a gate that finds missing objects raises
-    `IncompleteStageError` and no node of a later stage runs.
+    `cluster`: None (an embedded cluster, threads or processes as the plan's services need), a
+    scheduler address, a `Client`, a `Session`, or anything with `.get_client()` (dask-gateway,
+    Coiled). `progress(stage, tasks_done, tasks_total)` hears tasks, not nodes: stripe nodes
+    report as they go. Node keys are `<stage>-<plan hash>-<run id>` and an index.
+    A service's exception is raised as itself, carrying `toolkit.plan.task_context(err)` (stage,
+    task, the worker's traceback); a gate that finds missing objects raises
+    `IncompleteStageError`; no node of a later stage runs after either.
     """
     t0 = time.time()
-    nodes = compile_plan(plan, run_id if run_id is not None else uuid.uuid4().hex[:8])
+    run_id = run_id if run_id is not None else uuid.uuid4().hex[:8]
+    counter = _Counter(plan, progress)
     if executor == "sync":
-        summaries = _run_sync(nodes, progress)
+        summaries = _run_sync(_resolve_workers(plan, default_workers()), run_id, counter)
     elif executor == "dask":
-        summaries = _run_dask(nodes, cluster, progress)
+        summaries = _run_dask(plan, cluster, run_id, counter)
     else:
         raise ValueError(f"executor must be 'dask' or 'sync', not {executor!r}")
     return _report(plan, executor, summaries, t0)

@@ -11,7 +11,7 @@ from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.plan import MAX_SHARD, PLAN_KEY, PlanError, PyramidPlan, plan_pyramid
-from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource, _open
+from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource
 from toolkit.pyramid.source import Source, open_source, read_source
 
 
@@ -69,7 +69,7 @@ def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
         gate = Gate(ListedKeys(src.store, lvl.group + "/"), want=lvl.targets)
         stages.append(Stage(lvl.group, lvl.tasks, service, gate,
                             done=DoneShards(src.store, lvl.group, tuple(lvl.tasks))))
-    return Plan(f"pyramid-{p.method}", tuple(stages))
+    return Plan(f"pyramid-{p.method}", tuple(stages), holds_gil=False)  # numba kernels, zarr I/O
 
 
 def _level_index(p: PyramidPlan, level: str | int) -> int:
@@ -129,7 +129,6 @@ def build(
     store = open_source(source, **options)
     src = read_source(store, variables)
     p = _plan(src, method, band_dim, levels, max_shard)
-    _open.cache_clear()
     start = 0
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)

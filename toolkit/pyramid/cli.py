@@ -18,12 +18,14 @@ from toolkit.console import (
     Anonymous,
     Endpoint,
     PathStyle,
+    PerformanceReport,
     Region,
+    Ship,
     exit_codes,
     out,
     print_report,
     progress_bars,
-    root_cluster,
+    session,
     store_options,
 )
 from toolkit.console import err_console as console
@@ -128,25 +130,28 @@ def build_cmd(
     region: Region = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
     from toolkit.pyramid import build
 
-    with _exit_codes(), progress_bars() as bars:
+    with _exit_codes(), session(ctx, cluster, performance_report, ship) as where:
         opts = _options(source, endpoint, region, False, allow_http, path_style)
-        report = build(
-            source,
-            variable or None,
-            method,
-            band_dim,
-            levels,
-            cluster=root_cluster(ctx, cluster),
-            executor=executor,
-            progress=bars,
-            rebuild_from=rebuild_from,
-            max_shard=max_shard,
-            **opts,
-        )
+        with progress_bars() as bars:
+            report = build(
+                source,
+                variable or None,
+                method,
+                band_dim,
+                levels,
+                cluster=where,
+                executor=executor,
+                progress=bars,
+                rebuild_from=rebuild_from,
+                max_shard=max_shard,
+                **opts,
+            )
     print_report(report)
 
 
@@ -170,16 +175,18 @@ def verify_cmd(
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Check the pyramid; exit 0 only if every check passes, 1 otherwise."""
     from toolkit.pyramid import verify
 
-    with _exit_codes():
+    with _exit_codes(), session(ctx, cluster, performance_report, ship) as where:
         opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
         result = verify(
             source,
             sample,
-            cluster=root_cluster(ctx, cluster),
+            cluster=where,
             executor=executor,
             private=private,
             **opts,

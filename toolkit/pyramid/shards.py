@@ -8,7 +8,6 @@ level-0 read per mode level. Every shard is written, an all-nodata one included.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,15 +39,13 @@ class VarSource:
         return f"{group}/{self.out.count_name}"
 
 
-@functools.lru_cache(maxsize=256)
-def _open(store: storage.Store, path: str, write: bool) -> Any:
+def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
+    """Open an array as it is now. Never cached across tasks: a warm worker serves many runs,
+    and a store recreated at the same URL (or a level rebuilt with another shard layout) must
+    not be written through metadata read for an earlier one. One small GET per open."""
     config = {"write_empty_chunks": True} if write else None
     return zarr.open_array(store.zarr(read_only=not write), path=path, mode="r+" if write else "r",
                            config=config)
-
-
-def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
-    return _open(store, path, write)
 
 
 def _to_canonical(a: np.ndarray, band_axis: int | None) -> tuple[np.ndarray, tuple[int, ...]]:

@@ -516,7 +516,7 @@ def verify(
         ),
     )
     report = run(
-        Plan(f"pyramid-verify-{p.method}", stages),
+        Plan(f"pyramid-verify-{p.method}", stages, holds_gil=False),
         cluster=cluster,
         executor=executor,
         progress=progress,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.engine import run
-from toolkit.plan import Gate, GateResult, IncompleteStageError, Plan, Report, Stage
+from toolkit.plan import AUTO, Gate, GateResult, IncompleteStageError, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
 from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
@@ -277,8 +277,11 @@ class MainAtBranch:
         return frozenset({"finalize"})
 
 
+ONE_COMBINE = 1 << 30  # a fan-in no stage reaches: every fork folds in one combine node
+
+
 def backfill_plan(
-    job: VirtualRegionJob, workers: int = 4, strict: bool = False, fan_in: int = 4
+    job: VirtualRegionJob, workers: int | str = AUTO, strict: bool = False, fan_in: int = 4
 ) -> Plan:
     """setup -> ingest (`workers` contiguous blocks, forks merged `fan_in` at a time, each merge
     committed and probed by its own node) -> finalize."""
@@ -291,7 +294,7 @@ def backfill_plan(
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one combine node: one commit, no race.
-        fan_in = max(fan_in, workers)
+        fan_in = ONE_COMBINE
     return Plan(
         f"virtual-backfill-{branch}",
         (
@@ -347,7 +350,7 @@ def backfill(
     *,
     start: Any,
     end: Any = None,
-    workers: int = 4,
+    workers: int | str = AUTO,
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,

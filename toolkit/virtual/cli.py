@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from toolkit.console import AllowHttp, Endpoint, PathStyle
+from toolkit.console import AllowHttp, Endpoint, PathStyle, PerformanceReport, Ship
 
 app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
@@ -122,7 +122,12 @@ def backfill(
     start: Annotated[str, typer.Option(help="First append-dim label (e.g. 2025-08-01T00).")],
     source: SourceUrl = None,
     end: Annotated[str | None, typer.Option(help="Exclusive end; default: last published.")] = None,
-    workers: Annotated[int, typer.Option(help="Worker nodes (contiguous blocks).")] = 4,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Stripe nodes (contiguous blocks). Default: the cluster's thread count."
+        ),
+    ] = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
     strict: Annotated[bool, typer.Option(help="Any skipped file fails the gate.")] = False,
@@ -134,20 +139,23 @@ def backfill(
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
-    from toolkit.console import err_console, print_report, progress_bars, root_cluster
+    from toolkit.console import err_console, print_report, progress_bars, session
+    from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
 
-    with _errors():
+    with _errors(), session(ctx, cluster, performance_report, ship) as where:
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         with progress_bars() as bars:
             report = run_backfill(
                 ds,
                 start=_label(start),
                 end=_label(end),
-                workers=workers,
-                cluster=root_cluster(ctx, cluster),
+                workers=workers or AUTO,
+                cluster=where,
                 executor=executor,
                 progress=bars,
                 strict=strict,
@@ -304,16 +312,18 @@ def validate(
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
 ) -> None:
     """Manifest completeness per append-dim position, then decode health on a sample.
 
     Exit 1 naming every gap and every sample that fails to decode to plausible values.
     """
-    from toolkit.console import err_console, out, progress_bars, root_cluster
+    from toolkit.console import err_console, out, progress_bars, session
     from toolkit.virtual.validate import ValidationFailed
     from toolkit.virtual.validate import validate as run_validate
 
-    with _errors():
+    with _errors(), session(ctx, cluster, performance_report, ship) as where:
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         fractions = tuple(float(x) for x in min_present.split(",") if x.strip())
         with progress_bars() as bars:
@@ -323,7 +333,7 @@ def validate(
                 end=_label(end),
                 sample=sample,
                 min_present_fraction=fractions,
-                cluster=root_cluster(ctx, cluster),
+                cluster=where,
                 executor=executor,
                 progress=bars,
             )

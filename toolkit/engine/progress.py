@@ -1,0 +1,39 @@
+"""Progress bars for `run(..., progress=...)`: one bar per stage, counting tasks.
+
+The same bars serve the terminal (the CLI draws them on stderr) and Jupyter, where rich renders
+them as a live output cell (with ipywidgets installed):
+
+    with toolkit.engine.progress_bar() as bar:
+        toolkit.engine.run(plan, cluster=client, progress=bar)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@contextmanager
+def progress_bar(console: Console | None = None) -> Iterator[ProgressFn]:
+    """Yield a `progress(stage, done, total)` callback that draws a bar per stage."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bars:
+        ids: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in ids:
+                ids[stage] = bars.add_task(stage, total=total)
+            bars.update(ids[stage], completed=done)
+
+        yield update
