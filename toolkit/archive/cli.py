@@ -224,6 +224,7 @@ def scan(
     force: Force = False,
     hot_always: HotAlways = None,
     as_json: Json = False,
+    cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
     region: Region = None,
@@ -236,7 +237,7 @@ def scan(
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
 
-    with _errors(), session(ctx, None, performance_report, ship) as where:
+    with _errors(), session(ctx, cluster, performance_report, ship) as where:
         policy = _policy(t_max, t_hot, t_min)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
