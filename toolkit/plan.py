@@ -225,6 +225,7 @@ class StageReport:
     gate_have: int | None = None
     gate_want: int | None = None
     result: Any = field(default=None, compare=False)
+    nodes: int = 0  # graph nodes the tasks ran as: one per task, or one per stripe
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -235,6 +236,7 @@ class StageReport:
             "seconds": round(self.seconds, 4),
             "gate_have": self.gate_have,
             "gate_want": self.gate_want,
+            "nodes": self.nodes,
         }
 
 

@@ -82,3 +82,32 @@ class BlockWriter:
 
 def concat(values: list[list[str]]) -> list[str]:
     return sorted(k for v in values for k in v)
+
+
+@dataclass(frozen=True)
+class CountingWrite:
+    """Writes the task's object and appends its key to `<calls>/<stage>.log`: every call counts,
+    on whichever worker process it ran (O_APPEND lines from several processes do not mix)."""
+
+    store: storage.Store
+    calls: str
+
+    def __call__(self, item: Item) -> str:
+        with open(os.path.join(self.calls, f"{item.stage}.log"), "a") as log:
+            log.write(item.key + "\n")
+        storage.put(self.store, item.key, b"x")
+        return item.key
+
+
+@dataclass(frozen=True)
+class Explode:
+    """Raises a plain ValueError on `victim` (a bug in a service, as users meet them)."""
+
+    store: storage.Store
+    victim: str
+
+    def __call__(self, item: Item) -> str:
+        if item.key == self.victim:
+            raise ValueError(f"cannot reshape array of size 0 into shape (1,256,0) at {item.key}")
+        storage.put(self.store, item.key, b"x")
+        return item.key

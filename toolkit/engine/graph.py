@@ -71,6 +71,7 @@ class StageSummary:
     gate_have: int | None
     gate_want: int | None
     value: Any
+    nodes: int = 0  # work nodes the stage ran as (tasks, or stripes of them)
 
 
 # ----------------------------------------------------------------------------- node functions
@@ -173,7 +174,7 @@ def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partia
 
 
 def check_gate(
-    stage: str, tasks: int, gate: Gate | None, combine: Any, *parts: Any
+    stage: str, tasks: int, nodes: int, gate: Gate | None, combine: Any, *parts: Any
 ) -> StageSummary:
     folded = fold(combine, *parts) if parts else Partial(0, 0, time.time(), time.time(), None)
     have = want = None
@@ -190,6 +191,7 @@ def check_gate(
         have,
         want,
         folded.value,
+        nodes,
     )
 
 
@@ -288,7 +290,7 @@ def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> 
                 stage.name,
                 "gate",
                 check_gate,
-                (stage.name, len(stage.tasks), stage.gate, stage.combine),
+                (stage.name, len(stage.tasks), len(work_keys), stage.gate, stage.combine),
                 tuple(level_keys),
                 0,
             )

@@ -43,6 +43,7 @@ def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float)
             seconds=max(0.0, s.finished - s.started) if s.written or s.skipped else 0.0,
             gate_have=s.gate_have,
             gate_want=s.gate_want,
+            nodes=s.nodes,
             result=s.value,
         )
         for s in summaries
@@ -64,7 +65,9 @@ class _Counter:
             return
         with self.lock:
             nodes = self.by_node[stage]
-            nodes[index] = max(done, nodes.get(index, 0))
+            if done <= nodes.get(index, 0):
+                return  # a late or repeated report: nothing new to say
+            nodes[index] = done
             count = sum(nodes.values())
         self.progress(stage, count, self.total[stage])
 
