@@ -64,6 +64,18 @@ def test_combine_tree_has_bounded_fan_in(store) -> None:
     assert report.stage("a").result == sorted(t.key for t in tasks)
 
 
+def test_a_wide_stage_folds_its_counts_before_the_gate(store) -> None:
+    tasks = stable(Item("a", i) for i in range(1000))
+    stage = Stage("a", tasks, Write(store), Gate(ListedKeys(store, "a"), want=tuple(tasks.keys)))
+    nodes = compile_plan(Plan("wide", (stage,)))
+    gate = next(n for n in nodes if n.kind == "gate")
+    folds = [n for n in nodes if n.kind == "combine"]
+    assert len(gate.deps) <= 64 and all(len(n.deps) <= 64 for n in folds)
+    assert len(folds) <= 1000 // 64 + 2  # a few percent more nodes, not a second stage
+    report = run(Plan("wide", (stage,)), executor="sync")
+    assert (report.stage("a").written, report.stage("a").gate_have) == (1000, 1000)
+
+
 @pytest.mark.parametrize("executor", ["sync", "dask"])
 def test_three_stage_plan_completes_then_rerun_writes_nothing(
     store, executor, local_cluster

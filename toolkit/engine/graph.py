@@ -36,6 +36,10 @@ Ticker = Callable[[str, int], Tick | None]  # (stage, node index) -> that node's
 
 Key = str | tuple[str, int] | tuple[str, int, int]
 
+# A gate reads at most this many node results: a wider stage folds its counts in a tree first,
+# each fold next to its nodes' results, so no one worker fetches 10,000 of them.
+GATE_FAN_IN = 64
+
 
 @dataclass(frozen=True)
 class Node:
@@ -263,9 +267,9 @@ def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> 
                 )
                 work_keys.append(key)
         level_keys = work_keys
-        if stage.combine is not None:
+        if stage.combine is not None or len(work_keys) > GATE_FAN_IN:
             level = 0
-            fan_in = max(2, stage.fan_in)
+            fan_in = max(2, stage.fan_in) if stage.combine is not None else GATE_FAN_IN
             while len(level_keys) > 1:
                 next_keys: list[Key] = []
                 for j in range(0, len(level_keys), fan_in):
