@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable s
 from __future__ import annotations
 
 import json
-import os
 from importlib.metadata import version as _dist_version
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +17,7 @@ from toolkit.console import (
     PerformanceReport,
     Ship,
     exit_codes,
+    flags,
     out,
     print_report,
     progress_bars,
@@ -73,8 +73,7 @@ def _main(
     ] = False,
 ) -> None:
     state.cluster = cluster
-    if debug:
-        os.environ["TOOLKIT_DEBUG"] = "1"
+    flags.debug = debug
 
 
 @app.command()

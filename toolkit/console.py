@@ -30,9 +30,18 @@ out = Console()
 ProgressFn = Callable[[str, int, int], None]
 
 
+class Flags:
+    """What the root command was told, set afresh by every invocation (`toolkit --debug`)."""
+
+    debug = False
+
+
+flags = Flags()
+
+
 def debugging() -> bool:
     """`toolkit --debug` or TOOLKIT_DEBUG=1: print tracebacks, not just the one line."""
-    return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
+    return flags.debug or os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
 
 
 def fail(code: int, message: str) -> typer.Exit:
@@ -117,20 +126,23 @@ def session(
         announce=lambda line: err_console.print(escape(line), highlight=False),
         performance_report=performance_report,
         ship=ship,
+        quiet=not debugging(),
     )
 
 
 def print_report(report: Report, json_path: Path | None = None) -> None:
-    """The per-stage table (tasks, skipped, written, seconds, gate), optionally also as JSON."""
+    """The per-stage table (tasks, graph nodes, skipped, written, seconds, gate), optionally
+    also as JSON."""
     table = Table(
         title=f"{report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
     )
-    for col in ("stage", "tasks", "skipped", "written", "seconds", "gate have/want"):
+    for col in ("stage", "tasks", "nodes", "skipped", "written", "seconds", "gate have/want"):
         table.add_column(col, justify="left" if col == "stage" else "right")
     for s in report.stages:
         gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
         table.add_row(
-            s.name, str(s.tasks), str(s.skipped), str(s.written), f"{s.seconds:.2f}", gate
+            s.name, str(s.tasks), str(s.nodes), str(s.skipped), str(s.written),
+            f"{s.seconds:.2f}", gate,
         )
     out.print(table)
     if json_path is not None:

@@ -70,6 +70,14 @@ def test_plan_runs_on_a_dask_gateway_cluster(gateway: str, tmp_path: Path) -> No
         store = storage.open_store(str(tmp_path / "out"))
         report = run(foundation_plan(store, tiles=8, levels=2), cluster=cluster)
         assert [s.gate_have for s in report.stages] == [8, 4]
+        again = run(foundation_plan(store, tiles=8, levels=2), cluster=cluster)
+        assert again.written == 0
         assert gw.get_cluster(cluster.name).status.name == "RUNNING"  # connect() left it running
+        # dask-gateway makes a new client per get_client(): each run closed the one it made
+        with cluster.get_client(set_as_default=False) as watcher:
+            connected = watcher.run_on_scheduler(
+                lambda dask_scheduler: sorted(dask_scheduler.clients)
+            )
+        assert [c for c in connected if c != "fire-and-forget"] == [watcher.id], connected
     finally:
         cluster.shutdown()

@@ -7,6 +7,7 @@ when they hold it (GRIB decoding; Icechunk sessions do not survive fork, so neve
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,20 +29,25 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def embedded(holds_gil: bool = True, n_workers: int | None = None) -> LocalCluster:
-    """The cluster a run starts when it is given none."""
+def embedded(
+    holds_gil: bool = True, n_workers: int | None = None, quiet: bool = True
+) -> LocalCluster:
+    """The cluster a run starts when it is given none.
+
+    `quiet`: its workers log nothing below CRITICAL. A failed task reaches the caller as its own
+    exception naming the stage and task, so the worker's "Compute Failed" dump would only
+    repeat it; `--debug` keeps distributed's logging as it is.
+    """
+    common: dict[str, Any] = {"dashboard_address": ":0"}
+    if quiet:
+        common["silence_logs"] = logging.CRITICAL
     if holds_gil:
         return LocalCluster(
-            n_workers=n_workers or default_workers(),
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
+            n_workers=n_workers or default_workers(), threads_per_worker=1, processes=True,
+            **common,
         )
     return LocalCluster(
-        n_workers=1,
-        threads_per_worker=n_workers or default_workers(),
-        processes=False,
-        dashboard_address=":0",
+        n_workers=1, threads_per_worker=n_workers or default_workers(), processes=False, **common
     )
 
 
@@ -70,6 +76,7 @@ def connect(
     n_workers: int | None = None,
     holds_gil: bool = True,
     check: bool = True,
+    quiet: bool = True,
 ) -> Iterator[Client]:
     """Yield a Client for `cluster` and close every client and cluster this call created.
 
@@ -77,13 +84,14 @@ def connect(
     `Session`: used as is. Anything with `.get_client()`: dask-gateway, Coiled, a LocalCluster
     you made yourself (dask-gateway makes a new client per call: that one is closed on exit).
     `check`: compare package versions on client, scheduler and workers (`check_versions`).
+    `quiet`: an embedded cluster's workers do not log what the caller is told anyway.
     """
     if isinstance(cluster, Session):
         yield cluster.client(holds_gil=holds_gil)
         return
     with ExitStack() as stack:
         if cluster is None:
-            local = stack.enter_context(embedded(holds_gil, n_workers))
+            local = stack.enter_context(embedded(holds_gil, n_workers, quiet))
             client = stack.enter_context(Client(local))
         elif isinstance(cluster, str):
             try:
@@ -128,8 +136,10 @@ class Session:
         announce: Callable[[str], None] | None = None,
         performance_report: Path | str | None = None,
         ship: bool = False,
+        quiet: bool = True,
     ) -> None:
         self.cluster = cluster
+        self.quiet = quiet
         self.announce = announce
         self.performance_report = performance_report
         self.ship = ship
@@ -143,7 +153,7 @@ class Session:
             from toolkit.engine.ship import ship
 
             client = self._stack.enter_context(
-                connect(self.cluster, holds_gil=holds_gil, check=not self.ship)
+                connect(self.cluster, holds_gil=holds_gil, check=not self.ship, quiet=self.quiet)
             )
             if self.ship:
                 ship(client)
