@@ -19,5 +19,13 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    errors = [o for o in outputs if o.get("output_type") == "error"]
     assert not errors
+    if path.stem == "quickstart":
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "http://" in text and "/status" in text  # the dashboard link was printed
+        widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in
+                   o.get("data", {})]
+        assert widgets, "no live progress bar was drawn"
+        assert (tmp_path / "quickstart-report.html").exists()

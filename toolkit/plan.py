@@ -141,6 +141,8 @@ class Stage:
     `combine(values)` folds service results in a tree of fan-in `fan_in` into one final node,
     whose value the gate and the report see; it receives its own outputs at the upper levels, so
     it must be associative over one value type (lists concatenated, forks merged).
+    `reports_progress`: the block service is called `service(tasks, tick=f)` and calls `f(n)`
+    as it finishes its n-th task, so progress moves inside a long stripe.
     """
 
     name: str
@@ -155,6 +157,7 @@ class Stage:
     combine: Callable[[list[Any]], Any] | None = None
     fan_in: int = 8
     retries: int = 2
+    reports_progress: bool = False  # a block service takes `tick=` and reports tasks finished
 
     def __post_init__(self) -> None:
         w = self.workers

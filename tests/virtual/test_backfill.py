@@ -149,3 +149,16 @@ def test_ingest_gate_names_a_file_reported_but_not_probed_present():
     with pytest.raises(IncompleteStageError, match=r"skipped:c \(truncated\)"):
         IngestGate(lambda: frozenset(), strict=True).check("ingest", skipped)
     assert gate.check("ingest", None).want == 0
+
+
+def test_progress_counts_files_as_each_block_reads_them(tmp_path):
+    _, _, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    heard: list[tuple[str, int, int]] = []
+    report = backfill(ds, start=START, workers=2, executor="sync",
+                      progress=lambda *a: heard.append(a))
+    assert report.stage("ingest").nodes == 2
+    assert [(d, t) for s, d, t in heard if s == "ingest"] == [(i, 6) for i in range(1, 7)]

@@ -148,11 +148,19 @@ def run_block(
     done: frozenset[str],
     *_after: Any,
 ) -> NodeResult:
-    """One worker's stripe: the stripe was cut from the stable list; now drop what is done."""
+    """One worker's stripe: the stripe was cut from the stable list; now drop what is done.
+
+    `tick` is given only to a service that reports its own progress (`Stage.reports_progress`):
+    it is called as `service(todo, tick=...)` and tells how many of `todo` it has finished."""
     started = time.time()
     todo = remaining(block, done)
-    values = (serve(stage, _span(todo), service, todo),) if todo else ()
-    return NodeResult(len(todo), len(block) - len(todo), values, started, time.time())
+    skipped = len(block) - len(todo)
+    call = service
+    if tick is not None and todo:
+        def call(tasks: list[Any]) -> Any:
+            return service(tasks, tick=lambda n: tick(skipped + n))  # type: ignore[call-arg]
+    values = (serve(stage, _span(todo), call, todo),) if todo else ()
+    return NodeResult(len(todo), skipped, values, started, time.time())
 
 
 def _span(block: list[Any]) -> str:
@@ -253,13 +261,15 @@ def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> 
             for i, block in enumerate(_blocks(stage)):
                 key = (base, i)
                 fn = run_each if stage.per_task else run_block
+                ticks = ticker is not None and (stage.per_task or stage.reports_progress)
+                tick = ticker(stage.name, i) if ticks else None  # type: ignore[misc]
                 nodes.append(
                     Node(
                         key,
                         stage.name,
                         "work",
                         fn,
-                        (stage.name, stage.service, block, ticker(stage.name, i) if ticker else None),
+                        (stage.name, stage.service, block, tick),
                         (done_key,),
                         stage.retries,
                         len(block),

@@ -136,10 +136,10 @@ class Ingest:
     job: VirtualRegionJob
     branch: str
 
-    def __call__(self, coords: list[Any]) -> BackfillOut:
+    def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> BackfillOut:
         job = self.job
         skipped: list[Skipped] = []
-        batches = list(job.process_virtual_refs(coords, None, skipped))
+        batches = list(job.process_virtual_refs(coords, None, skipped, on_file=tick))
         if not any(batches):
             return BackfillOut(skipped=tuple(skipped))
         forks = []
@@ -312,6 +312,7 @@ def backfill_plan(
                 IngestGate(_nothing, strict=strict),
                 workers=workers,
                 stripe_mode="contiguous",
+                reports_progress=True,  # a file at a time, inside each worker's block
                 done=present,
                 resume=not job.overwrite_chunks,
                 combine=Combine(job, branch),

@@ -415,13 +415,16 @@ class VirtualRegionJob:
         ingested_through: Any = None,
         skipped: list[Skipped] | None = None,
         on_tick: Callable[[], None] | None = None,
+        on_file: Callable[[int], None] | None = None,
     ) -> Iterator[Batch]:
         """Yield batches of whole files with their refs; each batch is one commit.
 
-        `on_tick` runs at the start of every sweep (the update renews its lease there).
+        `on_tick` runs at the start of every sweep (the update renews its lease there);
+        `on_file(n)` hears that n of `remaining` are done (read, or skipped with a reason).
         """
         pending = list(remaining)
         skipped = skipped if skipped is not None else []
+        finished = 0
         while pending:
             tick = time.monotonic()
             if on_tick is not None:
@@ -432,13 +435,16 @@ class VirtualRegionJob:
             with ThreadPoolExecutor(
                 max(1, min(self.download_concurrency, len(available) or 1))
             ) as pool:
-                results = list(pool.map(lambda a: self._file_refs_or_skip(*a), available))
-            for (coord, *_), res in zip(available, results, strict=True):
-                done.add(coord.key)
-                if isinstance(res, Skipped):
-                    skipped.append(res)
-                else:
-                    batch.append((coord, res))
+                results = pool.map(lambda a: self._file_refs_or_skip(*a), available)
+                for (coord, *_), res in zip(available, results, strict=True):
+                    done.add(coord.key)
+                    if on_file is not None:
+                        on_file(finished + len(done))
+                    if isinstance(res, Skipped):
+                        skipped.append(res)
+                    else:
+                        batch.append((coord, res))
+            finished += len(done)
             pending = [c for c in pending if c.key not in done]
             if batch:
                 yield batch
