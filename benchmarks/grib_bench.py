@@ -1,4 +1,4 @@
-"""GRIB source benchmarks on the real files in shared/data, side by side with the peers.
+"""GRIB source benchmarks on the real files in tests/data, side by side with the peers.
 
 * index parse rate (lines/s): toolkit's parse_index (gribberish's parser + validation + records)
   against gribberish.parse_grib_index alone;
@@ -28,7 +28,7 @@ from toolkit.virtual.grib.index import parse_index
 from toolkit.virtual.grib.message import INDICATOR_SIZE, check_message_at, scan_messages
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "tests" / "data"
 OUT = ROOT / "benchmarks" / "results"
 
 

@@ -11,8 +11,7 @@ import pytest
 
 from toolkit import storage
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DATA = SHARED / "data"
+DATA = Path(__file__).resolve().parent / "data"  # real GRIB2 files and NOAA inventories
 
 # Any credentials satisfy moto; set before any worker process is spawned so they inherit them.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")

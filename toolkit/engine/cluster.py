@@ -126,7 +126,8 @@ class Session:
     A command validates its input before it needs a cluster, so nothing starts (and no
     dashboard link is printed) for a command that fails on bad arguments. At first use it
     connects, checks versions, ships the running toolkit if asked, announces the dashboard
-    link and starts distributed's performance report, which is written on exit.
+    link and starts distributed's performance report, which is written on exit. An embedded
+    cluster is of the kind the first plan asks for (threads, or processes for GIL-holding work).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""HRRR / GFS / GEFS virtual datasets against the real NOAA inventories in shared/data/idx.
+"""HRRR / GFS / GEFS virtual datasets against the real NOAA inventories in tests/data/idx.
 
 The GRIB bodies are hundreds of MB and not here, so each source file is laid out as a sparse
 local object of a plausible size with a valid 16-byte GRIB2 indicator at every offset its real
@@ -25,7 +25,7 @@ from toolkit.virtual.job import committed_extent
 from toolkit.virtual.noaa_job import NoaaCoord
 from toolkit.virtual.refs import chunk_key
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 INIT = datetime(2025, 8, 1)
 INIT64 = np.datetime64(INIT, "ns")
 LAST_MESSAGE = 1_234_567

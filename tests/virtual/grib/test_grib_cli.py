@@ -14,7 +14,7 @@ from toolkit.cli import app
 from toolkit.virtual import simulate
 from toolkit.virtual.grib.message import scan_messages
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 WAVE = DATA / "grib" / "gfswave.t18z.atlocn.0p16.f001.grib2"
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ import pytest
 from toolkit.virtual.grib.decode import codec_config, decode_direct, decode_via_codec, grid_shape
 from toolkit.virtual.grib.message import scan_messages
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 GRIBS = sorted((DATA / "grib").glob("*.grib2"))
 
 

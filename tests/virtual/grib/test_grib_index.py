@@ -22,7 +22,7 @@ from toolkit.virtual.grib.index import (
     with_byte_ranges,
 )
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 REAL_INDEXES = [
     *sorted((DATA / "idx").glob("*.idx")),
     DATA / "grib" / "gfswave.t18z.atlocn.0p16.f001.grib2.idx",

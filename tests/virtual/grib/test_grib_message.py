@@ -22,7 +22,7 @@ from toolkit.virtual.grib.message import (
     split_fields,
 )
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 GRIBS = sorted((DATA / "grib").glob("*.grib2"))
 WAVE = DATA / "grib" / "gfswave.t18z.atlocn.0p16.f001.grib2"
 COUNTS = {"gfswave.t18z.atlocn.0p16.f001.grib2": 19, "s2s-pdt9-pdt10-pdt12.grib2": 10}

@@ -14,7 +14,7 @@ from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
 from toolkit.virtual.grib.index import Window, parse_index
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR, GribVariable, KnownMissing, NoaaSource
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
 INIT = datetime(2025, 8, 1, 0)
 H = timedelta(hours=1)
 
