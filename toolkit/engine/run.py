@@ -137,15 +137,17 @@ class EventTick:
             get_worker().log_event(self.topic, [self.stage, self.index, done])
 
 
-def _stage_graph(stage_nodes: list[Node]) -> dict[Key, Any]:
-    """One stage as a task-spec graph. Dependencies on an earlier stage's gate only order the
-    stages; the client already waited for that gate, so they become plain `None` arguments."""
-    from dask._task_spec import Task, TaskRef
+def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict[Key, Any]:
+    """One stage as a task-spec graph. Its dependency on the previous stage's gate becomes that
+    gate's summary, gathered by the client and sent as data (counts, without the stage's value):
+    nothing in this graph refers to a key of a certified stage, so none is ever recomputed."""
+    from dask._task_spec import Task, TaskRef  # dask's task spec: explicit refs, no key guessing
 
     own = {n.key for n in stage_nodes}
+    before = dataclasses.replace(previous, value=None) if previous is not None else None
     return {
         n.key: Task(
-            n.key, n.fn, *n.args, *(TaskRef(d) if d in own else None for d in n.deps)
+            n.key, n.fn, *n.args, *(TaskRef(d) if d in own else before for d in n.deps)
         )
         for n in stage_nodes
     }
@@ -160,7 +162,9 @@ def _node_failure(node: Node, err: BaseException) -> BaseException:
     return TaskError(node.stage, what, type(err).__name__, str(err))
 
 
-def _run_stage(client: Any, stage_nodes: list[Node], counter: _Counter) -> StageSummary:
+def _run_stage(
+    client: Any, stage_nodes: list[Node], counter: _Counter, previous: StageSummary | None
+) -> StageSummary:
     from distributed import as_completed
 
     stage_nodes = list(stage_nodes)
@@ -168,7 +172,7 @@ def _run_stage(client: Any, stage_nodes: list[Node], counter: _Counter) -> Stage
     watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
     retries = max(n.retries for n in stage_nodes)
     futures = client.get(
-        _stage_graph(stage_nodes), [n.key for n in watched] + [gate.key], sync=False,
+        _stage_graph(stage_nodes, previous), [n.key for n in watched] + [gate.key], sync=False,
         retries=retries,
     )
     try:
@@ -205,8 +209,12 @@ def _run_dask(
         nodes = compile_plan(plan, run_id, ticker if counter.progress else None)
         if counter.progress:
             client.subscribe_topic(topic, heard)
+        summaries: list[StageSummary] = []
         try:
-            return [_run_stage(client, stage, counter) for stage in _stages(nodes)]
+            for stage in _stages(nodes):
+                previous = summaries[-1] if summaries else None
+                summaries.append(_run_stage(client, stage, counter, previous))
+            return summaries
         finally:
             if counter.progress:
                 client.unsubscribe_topic(topic)

@@ -8,6 +8,11 @@ shared environment. Workers that join later get it too (a registered worker plug
 
 The installer and the plugin are built inside functions so that cloudpickle sends them by value:
 the receiving process cannot import toolkit yet, which is the point.
+
+Why not distributed's `UploadDirectory`: it unpacks into the nanny's directory and needs a worker
+restart to reach the worker's path, ships no dist-info (so the version check could not see
+what was shipped), and leaves an already-imported toolkit in place. Here every process gets
+the code on its own `sys.path` at once, with its metadata, and forgets the toolkit it imported.
 """
 
 from __future__ import annotations
