@@ -6,7 +6,7 @@ A job builds a `Plan` without importing dask; `toolkit.engine.run` compiles it i
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ class IncompleteStageError(RuntimeError):
         self, stage: str, have: int, want: int, missing: list[str], extra: str = ""
     ) -> None:
         self.stage, self.have, self.want, self.missing = stage, have, want, missing
+        self.extra = extra
         shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
         msg = f"stage {stage!r} incomplete: have {have}/{want} objects"
         if missing:
@@ -47,7 +48,9 @@ class IncompleteStageError(RuntimeError):
         super().__init__(msg)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (IncompleteStageError, (self.stage, self.have, self.want, self.missing))
+        return (
+            IncompleteStageError, (self.stage, self.have, self.want, self.missing, self.extra)
+        )
 
 
 @dataclass(frozen=True)
@@ -94,40 +97,41 @@ class GateResult:
     stage: str
     have: int
     want: int
+    excused: tuple[tuple[str, str], ...] = ()  # (key, why it is absent), accepted by the gate
 
 
 @dataclass(frozen=True)
 class Gate:
     """What must exist once a stage is done, and how to observe it.
 
-    `observe()` returns the keys that exist now (a listing or manifest probes). The target is
-    `want` (keys), or `want_count`, or `expect(combined)` derived from the stage's combined result.
-    Keys are compared as sets, so observe and want must use the same naming.
+    `observe()` returns the keys that exist now (a listing or manifest probes); `want` is what
+    must exist, from the plan, never from what the stage's workers say they did. Keys are
+    compared as sets, so observe and want must use the same naming.
+
+    `explain(result)` may give, from the stage's combined result, why some wanted keys are absent
+    (a source file not published, a file skipped as unreadable). It never makes a key count as
+    present: with `excuse` the gate accepts those absences and reports them; without, they fail
+    the gate like any other, their reasons named.
     """
 
     observe: Callable[[], Iterable[str]]
     want: tuple[str, ...] | None = None
-    want_count: int | None = None
-    expect: Callable[[Any], Iterable[str]] | None = None
+    explain: Callable[[Any], Mapping[str, str]] | None = None
+    excuse: bool = True
 
     def check(self, stage: str, combined: Any = None) -> GateResult:
         have = set(self.observe())
-        if self.expect is not None:
-            wanted = list(self.expect(combined))
-        elif self.want is not None:
-            wanted = list(self.want)
-        else:
-            wanted = []
-        if wanted:
-            missing = [k for k in wanted if k not in have]
-            if missing:
-                raise IncompleteStageError(stage, len(wanted) - len(missing), len(wanted), missing)
-            count = len(wanted)
-        else:
-            count = len(have)
-        if self.want_count is not None and len(have) != self.want_count:
-            raise IncompleteStageError(stage, len(have), self.want_count, [])
-        return GateResult(stage, count, count if not wanted else len(wanted))
+        if self.want is None:
+            return GateResult(stage, len(have), len(have))
+        missing = [k for k in self.want if k not in have]
+        reasons = dict(self.explain(combined)) if (self.explain and missing) else {}
+        excused = [(k, reasons[k]) for k in missing if k in reasons] if self.excuse else []
+        unexcused = [k for k in missing if not self.excuse or k not in reasons]
+        want = len(self.want) - len(excused)
+        if unexcused:
+            why = "; ".join(f"{k}: {reasons[k]}" for k in unexcused[:10] if k in reasons)
+            raise IncompleteStageError(stage, want - len(unexcused), want, unexcused, why)
+        return GateResult(stage, want, want, tuple(excused))
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,7 @@ class StageReport:
     gate_want: int | None = None
     result: Any = field(default=None, compare=False)
     nodes: int = 0  # graph nodes the tasks ran as: one per task, or one per stripe
+    excused: tuple[tuple[str, str], ...] = ()  # wanted keys absent, and why (Gate.explain)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +245,7 @@ class StageReport:
             "gate_have": self.gate_have,
             "gate_want": self.gate_want,
             "nodes": self.nodes,
+            "excused": [{"key": k, "reason": r} for k, r in self.excused],
         }
 
 

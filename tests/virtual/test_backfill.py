@@ -103,10 +103,9 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
 
 
-def test_gate_probes_are_split_over_the_commit_nodes(s3_endpoint):
-    """Four workers, forks merged two at a time: two commit nodes each probe what they
-    committed; the gate itself probes nothing and passes on their evidence. (An object store:
-    Icechunk arbitrates the concurrent commits there.)"""
+def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(s3_endpoint):
+    """Four workers, forks merged two at a time: two commit nodes (Icechunk arbitrates
+    concurrent commits on an object store), and a gate that probes all 12 files on the branch."""
     from tests.conftest import make_bucket, s3_options
     from tests.virtual.test_repo import public_bucket
 
@@ -117,8 +116,7 @@ def test_gate_probes_are_split_over_the_commit_nodes(s3_endpoint):
     )
     report = backfill(ds, start=START, workers=4, executor="sync", fan_in=2)
     out = report.stage("ingest").result
-    assert out.probe_nodes == 2 and len(out.commits) == 2
-    assert sorted(out.verified) == sorted(out.ingested) and len(out.ingested) == 12
+    assert len(out.commits) == 2 and len(out.ingested) == 12
     assert report.stage("ingest").gate_have == report.stage("ingest").gate_want == 12
     assert_exact(main_ds(ds), files)
 
@@ -136,19 +134,44 @@ def test_a_local_repo_gets_one_commit_node(tmp_path):
     assert len(combines) == 1 and len(combines[0].deps) == 8
 
 
-def test_ingest_gate_names_a_file_reported_but_not_probed_present():
-    from toolkit.virtual.backfill import BackfillOut, IngestGate, Skipped
+def test_ingest_gate_counts_what_exists_and_reports_only_explain():
+    from toolkit.plan import Gate
+    from toolkit.virtual.backfill import Absences, BackfillOut, Skipped
 
-    gate = IngestGate(lambda: frozenset(), strict=False)
-    ok = BackfillOut(ingested=("a", "b"), verified=("a", "b"))
-    assert gate.check("ingest", ok).have == 2
+    out = BackfillOut(ingested=("a", "b"), unpublished=("c",), skipped=(Skipped("d", "truncated"),))
+    want = ("a", "b", "c", "d")
+    lenient = Gate(lambda: {"a", "b"}, want=want, explain=Absences())
+    result = lenient.check("ingest", out)
+    assert (result.have, result.want) == (2, 2)
+    assert dict(result.excused) == {"c": "not published (the source does not list it)",
+                                    "d": "skipped: truncated"}
+    # a file the workers say they ingested but the probes do not find fails the gate
     with pytest.raises(IncompleteStageError, match=r"have 1/2.*first missing: b"):
-        gate.check("ingest", BackfillOut(ingested=("a", "b"), verified=("a",)))
-    skipped = BackfillOut(ingested=("a",), verified=("a",), skipped=(Skipped("c", "truncated"),))
-    assert gate.check("ingest", skipped).have == 1
-    with pytest.raises(IncompleteStageError, match=r"skipped:c \(truncated\)"):
-        IngestGate(lambda: frozenset(), strict=True).check("ingest", skipped)
-    assert gate.check("ingest", None).want == 0
+        Gate(lambda: {"a"}, want=want, explain=Absences()).check("ingest", out)
+    # no result at all (no ingest node ran): nothing is excused, everything is missing
+    with pytest.raises(IncompleteStageError, match=r"have 0/4"):
+        Gate(lambda: set(), want=want, explain=Absences()).check("ingest", None)
+    strict = Gate(lambda: {"a", "b"}, want=want, explain=Absences(), excuse=False)
+    with pytest.raises(IncompleteStageError, match=r"have 2/4.*c: not published.*d: skipped"):
+        strict.check("ingest", out)
+
+
+def test_a_file_missing_mid_region_is_named_and_strict_refuses_it(tmp_path):
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=0,
+    )
+    gone = files[4]  # the source lists the files around it, not it
+    archive.publish(files[:4] + files[5:9])
+    with pytest.raises(IncompleteStageError, match=r"have 8/9.*not published"):
+        backfill(ds, start=START, executor="sync", strict=True)
+    report = backfill(ds, start=START, executor="sync")
+    s = report.stage("ingest")
+    assert (s.gate_have, s.gate_want) == (8, 8)
+    assert [k for k, _ in s.excused] == [archive.data_url(gone)]
+    assert "not published" in s.excused[0][1]
+    assert_exact(main_ds(ds), files[:9], skip=[gone])
 
 
 def test_progress_counts_files_as_each_block_reads_them(tmp_path):

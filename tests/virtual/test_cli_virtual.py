@@ -170,3 +170,30 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
     res = runner.invoke(app, ["virtual", "validate", "gfs", *common, *window, "--sample", "0"])
     assert res.exit_code == 1  # 207 leads of the cycle are not in the mirror
     assert "lead_time=1h" in res.output and "lead_time=7h" not in res.output
+
+
+def test_backfill_names_unpublished_and_skipped_files_and_strict_fails_on_them(tmp_path):
+    src = storage.open_store(str(tmp_path / "src"))
+    archive = make_archive(
+        src, kind="gfs", leads=[0, 3, 6], publish=False,
+        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
+    )
+    files = archive.files()
+    archive.publish(files[:4] + files[5:9])  # files[4] is not listed: a hole mid-region
+    archive.truncate(files[6])
+    base = ["virtual", "backfill", "sim-gfs", "--repo", str(tmp_path / "repo"),
+            "--source", str(tmp_path / "src"), "--start", "2025-08-01T00", "--executor", "sync"]
+    res = runner.invoke(app, [*base, "--strict"])
+    assert res.exit_code == 1
+    assert archive.data_url(files[4]) in res.output and "not published" in res.output
+    assert archive.data_url(files[6]) in res.output and "skipped" in res.output
+    res = runner.invoke(app, base)
+    assert res.exit_code == 0, res.output
+    # the strict run committed what it could and kept its branch: this one resumes from it
+    assert "files: 7 on the branch (0 committed by this run), 1 not published, 1 skipped" in (
+        res.stderr
+    )
+    assert f"{archive.data_url(files[4])}: not published" in res.stderr
+    assert f"{archive.data_url(files[6])}: skipped:" in res.stderr
+    res = runner.invoke(app, [*base[:-2], "--workers", "-3"])
+    assert res.exit_code == 2 and "Traceback" not in res.output

@@ -76,6 +76,7 @@ class StageSummary:
     gate_want: int | None
     value: Any
     nodes: int = 0  # work nodes the stage ran as (tasks, or stripes of them)
+    excused: tuple[tuple[str, str], ...] = ()  # wanted keys absent for a reason the gate took
 
 
 # ----------------------------------------------------------------------------- node functions
@@ -190,9 +191,10 @@ def check_gate(
 ) -> StageSummary:
     folded = fold(combine, *parts) if parts else Partial(0, 0, time.time(), time.time(), None)
     have = want = None
+    excused: tuple[tuple[str, str], ...] = ()
     if gate is not None:
         result = gate.check(stage, folded.value)
-        have, want = result.have, result.want
+        have, want, excused = result.have, result.want, result.excused
     return StageSummary(
         stage,
         tasks,
@@ -204,6 +206,7 @@ def check_gate(
         want,
         folded.value,
         nodes,
+        excused,
     )
 
 

@@ -44,6 +44,7 @@ def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float)
             gate_have=s.gate_have,
             gate_want=s.gate_want,
             nodes=s.nodes,
+            excused=s.excused,
             result=s.value,
         )
         for s in summaries

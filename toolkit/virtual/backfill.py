@@ -4,13 +4,13 @@ setup     one node: temp branch from main, pre-sized to the whole region (worker
           resize), main's snapshot recorded in the setup commit's metadata.
 ingest    N nodes, each a contiguous append-dim block of source files (its refs stay in a few
           manifest windows): discover, build refs, write them into one Icechunk fork per repo
-          (replicas and primary) and return them with the files ingested and skipped. The
-          engine's done-set is the manifest filter, so a rerun resumes. Forks are merged in a
-          bounded tree; every combine node commits its merge to the temp branch, replicas first
-          (memory bounded, no branch-HEAD race between workers), then probes the files it
-          committed on the primary's new snapshot. The gate's observation is therefore spread
-          over the commit nodes: it passes when every file reported ingested was probed present
-          (and, `strict`, nothing was skipped).
+          (replicas and primary) and return them with the files ingested, skipped (with the
+          reason) and not published. The engine's done-set is the manifest filter, so a rerun
+          resumes. Forks are merged in a bounded tree; every combine node commits its merge to
+          the temp branch, replicas first (memory bounded, no branch-HEAD race between workers).
+          The gate wants every file the template expects up to the last published position and
+          probes the branch for each: what the workers report only explains an absence (not
+          published, skipped), and `strict` refuses even those.
 finalize  replicas, then the primary: main := temp branch, each only if its main has not moved
           since setup; else fail loudly and keep the branch. A crash between the two is replayed
           by a rerun (a finalized replica's fresh branch equals its main: nothing to reset).
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolkit.engine import run
-from toolkit.plan import AUTO, Gate, GateResult, IncompleteStageError, Plan, Report, Stage
+from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
 from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
@@ -54,9 +54,8 @@ class BackfillOut:
     skipped: tuple[Skipped, ...] = ()
     commits: tuple[str, ...] = ()
     refs: int = 0
-    verified: tuple[str, ...] = ()  # ingested files probed present after their commit
-    probe_nodes: int = 0  # how many nodes ran those probes
     empty_positions: tuple[str, ...] = ()  # pre-sized past the last published position
+    unpublished: tuple[str, ...] = ()  # files of the region the source does not list
 
 
 def temp_branch(job: VirtualRegionJob) -> str:
@@ -140,8 +139,10 @@ class Ingest:
         job = self.job
         skipped: list[Skipped] = []
         batches = list(job.process_virtual_refs(coords, None, skipped, on_file=tick))
+        read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped}
+        unpublished = tuple(c.key for c in coords if c.key not in read)
         if not any(batches):
-            return BackfillOut(skipped=tuple(skipped))
+            return BackfillOut(skipped=tuple(skipped), unpublished=unpublished)
         forks = []
         refs = 0
         for ref in (*job.replicas, job.repo):
@@ -151,7 +152,8 @@ class Ingest:
             forks.append((ref.url, f))
         job._at("worker_forked")
         ingested = tuple(c.key for b in batches for c, _ in b)
-        return BackfillOut(tuple(forks), ingested, tuple(skipped), (), refs)
+        return BackfillOut(tuple(forks), ingested, tuple(skipped), (), refs,
+                           unpublished=unpublished)
 
 
 @dataclass(frozen=True)
@@ -165,8 +167,6 @@ class Combine:
         job = self.job
         commits = [c for p in parts for c in p.commits]
         fresh = [k for p in parts if p.forks for k in p.ingested]
-        verified = [k for p in parts for k in p.verified]
-        probe_nodes = sum(p.probe_nodes for p in parts)
         if fresh:
             n, snap = len(fresh), ""
             for i, ref in enumerate((*job.replicas, job.repo)):
@@ -183,59 +183,28 @@ class Combine:
                     )
             if snap:
                 commits.append(snap)
-            # The gate's probes, done here: each commit node checks the files it committed.
-            repo = job.repo.open(fresh=True)
-            session = R.readonly(repo, self.branch)
-            absent = {c.key for c in job.filter_already_present(_coords(job, fresh), session)}
-            verified += [k for k in fresh if k not in absent]
-            probe_nodes += 1
         return BackfillOut(
             (),
             tuple(k for p in parts for k in p.ingested),
             tuple(s for p in parts for s in p.skipped),
             tuple(commits),
             sum(p.refs for p in parts),
-            tuple(verified),
-            probe_nodes,
+            unpublished=tuple(k for p in parts for k in p.unpublished),
         )
 
 
-def _coords(job: VirtualRegionJob, keys: Iterable[str]) -> list[Any]:
-    want = set(keys)
-    return [c for c in job.generate_source_file_coords() if c.key in want]
-
-
 @dataclass(frozen=True)
-class Wanted:
-    strict: bool
+class Absences:
+    """Why wanted files are not on the branch, as the ingest workers found them: the source does
+    not list them, or they were listed but could not be read. It explains; the gate's probes
+    decide what is there."""
 
-    def __call__(self, combined: BackfillOut | None) -> Iterable[str]:
+    def __call__(self, combined: BackfillOut | None) -> dict[str, str]:
         if combined is None:
-            return []
-        want = list(combined.ingested)
-        if self.strict:  # a skipped file is never present: the gate fails naming it
-            want += [f"skipped:{s.url} ({s.reason})" for s in combined.skipped]
-        return want
-
-
-def _nothing() -> frozenset[str]:
-    return frozenset()
-
-
-@dataclass(frozen=True)
-class IngestGate(Gate):
-    """Every file reported ingested was probed present on the branch by the node that
-    committed it (the probes are split over the commit nodes, not run by this one node)."""
-
-    strict: bool = False
-
-    def check(self, stage: str, combined: Any = None) -> GateResult:
-        wanted = list(Wanted(self.strict)(combined))
-        have = set(combined.verified) if combined is not None else set()
-        missing = [k for k in wanted if k not in have]
-        if missing:
-            raise IncompleteStageError(stage, len(wanted) - len(missing), len(wanted), missing)
-        return GateResult(stage, len(wanted), len(wanted))
+            return {}
+        reasons = {k: "not published (the source does not list it)" for k in combined.unpublished}
+        reasons.update({s.url: f"skipped: {s.reason}" for s in combined.skipped})
+        return reasons
 
 
 @dataclass(frozen=True)
@@ -277,20 +246,36 @@ class MainAtBranch:
         return frozenset({"finalize"})
 
 
+def _at_or_before(job: VirtualRegionJob, coord: Any, label: Any) -> bool:
+    if label is None:
+        return True
+    return canon(coord.out_loc()[job.template().append_dim]) <= canon(label)
+
+
 ONE_COMBINE = 1 << 30  # a fan-in no stage reaches: every fork folds in one combine node
 
 
 def backfill_plan(
-    job: VirtualRegionJob, workers: int | str = AUTO, strict: bool = False, fan_in: int = 4
+    job: VirtualRegionJob,
+    workers: int | str = AUTO,
+    strict: bool = False,
+    fan_in: int = 4,
+    published_through: Any = None,
 ) -> Plan:
     """setup -> ingest (`workers` contiguous blocks, forks merged `fan_in` at a time, each merge
-    committed and probed by its own node) -> finalize."""
+    committed by its own node) -> finalize.
+
+    The ingest gate wants every file the template expects in the region up to
+    `published_through` (the last published position; default: the whole region) and probes
+    the branch's manifests for them. Files the source does not list, or lists but cannot be
+    read, are excused with their reason -- unless `strict`, where they fail the gate."""
     branch = temp_branch(job)
     job = job.region(job.start, job.end, branch=branch, processing_mode="backfill")
     coords = stable(job.generate_source_file_coords())
     if not coords:
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
+    wanted = tuple(c.key for c in coords if _at_or_before(job, c, published_through))
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one combine node: one commit, no race.
@@ -309,7 +294,7 @@ def backfill_plan(
                 "ingest",
                 coords,
                 Ingest(job, branch),
-                IngestGate(_nothing, strict=strict),
+                Gate(present, want=wanted, explain=Absences(), excuse=not strict),
                 workers=workers,
                 stripe_mode="contiguous",
                 reports_progress=True,  # a file at a time, inside each worker's block
@@ -387,7 +372,8 @@ def backfill(
             f"see {len(empty)} empty position(s) ({', '.join(map(str, empty[:5]))}); pass "
             "allow_empty_positions / --allow-empty-positions to pre-size them anyway"
         )
-    plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in)
+    plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in,
+                         published_through=newest)
     report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
     if not empty:
         return report

@@ -163,10 +163,19 @@ def backfill(
                 allow_empty_positions=allow_empty_positions,
             )
     print_report(report)
-    out = report.stage("ingest").result
+    ingest = report.stage("ingest")
+    out = ingest.result
     if out is not None:
-        for s in out.skipped:
-            err_console.print(f"skipped {s.url}: {s.reason}")
+        absent = dict(ingest.excused)
+        unpublished = [k for k, why in absent.items() if why.startswith("not published")]
+        skipped = [k for k, why in absent.items() if why.startswith("skipped")]
+        err_console.print(
+            f"files: {ingest.gate_have} on the branch ({len(out.ingested)} committed by this "
+            f"run), {len(unpublished)} not published, {len(skipped)} skipped; "
+            f"refs written: {out.refs}"
+        )
+        for key, why in absent.items():
+            err_console.print(f"  {key}: {why}", highlight=False)
         if out.empty_positions:
             err_console.print(
                 f"{len(out.empty_positions)} position(s) past the last published one: readers "
