@@ -225,3 +225,33 @@ def test_s3_emulator_round_trip(s3_endpoint):
     R.commit(s, "refs")
     np.testing.assert_array_equal(read(repo_store), VALUES.reshape(4, 8))
     assert R.container_prefixes(R.open_repo(repo_store, fresh=True)) == [f"s3://{bucket}/src/"]
+
+
+def test_a_repo_recreated_at_the_same_url_is_never_served_by_an_old_handle(tmp_path):
+    """A warm process opened the first repo; the same path is removed and created again (same
+    config, then another container): every open sees the repo that is there now."""
+    import shutil
+
+    path = tmp_path / "repo"
+    store = storage.open_store(str(path))
+    config = R.VirtualConfig([R.local_container(str(tmp_path / "src"))])
+
+    def create(n: int) -> None:
+        s = R.writable(R.create_repo(store, config))
+        make_array(s, n)
+        R.commit(s, f"array of {n}")
+
+    create(4)
+    first = R.open_repo(store)
+    assert R.open_repo(store) is first  # shared within the process while it is the same repo
+    shutil.rmtree(path)
+    create(6)
+    again = R.open_repo(store)
+    assert zarr.open_group(R.readonly(again).store, mode="r")["v"].shape == (6, 8)
+    assert [c.message for c in R.history(again)][0] == "array of 6"
+    shutil.rmtree(path)
+    config = R.VirtualConfig([R.local_container(str(tmp_path / "elsewhere"))])
+    create(2)
+    last = R.open_repo(store)
+    assert last is not first and last is not again
+    assert R.container_prefixes(last) == [f"{(tmp_path / 'elsewhere').as_uri()}/"]

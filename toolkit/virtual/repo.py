@@ -13,6 +13,7 @@ objects (`session.store` is a zarr store).
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
 import re
 import threading
@@ -268,7 +269,7 @@ def _storage(store: storage.Store) -> ic.Storage:
     )
 
 
-_OPEN: dict[tuple[str, str], Any] = {}
+_OPEN: dict[tuple[str, str, str], Any] = {}  # (url, credentials, config digest) -> handle
 _OPEN_LOCK = threading.Lock()
 
 
@@ -305,22 +306,29 @@ def open_repo(
 ) -> ic.Repository:
     """Open with nothing but the location: containers come from the persisted config.
 
-    Cached per process (Repository handles are cheap to share, costly to rebuild per task).
+    Handles are shared within a process (each keeps Icechunk's manifest cache, costly to
+    rebuild per tick or task), keyed by the repo's identity as read now, not by its URL alone:
+    the location, the credentials and the persisted config (one small GET). Snapshots and
+    manifests are content-addressed by random ids, so the config is all a handle could hold
+    stale: a repo recreated or repointed at the same URL is never served through a handle
+    opened for the one before.
     """
-    key = (store.url, credentials)
-    if not fresh:
-        with _OPEN_LOCK:
-            if key in _OPEN:
-                return _OPEN[key]
     st = _storage(store)
     cfg = ic.Repository.fetch_config(st)
     if cfg is None:
         raise FileNotFoundError(f"no Icechunk repo at {store.url}")
+    key = (store.url, credentials, hashlib.sha256(repr(cfg).encode()).hexdigest())
+    if not fresh:
+        with _OPEN_LOCK:
+            if key in _OPEN:
+                return _OPEN[key]
     prefixes = list(cfg.virtual_chunk_containers or {})
     repo = ic.Repository.open(
         st, authorize_virtual_chunk_access=reader_credentials(prefixes, credentials)
     )
     with _OPEN_LOCK:
+        for stale in [k for k in _OPEN if k[:2] == key[:2] and k != key]:
+            del _OPEN[stale]  # opened for an earlier repo at this URL: never served again
         _OPEN[key] = repo
     return repo
 
@@ -345,9 +353,7 @@ def repoint_container(store: storage.Store, container: Container) -> None:
         _storage(store),
         config=cfg,
         authorize_virtual_chunk_access=reader_credentials([container.url_prefix]),
-    ).save_config()
-    _OPEN.pop((store.url, "anonymous"), None)
-    _OPEN.pop((store.url, "env"), None)
+    ).save_config()  # a new config object: handles opened before it are never served again
 
 
 def container_prefixes(repo: ic.Repository) -> list[str]:
