@@ -30,6 +30,7 @@ from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
+from toolkit.virtual.inflight import abort, marker, temp_branches, ways_out
 from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
 from toolkit.virtual.refs import canon
 
@@ -83,19 +84,16 @@ class Setup:
             main = R.snapshot_of(repo, "main")
             if self.branch not in R.branches(repo):
                 # main's snapshot at setup, kept as a marker branch finalize compares against
-                if _marker(self.branch) in R.branches(repo):
-                    R.delete_branch(repo, _marker(self.branch))
-                R.create_branch(repo, _marker(self.branch), main)
+                if marker(self.branch) in R.branches(repo):
+                    R.delete_branch(repo, marker(self.branch))
+                R.create_branch(repo, marker(self.branch), main)
                 R.create_branch(repo, self.branch, main)
             s = R.writable(repo, self.branch)
             sync_dims_to(s, self.job.template(), _extent(self.job))
             if R.has_changes(s):
-                R.commit(s, "backfill setup: pre-size", {"main_at_setup": main})
+                region = f"[{self.job.start}, {self.job.end if self.job.end is not None else ''})"
+                R.commit(s, "backfill setup: pre-size", {"main_at_setup": main, "region": region})
         return self.branch
-
-
-def _marker(branch: str) -> str:
-    return f"{branch}-main-at-setup"
 
 
 @dataclass(frozen=True)
@@ -218,19 +216,25 @@ class Finalize:
         for i, ref in enumerate(refs):
             if i:
                 self.job._at("finalize_after_replica")
-            head = _finalize_one(ref.open(fresh=True), self.branch)
+            head = _finalize_one(ref.open(fresh=True), self.branch, ref.url)
         return head
 
 
-def _finalize_one(repo: Any, branch: str) -> str:
+def _finalize_one(repo: Any, branch: str, url: str) -> str:
     if branch not in R.branches(repo):
         return R.snapshot_of(repo, "main")  # already finalized by an earlier attempt
-    expected = R.snapshot_of(repo, _marker(branch))
+    expected = R.snapshot_of(repo, marker(branch))
     head = R.snapshot_of(repo, branch)
     if head != R.snapshot_of(repo, "main"):
-        R.reset_branch(repo, "main", head, expected=expected)
+        try:
+            R.reset_branch(repo, "main", head, expected=expected)
+        except R.BranchMoved as err:
+            raise R.BranchMoved(
+                f"{url}: main moved since setup of backfill {branch!r} (an operational fire "
+                f"committed); finalize refused and kept the branch: {ways_out(url, branch)}"
+            ) from err
     R.delete_branch(repo, branch)
-    R.delete_branch(repo, _marker(branch))
+    R.delete_branch(repo, marker(branch))
     return head
 
 
@@ -314,6 +318,42 @@ def backfill_plan(
     )
 
 
+class RegionOverlap(RuntimeError):
+    """Main's commits since a backfill started wrote into the backfill's region."""
+
+
+def rebase_onto_main(job: VirtualRegionJob) -> None:
+    """Restart the region's backfill branch from main's head, in every repo (replicas first),
+    unless main's commits since setup wrote files of the region. Nothing in flight: nothing to do.
+    """
+    branch = temp_branch(job)
+    coords = job.generate_source_file_coords()
+    refs = (*job.replicas, job.repo)
+    for ref in refs:  # check every repo before changing any
+        repo = ref.open(fresh=True)
+        if branch not in temp_branches(repo) or marker(branch) not in R.branches(repo):
+            continue
+        at_setup = R.readonly(repo, snapshot=R.snapshot_of(repo, marker(branch)))
+        absent_at_setup = {c.key for c in job.filter_already_present(coords, at_setup)}
+        absent_now = {c.key for c in job.filter_already_present(coords, R.readonly(repo))}
+        touched = sorted(absent_at_setup - absent_now)  # written to main since setup
+        if touched:
+            t = job.template()
+            at = {c.out_loc()[t.append_dim] for c in coords if c.key in set(touched)}
+            labels = [str(x) for x in sorted(at, key=canon)]
+            raise RegionOverlap(
+                f"{ref.url}: main's commits since backfill {branch!r} started wrote "
+                f"{len(touched)} file(s) of its region, at {t.append_dim} {', '.join(labels[:5])}"
+                f"{' ...' if len(labels) > 5 else ''}; cannot rebase onto them: "
+                f"drop the branch (`toolkit virtual abort {ref.url} --branch {branch}`) "
+                "and backfill a region that does not overlap"
+            )
+    for ref in refs:
+        repo = ref.open(fresh=True)
+        if branch in temp_branches(repo):
+            abort(repo, branch)  # setup creates both again from main's head
+
+
 def last_published(job: VirtualRegionJob) -> Any:
     """The newest append-dim label in `job`'s region with any file the source lists now (None
     if none).
@@ -344,9 +384,14 @@ def backfill(
     overwrite_chunks: bool = False,
     allow_empty_positions: bool = False,
     fan_in: int = 4,
+    rebase: bool = False,
 ) -> Report:
     """Backfill [start, end) of `job`'s dataset; `end` defaults to just past the last published
-    position. Going past it needs `allow_empty_positions` (readers would see those empty)."""
+    position. Going past it needs `allow_empty_positions` (readers would see those empty).
+
+    `rebase`: a backfill of this region that finalize refused (main moved) restarts from main's
+    new head, provided main's new commits did not touch the region (else refused, naming the
+    positions); its files are ingested again (refs only)."""
     t = job.template()
     if end is None:
         newest = last_published(job.region(start, None))
@@ -372,6 +417,8 @@ def backfill(
             f"see {len(empty)} empty position(s) ({', '.join(map(str, empty[:5]))}); pass "
             "allow_empty_positions / --allow-empty-positions to pre-size them anyway"
         )
+    if rebase:
+        rebase_onto_main(region)
     plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in,
                          published_through=newest)
     report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]

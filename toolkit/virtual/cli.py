@@ -70,8 +70,24 @@ def _dataset(
     )
 
 
+def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
+    """Open a repo that must already exist, creating nothing where it is not (a local path is
+    checked before a store is opened there, since opening one makes the folder)."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from toolkit.virtual import repo as R
+
+    if "://" not in url or url.startswith("file://"):
+        path = Path(urlparse(url).path if url.startswith("file://") else url)
+        if not path.exists():
+            raise R.NotARepo(f"no Icechunk repo at {url}: the path does not exist; check it")
+    return R.open_repo(_open(url, endpoint, allow_http, path_style), fresh=True)
+
+
 def _errors() -> Any:
     from toolkit.console import exit_codes
+    from toolkit.virtual.backfill import RegionOverlap
     from toolkit.virtual.job import MetadataDrift
     from toolkit.virtual.lease import LeaseHeld, LeaseLost
     from toolkit.virtual.repo import BranchMoved, OutsideContainers
@@ -82,6 +98,7 @@ def _errors() -> Any:
         usage_errors=(ValueError, KeyError),
         check_errors=(
             BranchMoved,
+            RegionOverlap,
             LeaseHeld,
             LeaseLost,
             BackfillInFlight,
@@ -135,6 +152,13 @@ def backfill(
     allow_empty_positions: Annotated[
         bool, typer.Option(help="Allow --end past the last published position.")
     ] = False,
+    rebase: Annotated[
+        bool,
+        typer.Option(
+            help="This region's backfill was refused at finalize (main moved): restart it from "
+            "main's new head, unless main's new commits wrote into the region."
+        ),
+    ] = False,
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
@@ -161,6 +185,7 @@ def backfill(
                 strict=strict,
                 overwrite_chunks=overwrite_chunks,
                 allow_empty_positions=allow_empty_positions,
+                rebase=rebase,
             )
     print_report(report)
     ingest = report.stage("ingest")
@@ -265,14 +290,21 @@ def inspect(
     path_style: PathStyle = False,
 ) -> None:
     """Branches, recent commits with rebase attempts, and the manifest report."""
+    from datetime import UTC, datetime
+
     from rich.table import Table
 
     from toolkit.console import out
     from toolkit.virtual import repo as R
+    from toolkit.virtual.inflight import in_flight
 
     with _errors():
-        r = R.open_repo(_open(repo, endpoint, allow_http, path_style), fresh=True)
+        r = _existing_repo(repo, endpoint, allow_http, path_style)
         out.print(f"branches: {', '.join(R.branches(r))}")
+        flying = in_flight(r)
+        out.print(f"backfills in flight: {len(flying) or 'none'}")
+        for f in flying:
+            out.print(f"  {f.line(datetime.now(UTC))}", highlight=False, soft_wrap=True)
         out.print(f"containers: {', '.join(R.container_prefixes(r))}")
         table = Table(title="main: recent commits")
         for col in ("snapshot", "written", "message", "rebase attempts"):
@@ -301,6 +333,29 @@ def inspect(
                 str(row["bytes_per_ref"]),
             )
         out.print(mt)
+
+
+@app.command()
+def abort(
+    repo: Annotated[str, typer.Argument(help="Icechunk repo location.")],
+    branch: Annotated[
+        str | None,
+        typer.Option(help="The backfill branch (backfill-<hex>); default: the only one."),
+    ] = None,
+    endpoint: Endpoint = None,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+) -> None:
+    """Drop an in-flight backfill: delete its temp branch and marker. Main is untouched."""
+    from toolkit.console import out
+    from toolkit.virtual import repo as R
+    from toolkit.virtual.inflight import abort as drop
+
+    with _errors():
+        r = _existing_repo(repo, endpoint, allow_http, path_style)
+        for name in drop(r, branch):
+            out.print(f"deleted branch {name}", highlight=False)
+        out.print(f"main unchanged at {R.snapshot_of(r, 'main')}", highlight=False)
 
 
 @app.command()
@@ -333,6 +388,7 @@ def validate(
     from toolkit.virtual.validate import validate as run_validate
 
     with _errors(), session(ctx, cluster, performance_report, ship) as where:
+        _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
         fractions = tuple(float(x) for x in min_present.split(",") if x.strip())
         with progress_bars() as bars:

@@ -29,6 +29,7 @@ from toolkit import storage
 __all__ = [
     "BranchMoved",
     "ConflictError",
+    "NotARepo",
     "OutsideContainers",
     "RepoRef",
     "VirtualConfig",
@@ -67,6 +68,10 @@ if "ICECHUNK_LOG" not in os.environ:
 
 class OutsideContainers(ValueError):
     """A ref points outside every virtual chunk container: it could never be read."""
+
+
+class NotARepo(ValueError):
+    """No Icechunk repository at the location given (bad usage: the path is wrong)."""
 
 
 class BranchMoved(RuntimeError):
@@ -314,9 +319,16 @@ def open_repo(
     opened for the one before.
     """
     st = _storage(store)
+    if not ic.Repository.exists(st):
+        raise NotARepo(
+            f"no Icechunk repo at {store.url}: "
+            + ("the path does not exist" if store.is_local and not store.local_path.exists()
+               else "nothing there is an Icechunk repository")
+            + "; check the path (a backfill or a first update fire creates the repo)"
+        )
     cfg = ic.Repository.fetch_config(st)
     if cfg is None:
-        raise FileNotFoundError(f"no Icechunk repo at {store.url}")
+        raise NotARepo(f"no Icechunk repo config at {store.url}; was it created by toolkit?")
     key = (store.url, credentials, hashlib.sha256(repr(cfg).encode()).hexdigest())
     if not fresh:
         with _OPEN_LOCK:
@@ -334,8 +346,16 @@ def open_repo(
 
 
 def open_or_create(store: storage.Store, config: VirtualConfig) -> ic.Repository:
+    """Open the repo at `store`, or create it where nothing is yet; a location that holds
+    other objects is refused (a repo is never created on top of someone's data)."""
     if ic.Repository.exists(_storage(store)):
         return open_repo(store)
+    other = next(storage.iter_keys(store), None)  # one listing page at most
+    if other is not None:
+        raise NotARepo(
+            f"{store.url} holds objects (e.g. {other!r}) but no Icechunk repo: refusing to "
+            "create one on top of them; pass an empty or new location"
+        )
     return create_repo(store, config)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from toolkit.plan import Report, StageReport
 from toolkit.virtual import repo as R
+from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.job import RunResult, VirtualRegionJob, committed_extent
 from toolkit.virtual.lease import Lease
 
@@ -63,11 +64,13 @@ def update(
         )
     first = t.position(inside[0])
     repo = fire.ensure_repo()
-    busy = [b for b in R.branches(repo) if b.startswith("backfill-")]
+    busy = temp_branches(repo)
     if busy:
         raise BackfillInFlight(
-            f"{job.repo.url}: backfill branch(es) {busy} in flight; an update "
-            "would move main under it. Wait for it to finalize."
+            f"{job.repo.url}: backfill {busy[0]!r}"
+            f"{f' (and {len(busy) - 1} more)' if len(busy) > 1 else ''} is in flight and an "
+            f"update would move main under it: wait for it to finalize, or "
+            f"{ways_out(job.repo.url, busy[0])}"
         )
     # Fires are ordered by their scheduled fire label, not by process start: two processes of
     # one fire tie (the second waits or exits), a newer fire takes over from an older one.
