@@ -185,3 +185,49 @@ def test_progress_counts_files_as_each_block_reads_them(tmp_path):
                       progress=lambda *a: heard.append(a))
     assert report.stage("ingest").nodes == 2
     assert [(d, t) for s, d, t in heard if s == "ingest"] == [(i, 6) for i in range(1, 7)]
+
+
+def test_overwrite_chunks_re_emits_refs_the_filter_would_keep(tmp_path):
+    from toolkit.virtual.simulate import expected_values
+
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    backfill(ds, start=START, executor="sync")
+    f = files[3]
+    data, index = archive.encode(f, generation=1)  # republished with new values, new index
+    storage.put(archive.store, archive.data_key(f), data)
+    storage.put(archive.store, archive.index_key(f), index.encode())
+    again = backfill(ds, start=START, executor="sync")
+    assert again.stage("ingest").skipped == len(files)  # the filter keeps every present file
+    redone = backfill(ds, start=START, executor="sync", overwrite_chunks=True)
+    assert redone.stage("ingest").written == len(files) and redone.stage("ingest").skipped == 0
+    sel = {"init_time": np.datetime64(f.init, "ns"),
+           "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]")}
+    got = main_ds(ds)["temperature_2m"].sel(sel).values
+    np.testing.assert_array_equal(
+        got, expected_values("temperature_2m", f.init, f.lead, generation=1)
+    )
+    assert not np.array_equal(got, expected_values("temperature_2m", f.init, f.lead))
+
+
+def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
+    """A dataset whose refs and probe disagree would re-ingest the file forever (the filter
+    never sees it): the write refuses it instead."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class ProbesAnotherLead(SimGfs):
+        def representative_probe_loc(self, coord, var):
+            loc = super().representative_probe_loc(coord, var)
+            leads = list(self.template().coords["lead_time"])
+            other = leads[(leads.index(loc["lead_time"]) + 1) % len(leads)]
+            return {**loc, "lead_time": other}
+
+    src = storage.open_store(str(tmp_path / "src"))
+    archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
+    archive.publish(archive.files()[:1])
+    ds = ProbesAnotherLead(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
+    ds.ensure_repo()
+    with pytest.raises(AssertionError, match=r"f000: its refs do not cover the probed cell"):
+        ds.region(START, None).run()
