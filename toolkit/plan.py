@@ -147,6 +147,9 @@ class Stage:
     it must be associative over one value type (lists concatenated, forks merged).
     `reports_progress`: the block service is called `service(tasks, tick=f)` and calls `f(n)`
     as it finishes its n-th task, so progress moves inside a long stripe.
+    `tasks_from(previous)`: the stage's tasks are made from the previous stage's combined
+    result once its gate has passed (e.g. commit the forks the workers returned); `tasks` is
+    then ignored.
     """
 
     name: str
@@ -162,6 +165,7 @@ class Stage:
     fan_in: int = 8
     retries: int = 2
     reports_progress: bool = False  # a block service takes `tick=` and reports tasks finished
+    tasks_from: Callable[[Any], StableTasks[Any]] | None = None
 
     def __post_init__(self) -> None:
         w = self.workers

@@ -219,98 +219,116 @@ def _blocks(stage: Stage) -> list[list[Any]]:
 
 
 def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> list[Node]:
-    """Nodes in a valid execution order.
+    """Nodes in a valid execution order (stages whose tasks come from the previous stage's
+    result, `Stage.tasks_from`, compile with no tasks here: the runner compiles them with
+    `compile_stage` once that result is certified).
 
     Keys are `<stage>-<plan hash>` (+ `-<run_id>` when given) and an index. The run id keeps a
     rerun from reusing the previous run's observations (done-sets, gates) while the scheduler
     still holds them; resubmitting with the same run id attaches to the graph in flight.
     `ticker` gives each stripe node the callable it reports progress to (per task).
     """
-    digest = f"{plan.digest}-{run_id}" if run_id else plan.digest
+    digest = plan_key(plan, run_id)
     nodes: list[Node] = []
     previous_gate: tuple[Key, ...] = ()
     for stage in plan.stages:
-        base = f"{stage.name}-{digest}"
-        done_key: Key = f"{stage.name}-done-{digest}"
-        nodes.append(
-            Node(
-                done_key,
-                stage.name,
-                "done",
-                observe_done,
-                (stage.observe_done,),
-                previous_gate,
-                stage.retries,
-            )
+        nodes += compile_stage(stage, digest, previous_gate, ticker)
+        previous_gate = (gate_key(stage, digest),)
+    return nodes
+
+
+def plan_key(plan: Plan, run_id: str = "") -> str:
+    return f"{plan.digest}-{run_id}" if run_id else plan.digest
+
+
+def gate_key(stage: Stage, digest: str) -> str:
+    return f"{stage.name}-gate-{digest}"
+
+
+def compile_stage(
+    stage: Stage, digest: str, previous_gate: tuple[Key, ...] = (), ticker: Ticker | None = None
+) -> list[Node]:
+    """One stage's nodes: done, work, folds, gate; the done node waits for `previous_gate`."""
+    nodes: list[Node] = []
+    base = f"{stage.name}-{digest}"
+    done_key: Key = f"{stage.name}-done-{digest}"
+    nodes.append(
+        Node(
+            done_key,
+            stage.name,
+            "done",
+            observe_done,
+            (stage.observe_done,),
+            previous_gate,
+            stage.retries,
         )
-        work_keys: list[Key] = []
-        if stage.workers is None:
-            for i, task in enumerate(stage.tasks):
-                key = (base, i)
+    )
+    work_keys: list[Key] = []
+    if stage.workers is None:
+        for i, task in enumerate(stage.tasks):
+            key = (base, i)
+            nodes.append(
+                Node(
+                    key,
+                    stage.name,
+                    "work",
+                    run_task,
+                    (stage.name, stage.service, task),
+                    (done_key,),
+                    stage.retries,
+                    1,
+                )
+            )
+            work_keys.append(key)
+    else:
+        for i, block in enumerate(_blocks(stage)):
+            key = (base, i)
+            fn = run_each if stage.per_task else run_block
+            ticks = ticker is not None and (stage.per_task or stage.reports_progress)
+            tick = ticker(stage.name, i) if ticks else None  # type: ignore[misc]
+            nodes.append(
+                Node(
+                    key,
+                    stage.name,
+                    "work",
+                    fn,
+                    (stage.name, stage.service, block, tick),
+                    (done_key,),
+                    stage.retries,
+                    len(block),
+                )
+            )
+            work_keys.append(key)
+    level_keys = work_keys
+    if stage.combine is not None or len(work_keys) > GATE_FAN_IN:
+        level = 0
+        fan_in = max(2, stage.fan_in) if stage.combine is not None else GATE_FAN_IN
+        while len(level_keys) > 1:
+            next_keys: list[Key] = []
+            for j in range(0, len(level_keys), fan_in):
+                key = (f"{stage.name}-combine-{digest}", level, j // fan_in)
                 nodes.append(
                     Node(
                         key,
                         stage.name,
-                        "work",
-                        run_task,
-                        (stage.name, stage.service, task),
-                        (done_key,),
+                        "combine",
+                        fold,
+                        (stage.combine,),
+                        tuple(level_keys[j : j + fan_in]),
                         stage.retries,
-                        1,
                     )
                 )
-                work_keys.append(key)
-        else:
-            for i, block in enumerate(_blocks(stage)):
-                key = (base, i)
-                fn = run_each if stage.per_task else run_block
-                ticks = ticker is not None and (stage.per_task or stage.reports_progress)
-                tick = ticker(stage.name, i) if ticks else None  # type: ignore[misc]
-                nodes.append(
-                    Node(
-                        key,
-                        stage.name,
-                        "work",
-                        fn,
-                        (stage.name, stage.service, block, tick),
-                        (done_key,),
-                        stage.retries,
-                        len(block),
-                    )
-                )
-                work_keys.append(key)
-        level_keys = work_keys
-        if stage.combine is not None or len(work_keys) > GATE_FAN_IN:
-            level = 0
-            fan_in = max(2, stage.fan_in) if stage.combine is not None else GATE_FAN_IN
-            while len(level_keys) > 1:
-                next_keys: list[Key] = []
-                for j in range(0, len(level_keys), fan_in):
-                    key = (f"{stage.name}-combine-{digest}", level, j // fan_in)
-                    nodes.append(
-                        Node(
-                            key,
-                            stage.name,
-                            "combine",
-                            fold,
-                            (stage.combine,),
-                            tuple(level_keys[j : j + fan_in]),
-                            stage.retries,
-                        )
-                    )
-                    next_keys.append(key)
-                level_keys, level = next_keys, level + 1
-        gate_key: Key = f"{stage.name}-gate-{digest}"
-        nodes.append(
-            Node(
-                gate_key,
-                stage.name,
-                "gate",
-                check_gate,
-                (stage.name, len(stage.tasks), len(work_keys), stage.gate, stage.combine),
-                tuple(level_keys),
-                0,
-            )
+                next_keys.append(key)
+            level_keys, level = next_keys, level + 1
+    nodes.append(
+        Node(
+            gate_key(stage, digest),
+            stage.name,
+            "gate",
+            check_gate,
+            (stage.name, len(stage.tasks), len(work_keys), stage.gate, stage.combine),
+            tuple(level_keys),
+            0,
         )
-        previous_gate = (gate_key,)
+    )
     return nodes

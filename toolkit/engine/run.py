@@ -17,12 +17,13 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from toolkit.engine.cluster import ClusterLike, connect, default_workers, total_threads
-from toolkit.engine.graph import Key, Node, StageSummary, Tick, compile_plan
+from toolkit.engine.graph import Key, Node, StageSummary, Tick, compile_stage, gate_key, plan_key
 from toolkit.plan import (
     AUTO,
     IncompleteStageError,
     Plan,
     Report,
+    Stage,
     StageReport,
     TaskError,
     task_context,
@@ -73,22 +74,16 @@ class _Counter:
         self.progress(stage, count, self.total[stage])
 
 
-def _stages(nodes: list[Node]) -> list[list[Node]]:
-    out: list[list[Node]] = []
-    for n in nodes:
-        if not out or out[-1][0].stage != n.stage:
-            out.append([])
-        out[-1].append(n)
-    return out
-
-
-def _resolve_workers(plan: Plan, threads: int) -> Plan:
-    """Stripe counts left to the engine (`workers=AUTO`) become the cluster's thread count."""
-    stages = tuple(
-        dataclasses.replace(s, workers=max(1, threads)) if s.workers == AUTO else s
-        for s in plan.stages
-    )
-    return dataclasses.replace(plan, stages=stages)
+def _resolve(stage: Stage, threads: int, previous: StageSummary | None) -> Stage:
+    """The stage as it runs: `workers=AUTO` becomes the cluster's thread count, and tasks made
+    from the previous stage's certified result (`tasks_from`) are made now."""
+    if stage.workers == AUTO:
+        stage = dataclasses.replace(stage, workers=max(1, threads))
+    if stage.tasks_from is not None:
+        stage = dataclasses.replace(
+            stage, tasks=stage.tasks_from(previous.value if previous else None), tasks_from=None
+        )
+    return stage
 
 
 # ----------------------------------------------------------------------------- sync
@@ -98,22 +93,26 @@ def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
     def ticker(stage: str, index: int) -> Tick:
         return lambda done: counter.node(stage, index, done)
 
-    nodes = compile_plan(plan, run_id, ticker)
+    digest = plan_key(plan, run_id)
     results: dict[Key, Any] = {}
-    summaries = []
-    for node in nodes:
-        args = node.args + tuple(results[d] for d in node.deps)
-        for attempt in range(node.retries + 1):
-            try:
-                results[node.key] = node.fn(*args)
-                break
-            except Exception:
-                if attempt == node.retries:
-                    raise
-        if node.kind == "work":
-            counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
-        if node.kind == "gate":
-            summaries.append(results[node.key])
+    summaries: list[StageSummary] = []
+    previous: tuple[Key, ...] = ()
+    for planned in plan.stages:
+        stage = _resolve(planned, default_workers(), summaries[-1] if summaries else None)
+        counter.total[stage.name] = len(stage.tasks)
+        for node in compile_stage(stage, digest, previous, ticker):
+            args = node.args + tuple(results[d] for d in node.deps)
+            for attempt in range(node.retries + 1):
+                try:
+                    results[node.key] = node.fn(*args)
+                    break
+                except Exception:
+                    if attempt == node.retries:
+                        raise
+            if node.kind == "work":
+                counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
+        previous = (gate_key(stage, digest),)
+        summaries.append(results[previous[0]])
     return summaries
 
 
@@ -196,25 +195,29 @@ def _run_dask(
     plan: Plan, cluster: ClusterLike, run_id: str, counter: _Counter
 ) -> list[StageSummary]:
     topic = f"toolkit-progress-{run_id}"
+    digest = plan_key(plan, run_id)
     with connect(cluster, holds_gil=plan.holds_gil) as client:
-        plan = _resolve_workers(plan, total_threads(client))
+        threads = total_threads(client)
 
         def ticker(stage: str, index: int) -> Tick:
-            size = next(len(s.tasks) for s in plan.stages if s.name == stage)
-            return EventTick(topic, stage, index, size)
+            return EventTick(topic, stage, index, counter.total[stage])
 
         def heard(event: tuple[float, list[Any]]) -> None:
             stage, index, done = event[1]
             counter.node(stage, index, done)
 
-        nodes = compile_plan(plan, run_id, ticker if counter.progress else None)
         if counter.progress:
             client.subscribe_topic(topic, heard)
         summaries: list[StageSummary] = []
         try:
-            for stage in _stages(nodes):
+            gate: tuple[Key, ...] = ()
+            for planned in plan.stages:
                 previous = summaries[-1] if summaries else None
-                summaries.append(_run_stage(client, stage, counter, previous))
+                stage = _resolve(planned, threads, previous)
+                counter.total[stage.name] = len(stage.tasks)
+                nodes = compile_stage(stage, digest, gate, ticker if counter.progress else None)
+                summaries.append(_run_stage(client, nodes, counter, previous))
+                gate = (gate_key(stage, digest),)
             return summaries
         finally:
             if counter.progress:
@@ -242,7 +245,7 @@ def run(
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:8]
     counter = _Counter(plan, progress)
     if executor == "sync":
-        summaries = _run_sync(_resolve_workers(plan, default_workers()), run_id, counter)
+        summaries = _run_sync(plan, run_id, counter)
     elif executor == "dask":
         summaries = _run_dask(plan, cluster, run_id, counter)
     else:
