@@ -39,7 +39,7 @@ def test_backfill_sync_skips_resumes_and_finalizes(tmp_path):
     )
     archive.truncate(files[4])
     report = backfill(ds, start=START, workers=3, executor="sync")
-    out = report.stage("ingest").result
+    out = report.stage("commit").result
     assert len(out.ingested) == 8 and [s.url for s in out.skipped] == [archive.data_url(files[4])]
     assert len(out.commits) == 1  # three forks merged, one commit
     repo = ds.repo.open(fresh=True)
@@ -61,7 +61,7 @@ def test_strict_turns_a_skip_into_a_failed_gate(tmp_path):
         publish=6,
     )
     archive.reupload(files[2])
-    with pytest.raises(IncompleteStageError, match=r"ingest.*skipped:.*f006"):
+    with pytest.raises(IncompleteStageError, match=r"commit.*skipped:.*f006"):
         backfill(ds, start=START, workers=2, executor="sync", strict=True)
     assert temp_branch(
         ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
@@ -81,12 +81,13 @@ def test_end_past_published_needs_explicit_permission(tmp_path):
     report = backfill(ds, start=START, end=end, executor="sync", allow_empty_positions=True)
     assert main_ds(ds).sizes["init_time"] == 4
     # the report names the positions readers will see empty
-    assert report.stage("ingest").result.empty_positions == (
+    assert report.stage("commit").result.empty_positions == (
         "2025-08-01T12:00:00.000000000",
         "2025-08-01T18:00:00.000000000",
     )
-    again = backfill(ds, start=START, executor="sync").stage("ingest")
-    assert again.written == 0 and again.result is None  # all done: nothing empty named
+    again = backfill(ds, start=START, executor="sync")
+    assert again.stage("ingest").written == 0  # all done
+    assert again.stage("commit").result is None  # nothing to commit, nothing empty named
 
 
 def test_finalize_refuses_when_main_moved(tmp_path):
@@ -115,23 +116,24 @@ def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(s3
         storage.open_store(f"s3://{make_bucket(s3_endpoint)}/repo", **opts),
     )
     report = backfill(ds, start=START, workers=4, executor="sync", fan_in=2)
-    out = report.stage("ingest").result
+    out = report.stage("commit").result
     assert len(out.commits) == 2 and len(out.ingested) == 12
-    assert report.stage("ingest").gate_have == report.stage("ingest").gate_want == 12
+    assert report.stage("commit").nodes == 2
+    assert report.stage("commit").gate_have == report.stage("commit").gate_want == 12
     assert_exact(main_ds(ds), files)
 
 
 def test_a_local_repo_gets_one_commit_node(tmp_path):
     """Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch."""
-    from toolkit.engine import compile_plan
-    from toolkit.virtual.backfill import backfill_plan
+    from toolkit.virtual.backfill import BackfillOut, backfill_plan
 
     _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
-    nodes = compile_plan(backfill_plan(ds.region(START, None), workers=8, fan_in=2))
-    combines = [n for n in nodes if n.stage == "ingest" and n.kind == "combine"]
-    assert len(combines) == 1 and len(combines[0].deps) == 8
+    commit = backfill_plan(ds.region(START, None), workers=8, fan_in=2).stages[2]
+    assert commit.name == "commit" and commit.tasks_from is not None
+    groups = commit.tasks_from(tuple(BackfillOut(ingested=(f"f{i}",)) for i in range(8)))
+    assert len(groups) == 1 and len(groups[0].outs) == 8
 
 
 def test_ingest_gate_counts_what_exists_and_reports_only_explain():
@@ -167,7 +169,7 @@ def test_a_file_missing_mid_region_is_named_and_strict_refuses_it(tmp_path):
     with pytest.raises(IncompleteStageError, match=r"have 8/9.*not published"):
         backfill(ds, start=START, executor="sync", strict=True)
     report = backfill(ds, start=START, executor="sync")
-    s = report.stage("ingest")
+    s = report.stage("commit")
     assert (s.gate_have, s.gate_want) == (8, 8)
     assert [k for k, _ in s.excused] == [archive.data_url(gone)]
     assert "not published" in s.excused[0][1]
@@ -231,3 +233,23 @@ def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
     ds.ensure_repo()
     with pytest.raises(AssertionError, match=r"f000: its refs do not cover the probed cell"):
         ds.region(START, None).run()
+
+
+def test_a_retried_commit_node_does_not_commit_again(tmp_path):
+    """The commit stage's nodes are retried by the engine: a node that committed and then
+    failed (or lost its worker) finds its commit on the branch and returns it."""
+    from toolkit.virtual.backfill import Groups, backfill_plan
+
+    _, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    setup, ingest, commit, _ = backfill_plan(ds.region(START, None), workers=2).stages
+    setup.service(Step("setup"))
+    outs = tuple(ingest.service(list(ingest.tasks)[i::2]) for i in range(2))
+    (group,) = Groups(8)(outs)
+    first = commit.service(group)
+    again = commit.service(group)  # the retry
+    assert first.commits == again.commits and len(first.commits) == 1
+    repo = ds.repo.open(fresh=True)
+    branch = temp_branch(ds.region(START, None))
+    assert [c.metadata.get("group") for c in R.history(repo, branch)].count(group.token) == 1

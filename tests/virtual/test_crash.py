@@ -137,7 +137,7 @@ def test_worker_sigkilled_mid_backfill_converges(world, tmp_path, local_cluster)
     job = sim_job(src, str(tmp_path / "repo"), hook=KillOnceAt(markers, "worker_forked"))
     report = backfill(job, start=START, workers=4, cluster=local_cluster)
     assert storage.exists(markers, "killed-at-worker_forked")  # a worker really died
-    assert report.stage("ingest").gate_have == 12
+    assert report.stage("commit").gate_have == 12
     assert fingerprint(job.repo, job.template().variables) == want
     again = backfill(job, start=START, workers=4, cluster=local_cluster)
     assert again.stage("ingest").written == 0 and again.stage("ingest").skipped == 12

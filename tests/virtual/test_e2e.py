@@ -165,9 +165,9 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
     # -- backfill: 4 contiguous blocks, one per worker process, forks merged into one commit
     assert len(four_workers.get_client().run(lambda: 1)) == 4
     report = backfill(ds, start=np.datetime64(INITS[0], "ns"), workers=4, cluster=four_workers)
-    out = report.stage("ingest").result
+    out = report.stage("commit").result
     assert sorted(out.ingested) == sorted(urls[:6]) and not out.skipped
-    assert report.stage("ingest").gate_have == report.stage("ingest").gate_want == 6
+    assert report.stage("commit").gate_have == report.stage("commit").gate_want == 6
     hist = R.history(ds.repo.open(fresh=True))
     (merge,) = [c for c in hist if c.metadata.get("forks")]
     assert merge.metadata["forks"] == 4  # every worker's fork landed in the one commit

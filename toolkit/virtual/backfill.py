@@ -1,19 +1,22 @@
-"""Backfill as one gated graph: setup -> workers on contiguous blocks -> merged forks -> finalize.
+"""Backfill as a gated plan: setup -> ingest -> commit -> finalize.
 
 setup     one node: temp branch from main, pre-sized to the whole region (workers never
-          resize), main's snapshot recorded in the setup commit's metadata.
+          resize), main's snapshot kept on a marker branch, the region in the setup commit.
 ingest    N nodes, each a contiguous append-dim block of source files (its refs stay in a few
           manifest windows): discover, build refs, write them into one Icechunk fork per repo
           (replicas and primary) and return them with the files ingested, skipped (with the
           reason) and not published. The engine's done-set is the manifest filter, so a rerun
-          resumes. Forks are merged in a bounded tree; every combine node commits its merge to
-          the temp branch, replicas first (memory bounded, no branch-HEAD race between workers).
-          The gate wants every file the template expects up to the last published position and
-          probes the branch for each: what the workers report only explains an absence (not
-          published, skipped), and `strict` refuses even those.
+          resumes. Nothing is committed here, and the fold only gathers the outputs.
+commit    its tasks are made from ingest's certified result: groups of `fan_in` worker outputs
+          (one group for a repo on local storage). Each node merges its group's forks and
+          commits once per repo, replicas first; a retried node finds its commit on the branch
+          and does not commit again. The gate wants every file the template expects up to the
+          last published position and probes the branch for each: what the workers reported
+          only explains an absence (not published, skipped), and `strict` refuses even those.
 finalize  replicas, then the primary: main := temp branch, each only if its main has not moved
-          since setup; else fail loudly and keep the branch. A crash between the two is replayed
-          by a rerun (a finalized replica's fresh branch equals its main: nothing to reset).
+          since setup; else fail naming both ways out (`--rebase`, `toolkit virtual abort`).
+          A crash between the two is replayed by a rerun (a finalized replica's fresh branch
+          equals its main: nothing to reset).
 """
 
 from __future__ import annotations
@@ -154,41 +157,102 @@ class Ingest:
                            unpublished=unpublished)
 
 
+def gather(parts: list[Any]) -> tuple[BackfillOut, ...]:
+    """The ingest stage's fold: the workers' outputs side by side (associative, no I/O)."""
+    out: list[BackfillOut] = []
+    for p in parts:
+        out.extend(p if isinstance(p, tuple) else (p,))
+    return tuple(out)
+
+
+def merged(parts: list[Any]) -> BackfillOut:
+    """The commit stage's fold: one report of every group (associative, no I/O)."""
+    outs = [o for p in parts for o in (p if isinstance(p, tuple) else (p,))]
+    return BackfillOut(
+        (),
+        tuple(k for o in outs for k in o.ingested),
+        tuple(s for o in outs for s in o.skipped),
+        tuple(c for o in outs for c in o.commits),
+        sum(o.refs for o in outs),
+        unpublished=tuple(k for o in outs for k in o.unpublished),
+    )
+
+
 @dataclass(frozen=True)
-class Combine:
-    """Merge the forks handed up and commit them to the temp branch (one commit per node)."""
+class CommitGroup:
+    """A bounded group of ingest outputs, merged and committed by one node."""
+
+    index: int
+    outs: tuple[BackfillOut, ...]
+
+    @property
+    def key(self) -> str:
+        return f"commit/{self.index:04d}"
+
+    @property
+    def token(self) -> str:
+        """Names this group's commit: a retried node finds it on the branch and skips it."""
+        files = sorted(k for o in self.outs for k in o.ingested)
+        return hashlib.sha256("\0".join(files).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The commit stage's tasks, from the ingest stage's certified result: `fan_in` worker
+    outputs per group (one group for a repo on local storage, which cannot arbitrate
+    concurrent commits to a branch)."""
+
+    fan_in: int
+
+    def __call__(self, outs: tuple[BackfillOut, ...] | None) -> Any:
+        outs = outs or ()
+        n = max(1, self.fan_in)
+        return stable(CommitGroup(i, outs[j : j + n]) for i, j in enumerate(range(0, len(outs), n)))
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Merge a group's forks and commit them to the temp branch, replicas first; idempotent:
+    a repo whose branch already holds this group's commit is not committed to again."""
 
     job: VirtualRegionJob
     branch: str
 
-    def __call__(self, parts: list[BackfillOut]) -> BackfillOut:
+    def __call__(self, group: CommitGroup) -> BackfillOut:
         job = self.job
-        commits = [c for p in parts for c in p.commits]
-        fresh = [k for p in parts if p.forks for k in p.ingested]
+        fresh = [k for o in group.outs if o.forks for k in o.ingested]
+        commits: list[str] = []
         if fresh:
-            n, snap = len(fresh), ""
             for i, ref in enumerate((*job.replicas, job.repo)):
                 if i:
                     job._at("after_replica_commit")
-                forks = [f for p in parts for url, f in p.forks if url == ref.url]
-                s = R.writable(ref.open(), self.branch)
+                repo = ref.open()
+                done = _committed(repo, self.branch, group.token)
+                if done is not None:
+                    commits.append(done)
+                    continue
+                forks = [f for o in group.outs for url, f in o.forks if url == ref.url]
+                s = R.writable(repo, self.branch)
                 R.merge(s, forks)
                 if R.has_changes(s):
-                    snap = R.commit(
+                    commits.append(R.commit(
                         s,
-                        f"backfill: {n} file(s) from {len(forks)} fork(s)",
-                        {"files": n, "forks": len(forks)},
-                    )
-            if snap:
-                commits.append(snap)
-        return BackfillOut(
-            (),
-            tuple(k for p in parts for k in p.ingested),
-            tuple(s for p in parts for s in p.skipped),
-            tuple(commits),
-            sum(p.refs for p in parts),
-            unpublished=tuple(k for p in parts for k in p.unpublished),
-        )
+                        f"backfill: {len(fresh)} file(s) from {len(forks)} fork(s)",
+                        {"files": len(fresh), "forks": len(forks), "group": group.token},
+                    ))
+        out = merged([group.outs])
+        return dataclasses.replace(out, commits=tuple(commits[-1:]))
+
+
+def _committed(repo: Any, branch: str, token: str) -> str | None:
+    """The snapshot on `branch` (since its setup) that committed group `token`, if any."""
+    at_setup = R.snapshot_of(repo, marker(branch)) if marker(branch) in R.branches(repo) else None
+    for c in R.history(repo, branch):
+        if c.id == at_setup:
+            return None
+        if c.metadata.get("group") == token:
+            return c.id
+    return None
 
 
 @dataclass(frozen=True)
@@ -256,7 +320,7 @@ def _at_or_before(job: VirtualRegionJob, coord: Any, label: Any) -> bool:
     return canon(coord.out_loc()[job.template().append_dim]) <= canon(label)
 
 
-ONE_COMBINE = 1 << 30  # a fan-in no stage reaches: every fork folds in one combine node
+ONE_COMBINE = 1 << 30  # a group size no backfill reaches: every fork in one commit node
 
 
 def backfill_plan(
@@ -282,7 +346,7 @@ def backfill_plan(
     wanted = tuple(c.key for c in coords if _at_or_before(job, c, published_through))
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
-        # so a local repo gets one combine node: one commit, no race.
+        # so a local repo gets one commit node: one commit, no race.
         fan_in = ONE_COMBINE
     return Plan(
         f"virtual-backfill-{branch}",
@@ -298,14 +362,22 @@ def backfill_plan(
                 "ingest",
                 coords,
                 Ingest(job, branch),
-                Gate(present, want=wanted, explain=Absences(), excuse=not strict),
+                None,  # forks live in memory: what must exist is checked after the commit
                 workers=workers,
                 stripe_mode="contiguous",
                 reports_progress=True,  # a file at a time, inside each worker's block
                 done=present,
                 resume=not job.overwrite_chunks,
-                combine=Combine(job, branch),
-                fan_in=fan_in,
+                combine=gather,
+            ),
+            Stage(
+                "commit",
+                stable([]),
+                Commit(job, branch),
+                Gate(present, want=wanted, explain=Absences(), excuse=not strict),
+                resume=False,
+                combine=merged,
+                tasks_from=Groups(fan_in),
             ),
             Stage(
                 "finalize",
@@ -432,7 +504,7 @@ def backfill(
                 s.result or BackfillOut(), empty_positions=tuple(str(x) for x in empty)
             ),
         )
-        if s.name == "ingest"
+        if s.name == "commit"
         else s
         for s in report.stages
     )

@@ -188,7 +188,7 @@ def backfill(
                 rebase=rebase,
             )
     print_report(report)
-    ingest = report.stage("ingest")
+    ingest = report.stage("commit")  # what is on the branch, and why the rest is not
     out = ingest.result
     if out is not None:
         absent = dict(ingest.excused)
