@@ -240,7 +240,7 @@ def test_a_retried_commit_node_does_not_commit_again(tmp_path):
     failed (or lost its worker) finds its commit on the branch and returns it."""
     from toolkit.virtual.backfill import Groups, backfill_plan
 
-    _, files, ds = sim(
+    _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     setup, ingest, commit, _ = backfill_plan(ds.region(START, None), workers=2).stages
