@@ -3,7 +3,7 @@
 (a) refs/s, index parse -> commit, on the same files:
     * toolkit `run()`: the in-process write loop (listing discovery, .idx GET + 16-byte header
       check + catalog match per file, one commit);
-    * toolkit `backfill()`: the gated plan (setup branch, forks, merged commits, finalize),
+    * toolkit `backfill()`: the gated plan (setup branch, forks, a commit stage, finalize),
       in-process (`executor="sync"`) and on a LocalCluster of 2 spawned process workers;
     * VirtualiZarr 2.x + gribberish's own VirtualiZarr parser (`GribberishParser(use_index=".idx")`,
       which ranged-GETs every message's header), files opened serially and with 8 threads,
@@ -70,7 +70,7 @@ def ours_backfill(src: storage.Store, work: Path, name: str, **kw: Any) -> dict[
     t0 = time.perf_counter()
     report = backfill(ds, start=np.datetime64(FIRST, "ns"), end=end_label(), **kw)
     dt = time.perf_counter() - t0
-    out = report.stage("ingest").result
+    out = report.stage("commit").result
     commits = [c for c in R.history(ds.repo.open(fresh=True)) if c.message.startswith("backfill")]
     return {
         "refs": out.refs,
@@ -198,8 +198,8 @@ def main() -> None:
             "virtual_backfill_contention",
             contention,
             "Same backfill on a LocalCluster (2 spawned processes, 1 thread each). Workers "
-            "return Icechunk forks; combine nodes merge them (fan-in 4) and each commits once "
-            "to the temp branch; max_rebase_attempts is read back from the commits' metadata. "
+            "return Icechunk forks; the commit stage's nodes merge them (groups of 4) and each "
+            "commits once to the temp branch; max_rebase_attempts is read back from the commits' metadata. "
             "The repo here is on local disk, whose Icechunk storage cannot arbitrate concurrent "
             "commits, so the backfill merges every fork in one node: one commit at any worker "
             "count. (Before that rule, a commit tree gave 2 commits / 1 rebase at 8 workers.)",
