@@ -106,11 +106,19 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
         return loc
 
     def coord(
-        self, init: np.datetime64, lead: np.timedelta64, member: Member, file_type: str
+        self,
+        init: np.datetime64,
+        lead: np.timedelta64,
+        member: Member,
+        file_type: str,
+        names: tuple[str, ...] | None = None,
     ) -> NoaaCoord:
+        """One file's coord; `names` (its variables) may be passed in when already known for
+        its (file type, lead): they depend on nothing else."""
         src = self.source()
         lead_td = _lead(lead)
-        names = tuple(dict.fromkeys(f.variable.name for f in src.fields(file_type, lead_td)))
+        if names is None:
+            names = self.variables_of(file_type, lead_td)
         key = src.data_key(_py_time(init), lead_td, file_type, member)
         assert self.source_store is not None
         url = f"{self.source_store.url.rstrip('/')}/{key}"
@@ -124,18 +132,28 @@ class NoaaVirtualRegionJob(VirtualRegionJob):
             self.member_label(member),
         )
 
+    def variables_of(self, file_type: str, lead: Any) -> tuple[str, ...]:
+        """The template variables a file of `file_type` at `lead` carries (catalog order)."""
+        fields = self.source().fields(file_type, _lead(lead))
+        return tuple(dict.fromkeys(f.variable.name for f in fields))
+
     def generate_source_file_coords(self) -> list[SourceFileCoord]:
         t = self.template()
         out: list[SourceFileCoord] = []
+        # A file's variables depend only on its (file type, lead): matched against the catalog
+        # once per pair for this listing, not once per file (most of a plan's time otherwise).
+        names: dict[tuple[str, Any], tuple[str, ...]] = {}
         for init in t.coords[t.append_dim]:
             if not self.in_region(init):
                 continue
             for lead in self.leads(init):
                 for m in self.members():
                     for ft in self.file_types():
-                        c = self.coord(init, lead, m, ft)
-                        if c.data_vars:
-                            out.append(c)
+                        pair = (ft, lead)
+                        if pair not in names:
+                            names[pair] = self.variables_of(ft, lead)
+                        if names[pair]:
+                            out.append(self.coord(init, lead, m, ft, names[pair]))
         return out
 
     def discover_available(
