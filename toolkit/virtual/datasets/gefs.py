@@ -33,7 +33,7 @@ class GefsForecast(NoaaDataset):
 
     first_init: datetime = datetime(2020, 10, 1)  # GEFSv12 on NODD
 
-    bucket: ClassVar[str] = "s3://noaa-gefs-pds"
+    bucket: ClassVar[str] = GEFS.bucket  # declared once, by the source
     title: ClassVar[str] = "NOAA GEFS 0.25 degree ensemble forecast (virtual)"
     source_cls: ClassVar[type] = GEFS
 

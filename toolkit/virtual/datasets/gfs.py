@@ -30,7 +30,7 @@ class GfsForecast(NoaaDataset):
 
     first_init: datetime = datetime(2021, 5, 1)
 
-    bucket: ClassVar[str] = "s3://noaa-gfs-bdp-pds"
+    bucket: ClassVar[str] = GFS.bucket  # declared once, by the source
     title: ClassVar[str] = "NOAA GFS 0.25 degree forecast (virtual)"
     source_cls: ClassVar[type] = GFS
 

@@ -42,7 +42,7 @@ class HrrrForecast(NoaaDataset):
 
     first_init: datetime = datetime(2020, 12, 3)  # HRRRv4: 48 h leads on the long cycles
 
-    bucket: ClassVar[str] = "s3://noaa-hrrr-bdp-pds"
+    bucket: ClassVar[str] = HRRR.bucket  # declared once, by the source
     title: ClassVar[str] = "NOAA HRRR CONUS surface forecast (virtual)"
     source_cls: ClassVar[type] = HRRR
     grid_dims: ClassVar[tuple[str, ...]] = ("y", "x")
