@@ -59,7 +59,7 @@ def test_pyramid_on_warm_workers_equals_sync(cluster_address: str, tmp_path: Pat
     for p in (on, twin):
         write(p, shape=(256, 384), shards=(32, 32), seed=1)
     res = cli("--cluster", cluster_address, "pyramid", "build", on, "--levels", "3")
-    assert f"dashboard: http://127.0.0.1:" in res.stderr  # noqa: F541
+    assert "dashboard: http://127.0.0.1:" in res.stderr
     cli("pyramid", "build", twin, "--levels", "3", "--executor", "sync")
     cli("--cluster", cluster_address, "pyramid", "verify", on)
     same_objects(on, twin)
@@ -113,7 +113,7 @@ def test_worker_sigkilled_mid_level_changes_nothing(external, cluster_address, t
     same_objects(on, twin)
 
 
-def sim_archive(src: Path) -> None:
+def sim_archive(src: Path) -> tuple:
     archive = make_archive(
         storage.open_store(str(src)), kind="gfs", leads=[0, 3, 6], publish=False,
         inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],

@@ -63,12 +63,14 @@ def test_embedded_dashboard_answers_while_the_run_is_on(tmp_path: Path) -> None:
     assert report.stage("2x").gate_have == report.stage("2x").gate_want
 
 
-def test_json_output_carries_no_dashboard_line(tmp_path: Path) -> None:
+@pytest.mark.cluster
+def test_json_output_carries_no_dashboard_line(cluster_address: str, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    res = runner.invoke(app, ["demo", "--workdir", str(tmp_path / "demo"), "--executor", "sync",
-                              "--json", str(out)])
+    res = runner.invoke(app, ["--cluster", cluster_address, "demo", "--workdir",
+                              str(tmp_path / "demo"), "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert "dashboard" not in out.read_text()
+    assert dashboard_links(res.stderr)  # announced, on stderr
+    assert "dashboard" not in out.read_text() and "dashboard" not in res.stdout
     json.loads(out.read_text())
 
 

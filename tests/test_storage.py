@@ -177,3 +177,13 @@ def test_listing_matches_written_keys(keys: list[str]) -> None:
 def test_error_classification_reads_status_codes_not_digits(message: str, kind: type) -> None:
     err = storage._translate(RuntimeError(message), storage.open_store("memory://cls"), "k")
     assert type(err) is kind and "memory://cls/k" in str(err)
+
+
+def test_a_reader_open_of_a_missing_local_path_creates_nothing(tmp_path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(storage.NotFound, match="missing"):
+        storage.open_store(str(missing), must_exist=True)
+    assert not missing.exists()
+    storage.open_store(str(missing))  # a writer's open makes the directory
+    assert missing.is_dir()
+    assert storage.open_store(str(missing), must_exist=True).is_local

@@ -44,6 +44,9 @@ def debugging() -> bool:
     return flags.debug or os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
 
 
+OUT_OF_REACH = (storage.Unreachable, storage.AccessDenied)  # exit 2: the user's address is wrong
+
+
 def fail(code: int, message: str) -> typer.Exit:
     """Print one red line to stderr and return the Exit to raise."""
     err_console.print(f"[red]error:[/red] {escape(message)}")
@@ -81,7 +84,7 @@ def _one_line(
         return fail(1, f"gate failed: {err}")
     context = task_context(err)
     if context is not None:  # a task failed: exit 1, unless its store was out of reach
-        code = 2 if isinstance(err, (storage.Unreachable, storage.AccessDenied)) else 1
+        code = 2 if isinstance(err, OUT_OF_REACH) else 1
         hint = "" if debugging() else " (--debug shows the traceback)"
         return fail(code, f"{context.line(err)}{hint}")
     code = _code(err, usage_errors, check_errors)
@@ -96,8 +99,7 @@ def _code(
     check_errors: tuple[type[BaseException], ...],
 ) -> int:
     """2: bad usage, an unreachable store or cluster, mismatched versions; 1: anything else."""
-    usage = (storage.Unreachable, storage.AccessDenied, ClusterUnreachable, VersionMismatch)
-    if isinstance(err, usage):
+    if isinstance(err, (*OUT_OF_REACH, ClusterUnreachable, VersionMismatch)):
         return 2
     if isinstance(err, storage.StorageError):
         return 1

@@ -325,6 +325,7 @@ def open_store(
     url: str | Store,
     *,
     credential_provider: Callable[[], Any] | None = None,
+    must_exist: bool = False,
     **options: Any,
 ) -> Store:
     """Open a store by URL.
@@ -333,10 +334,14 @@ def open_store(
     `endpoint`, `region`, `anonymous`, `allow_http`, `path_style`), `gs://bucket/prefix`,
     `az://container/prefix`. Cloud stores also take `timeout`/`connect_timeout` ("5s"),
     `max_retries` and `retry_timeout` (seconds). Nothing is contacted until the first operation.
+    `must_exist`: a local directory must be there already (`NotFound`); a reader's open
+    then creates nothing.
     """
     if isinstance(url, Store):
         return url
     store = Store(url, options, credential_provider)
+    if must_exist and store.is_local and not store.local_path.is_dir():
+        raise NotFound(store.url, None, "no such directory")  # and none is made for a reader
     try:
         store.inner  # noqa: B018 - validate the configuration now, not on a worker later
     except (ValueError, obx.BaseError) as err:

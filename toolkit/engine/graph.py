@@ -112,7 +112,7 @@ def _pickles(err: BaseException) -> bool:
 
 
 def run_task(
-    stage: str, service: Callable[[Any], Any], task: Any, done: frozenset[str], *_after: Any
+    stage: str, service: Callable[[Any], Any], task: Any, done: frozenset[str]
 ) -> NodeResult:
     started = time.time()
     if task.key in done:
@@ -127,7 +127,6 @@ def run_each(
     block: list[Any],
     tick: Tick | None,
     done: frozenset[str],
-    *_after: Any,
 ) -> NodeResult:
     """A stripe whose service takes one task at a time; `tick` hears of each one."""
     started = time.time()
@@ -147,7 +146,6 @@ def run_block(
     block: list[Any],
     tick: Tick | None,
     done: frozenset[str],
-    *_after: Any,
 ) -> NodeResult:
     """One worker's stripe: the stripe was cut from the stable list; now drop what is done.
 

@@ -33,7 +33,7 @@ from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
-from toolkit.virtual.inflight import abort, marker, temp_branches, ways_out
+from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
 from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
 from toolkit.virtual.refs import canon
 
@@ -64,7 +64,7 @@ class BackfillOut:
 
 def temp_branch(job: VirtualRegionJob) -> str:
     h = hashlib.sha256(f"{job.repo.url}|{canon(job.start)}|{canon(job.end)}".encode())
-    return f"backfill-{h.hexdigest()[:10]}"
+    return f"{PREFIX}{h.hexdigest()[:10]}"
 
 
 def _extent(job: VirtualRegionJob) -> int:
@@ -167,7 +167,7 @@ def gather(parts: list[Any]) -> tuple[BackfillOut, ...]:
 
 def merged(parts: list[Any]) -> BackfillOut:
     """The commit stage's fold: one report of every group (associative, no I/O)."""
-    outs = [o for p in parts for o in (p if isinstance(p, tuple) else (p,))]
+    outs = gather(parts)
     return BackfillOut(
         (),
         tuple(k for o in outs for k in o.ingested),
@@ -240,7 +240,7 @@ class Commit:
                         f"backfill: {len(fresh)} file(s) from {len(forks)} fork(s)",
                         {"files": len(fresh), "forks": len(forks), "group": group.token},
                     ))
-        out = merged([group.outs])
+        out = merged(list(group.outs))
         return dataclasses.replace(out, commits=tuple(commits[-1:]))
 
 
@@ -314,13 +314,7 @@ class MainAtBranch:
         return frozenset({"finalize"})
 
 
-def _at_or_before(job: VirtualRegionJob, coord: Any, label: Any) -> bool:
-    if label is None:
-        return True
-    return canon(coord.out_loc()[job.template().append_dim]) <= canon(label)
-
-
-ONE_COMBINE = 1 << 30  # a group size no backfill reaches: every fork in one commit node
+ONE_GROUP = 1 << 30  # a group size no backfill reaches: every fork in one commit node
 
 
 def backfill_plan(
@@ -330,10 +324,10 @@ def backfill_plan(
     fan_in: int = 4,
     published_through: Any = None,
 ) -> Plan:
-    """setup -> ingest (`workers` contiguous blocks, forks merged `fan_in` at a time, each merge
-    committed by its own node) -> finalize.
+    """setup -> ingest (`workers` contiguous blocks, each returning forks) -> commit (forks
+    merged `fan_in` worker outputs at a time, each group committed by its own node) -> finalize.
 
-    The ingest gate wants every file the template expects in the region up to
+    The commit gate wants every file the template expects in the region up to
     `published_through` (the last published position; default: the whole region) and probes
     the branch's manifests for them. Files the source does not list, or lists but cannot be
     read, are excused with their reason -- unless `strict`, where they fail the gate."""
@@ -343,11 +337,15 @@ def backfill_plan(
     if not coords:
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
-    wanted = tuple(c.key for c in coords if _at_or_before(job, c, published_through))
+    append_dim = job.template().append_dim
+    last = canon(published_through) if published_through is not None else None
+    wanted = tuple(
+        c.key for c in coords if last is None or canon(c.out_loc()[append_dim]) <= last
+    )
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one commit node: one commit, no race.
-        fan_in = ONE_COMBINE
+        fan_in = ONE_GROUP
     return Plan(
         f"virtual-backfill-{branch}",
         (
@@ -408,10 +406,10 @@ def rebase_onto_main(job: VirtualRegionJob) -> None:
         at_setup = R.readonly(repo, snapshot=R.snapshot_of(repo, marker(branch)))
         absent_at_setup = {c.key for c in job.filter_already_present(coords, at_setup)}
         absent_now = {c.key for c in job.filter_already_present(coords, R.readonly(repo))}
-        touched = sorted(absent_at_setup - absent_now)  # written to main since setup
+        touched = absent_at_setup - absent_now  # written to main since setup
         if touched:
             t = job.template()
-            at = {c.out_loc()[t.append_dim] for c in coords if c.key in set(touched)}
+            at = {c.out_loc()[t.append_dim] for c in coords if c.key in touched}
             labels = [str(x) for x in sorted(at, key=canon)]
             raise RegionOverlap(
                 f"{ref.url}: main's commits since backfill {branch!r} started wrote "

@@ -20,6 +20,7 @@ app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_i
 
 Dataset = Annotated[str, typer.Argument(help="Dataset name (see `toolkit virtual datasets`).")]
 RepoUrl = Annotated[str, typer.Option("--repo", help="Icechunk repo location (path, s3://...).")]
+RepoArg = Annotated[str, typer.Argument(help="Icechunk repo location (path, s3://...).")]
 SourceUrl = Annotated[
     str | None,
     typer.Option(
@@ -34,13 +35,19 @@ Anonymous = Annotated[
 
 
 def _open(
-    url: str, endpoint: str | None, allow_http: bool, path_style: bool, anonymous: bool = False
+    url: str,
+    endpoint: str | None,
+    allow_http: bool,
+    path_style: bool,
+    anonymous: bool = False,
+    must_exist: bool = False,
 ) -> Any:
     from toolkit import storage
     from toolkit.console import store_options
 
     return storage.open_store(
         url,
+        must_exist=must_exist,
         **store_options(
             url, endpoint, "us-east-1" if endpoint else None, anonymous, allow_http, path_style
         ),
@@ -71,18 +78,15 @@ def _dataset(
 
 
 def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
-    """Open a repo that must already exist, creating nothing where it is not (a local path is
-    checked before a store is opened there, since opening one makes the folder)."""
-    from pathlib import Path
-    from urllib.parse import urlparse
-
+    """Open a repo that must already exist, creating nothing where it is not."""
+    from toolkit import storage
     from toolkit.virtual import repo as R
 
-    if "://" not in url or url.startswith("file://"):
-        path = Path(urlparse(url).path if url.startswith("file://") else url)
-        if not path.exists():
-            raise R.NotARepo(f"no Icechunk repo at {url}: the path does not exist; check it")
-    return R.open_repo(_open(url, endpoint, allow_http, path_style), fresh=True)
+    try:
+        store = _open(url, endpoint, allow_http, path_style, must_exist=True)
+    except storage.NotFound:
+        raise R.NotARepo(f"no Icechunk repo at {url}: the path does not exist; check it") from None
+    return R.open_repo(store, fresh=True)
 
 
 def _errors() -> Any:
@@ -283,7 +287,7 @@ def _epoch(text: str) -> float:
 
 @app.command()
 def inspect(
-    repo: Annotated[str, typer.Argument(help="Icechunk repo location.")],
+    repo: RepoArg,
     commits: Annotated[int, typer.Option(help="How many recent commits to show.")] = 10,
     endpoint: Endpoint = None,
     allow_http: AllowHttp = False,
@@ -337,7 +341,7 @@ def inspect(
 
 @app.command()
 def abort(
-    repo: Annotated[str, typer.Argument(help="Icechunk repo location.")],
+    repo: RepoArg,
     branch: Annotated[
         str | None,
         typer.Option(help="The backfill branch (backfill-<hex>); default: the only one."),

@@ -11,6 +11,7 @@ main's new commits did not touch the backfill's region).
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,10 @@ def marker(branch: str) -> str:
     return f"{branch}{MARKER_SUFFIX}"
 
 
-def temp_branches(repo: Any) -> list[str]:
-    return sorted(b for b in R.branches(repo) if b.startswith(PREFIX) and
-                  not b.endswith(MARKER_SUFFIX))
+def temp_branches(repo: Any, names: Iterable[str] | None = None) -> list[str]:
+    """The backfill branches among `names` (default: the repo's branches), markers excluded."""
+    names = R.branches(repo) if names is None else names
+    return sorted(b for b in names if b.startswith(PREFIX) and not b.endswith(MARKER_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ def in_flight(repo: Any) -> list[InFlight]:
     """Every backfill branch of `repo`, oldest commit first on each."""
     found = []
     names = set(R.branches(repo))
-    for branch in temp_branches(repo):
+    main = R.snapshot_of(repo, "main")
+    for branch in temp_branches(repo, names):
         at_setup = R.snapshot_of(repo, marker(branch)) if marker(branch) in names else None
         commits = []
         for c in R.history(repo, branch):
@@ -68,7 +71,7 @@ def in_flight(repo: Any) -> list[InFlight]:
             region,
             setup.written_at if setup else None,
             sum(int(c.metadata.get("files", 0)) for c in commits),
-            at_setup is not None and R.snapshot_of(repo, "main") != at_setup,
+            at_setup is not None and main != at_setup,
         ))
     return found
 

@@ -319,14 +319,17 @@ def open_repo(
     opened for the one before.
     """
     st = _storage(store)
-    if not ic.Repository.exists(st):
+    try:
+        cfg = ic.Repository.fetch_config(st)  # one read: the hot path (every tick) pays no more
+    except ic.IcechunkError:
+        if ic.Repository.exists(st):
+            raise
         raise NotARepo(
             f"no Icechunk repo at {store.url}: "
             + ("the path does not exist" if store.is_local and not store.local_path.exists()
                else "nothing there is an Icechunk repository")
             + "; check the path (a backfill or a first update fire creates the repo)"
-        )
-    cfg = ic.Repository.fetch_config(st)
+        ) from None
     if cfg is None:
         raise NotARepo(f"no Icechunk repo config at {store.url}; was it created by toolkit?")
     key = (store.url, credentials, hashlib.sha256(repr(cfg).encode()).hexdigest())
