@@ -14,9 +14,11 @@ RESULTS = Path(__file__).parent / "results"
 
 def commit() -> str:
     """The commit the measured code is at (`+dirty` when the work tree differs)."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=RESULTS.parent, capture_output=True, text=True
+        ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--", "toolkit") else "")
@@ -34,7 +36,14 @@ def write(name: str, rows: list[dict[str, Any]], notes: str = "") -> Path:
     }
     (RESULTS / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
     cols = list(rows[0]) if rows else []
-    lines = [f"# {name}", "", f"{meta['when']} at commit {meta['commit']}. {notes}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines = [
+        f"# {name}",
+        "",
+        f"{meta['when']} at commit {meta['commit']}. {notes}",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
     for r in rows:
         lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
     path = RESULTS / f"{name}.md"

@@ -40,14 +40,16 @@ def no_objects() -> frozenset[str]:
 
 
 def plan(tasks: object, workers: int | None) -> Plan:
-    stage = Stage("noop", tasks, noop, Gate(no_objects), workers=workers, per_task=True,
-                  resume=False)
+    stage = Stage(
+        "noop", tasks, noop, Gate(no_objects), workers=workers, per_task=True, resume=False
+    )
     return Plan(f"bench-{workers}", (stage,))
 
 
 def quiesce(client: object) -> None:
     """Wait until the scheduler has forgotten the last contender's 10,000 keys: releasing them
     takes the scheduler seconds, and must not be billed to whoever runs next."""
+
     def held(dask_scheduler: object) -> int:
         return len(dask_scheduler.tasks)  # type: ignore[attr-defined]
 
@@ -79,7 +81,7 @@ def main(n: int = 10_000) -> None:
         }
         for r in range(ROUNDS):
             order = list(contenders)
-            order = order[r % len(order):] + order[: r % len(order)]  # nobody always goes first
+            order = order[r % len(order) :] + order[: r % len(order)]  # nobody always goes first
             for name in order:
                 quiesce(client)
                 t0 = time.perf_counter()
@@ -87,17 +89,31 @@ def main(n: int = 10_000) -> None:
                 times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = [
-        {"graph": "client.map (the peer)", "scheduler_tasks": n, "median_s": med["map"],
-         "ratio_over_map": 1.0},
-        {"graph": "gated plan, one node per task", "scheduler_tasks": len(compile_plan(plan(tasks, None))),
-         "median_s": med["gated"], "ratio_over_map": med["gated"] / med["map"]},
-        {"graph": "batching: 8 stripe nodes of 1,250 tasks (not engine overhead)",
-         "scheduler_tasks": len(compile_plan(plan(tasks, 8))), "median_s": med["striped"],
-         "ratio_over_map": med["striped"] / med["map"]},
+        {
+            "graph": "client.map (the peer)",
+            "scheduler_tasks": n,
+            "median_s": med["map"],
+            "ratio_over_map": 1.0,
+        },
+        {
+            "graph": "gated plan, one node per task",
+            "scheduler_tasks": len(compile_plan(plan(tasks, None))),
+            "median_s": med["gated"],
+            "ratio_over_map": med["gated"] / med["map"],
+        },
+        {
+            "graph": "batching: 8 stripe nodes of 1,250 tasks (not engine overhead)",
+            "scheduler_tasks": len(compile_plan(plan(tasks, 8))),
+            "median_s": med["striped"],
+            "ratio_over_map": med["striped"] / med["map"],
+        },
     ]
-    write("engine_overhead", rows,
-          f"{n:,} no-op tasks, LocalCluster 2 process workers x 1 thread, median of {ROUNDS} "
-          "rounds in rotating order, the scheduler idle before each.")
+    write(
+        "engine_overhead",
+        rows,
+        f"{n:,} no-op tasks, LocalCluster 2 process workers x 1 thread, median of {ROUNDS} "
+        "rounds in rotating order, the scheduler idle before each.",
+    )
 
 
 if __name__ == "__main__":

@@ -30,22 +30,19 @@ import numpy as np
 from benchmarks._report import write
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive
+from toolkit.virtual.write import Job, ensure_repo, run
 
 FIRST = datetime(2025, 8, 1)
 INITS = 48
 LEADS = (0, 3, 6, 9, 12, 15)
 
 
-def dataset(src: storage.Store, repo_dir: Path) -> SimGfs:
-    return SimGfs(
+def dataset(src: storage.Store, repo_dir: Path) -> Job:
+    return Job(
+        sim_gfs(src, first_init=FIRST, inits=INITS, lead_hours=LEADS, split=8),
         R.RepoRef(storage.open_store(str(repo_dir))),
-        source_store=src,
-        first_init=FIRST,
-        inits=INITS,
-        lead_hours=LEADS,
-        split=8,
     )
 
 
@@ -56,8 +53,8 @@ def end_label() -> np.datetime64:
 def ours_run(src: storage.Store, work: Path) -> dict[str, Any]:
     ds = dataset(src, work / "run")
     t0 = time.perf_counter()
-    ds.ensure_repo()
-    result = ds.run()
+    ensure_repo(ds)
+    result = run(ds)
     dt = time.perf_counter() - t0
     assert not result.skipped and not result.pending
     return {"refs": result.refs, "files": len(result.ingested), "seconds": dt, "commits": 1}

@@ -14,14 +14,13 @@ import tracemalloc
 import numpy as np
 
 from benchmarks._report import write
-from toolkit import storage
 from toolkit.tasks import stable, stripe
-from toolkit.virtual import repo as R
+from toolkit.virtual.dataset import file_tasks
 from toolkit.virtual.datasets import DATASETS
 
 
-def plan(job: object) -> int:
-    tasks = stable(job.generate_source_file_coords())  # type: ignore[attr-defined]
+def plan(ds: object, start: object, end: object) -> int:
+    tasks = stable(file_tasks(ds, start, end))  # type: ignore[arg-type]
     blocks = [stripe(tasks, i, 64, "contiguous") for i in range(64)]
     assert sum(len(b) for b in blocks) == len(tasks)
     return len(tasks)
@@ -30,31 +29,36 @@ def plan(job: object) -> int:
 def main() -> None:
     rows = []
     for name in ("hrrr", "gfs"):
-        ds = DATASETS[name](R.RepoRef(storage.open_store("memory://plan-bench")))
-        t = ds.template()
+        ds = DATASETS[name]()
+        t = ds.template
         inits = t.coords[t.append_dim]
-        job = ds.region(inits[0], inits[-1] + np.timedelta64(1, "ns"))
+        region = (inits[0], inits[-1] + np.timedelta64(1, "ns"))
         t0 = time.perf_counter()
-        files = plan(job)
+        files = plan(ds, *region)
         seconds = time.perf_counter() - t0
         tracemalloc.start()  # a second pass for memory: tracemalloc slows the first 2-3x
-        plan(job)
+        plan(ds, *region)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        rows.append({
-            "dataset": name,
-            "inits": len(inits),
-            "files": files,
-            "seconds": round(seconds, 2),
-            "files_per_s": round(files / seconds),
-            "peak_MiB": round(peak / 2**20, 1),
-            "bytes_per_file": round(peak / files),
-            "projected_1e7_files_s": round(1e7 / (files / seconds)),
-        })
-    write("virtual_plan", rows,
-          "Whole-template backfill plan, pure: coords, stable task list, 64 contiguous stripes. "
-          "Seconds from a plain pass; peak memory (Python allocations, tracemalloc) from a "
-          "second. One core. Issue 10's goal: 10^7 files in under 60 s and 4 GB.")
+        rows.append(
+            {
+                "dataset": name,
+                "inits": len(inits),
+                "files": files,
+                "seconds": round(seconds, 2),
+                "files_per_s": round(files / seconds),
+                "peak_MiB": round(peak / 2**20, 1),
+                "bytes_per_file": round(peak / files),
+                "projected_1e7_files_s": round(1e7 / (files / seconds)),
+            }
+        )
+    write(
+        "virtual_plan",
+        rows,
+        "Whole-template backfill plan, pure: coords, stable task list, 64 contiguous stripes. "
+        "Seconds from a plain pass; peak memory (Python allocations, tracemalloc) from a "
+        "second. One core. Issue 10's goal: 10^7 files in under 60 s and 4 GB.",
+    )
 
 
 if __name__ == "__main__":

@@ -21,20 +21,21 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from benchmarks._report import write
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.datasets.common import MemoTemplate
-from toolkit.virtual.demo import SimGfs
-from toolkit.virtual.job import Template, sync_dims_to
+from toolkit.virtual.dataset import RepoSettings
+from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.virtual.layout import sync_dims_to
 from toolkit.virtual.simulate import make_archive
+from toolkit.virtual.write import AUDIT_EVENT, Job, ensure_repo
 
 FIRST = datetime(2020, 1, 1)
 LEADS = tuple(range(100))  # 100 leads x (5 single-level + 3 levels) = 800 refs per init
@@ -45,46 +46,49 @@ COMMITS: list[tuple[float, float, tuple[str, ...]]] = []  # (returned at, second
 
 
 @dataclass(frozen=True)
-class TickGfs(SimGfs):
-    """SimGfs with a fast poll, a memoized template, and splitting switchable off."""
+class LiveLeads:
+    """The newest init expects only `n` files (the update then ends once they are in)."""
 
-    splitting: bool = True
-    live_leads: int = len(LEADS)  # the newest init expects only this many files (the update
-    tick_interval: ClassVar[float] = 0.1  # then ends once they are in, not at its deadline)
+    newest: np.datetime64
+    n: int
 
-    def leads(self, init: np.datetime64) -> Any:
-        leads = super().leads(init)
-        newest = self.template().coords["init_time"][-1]
-        return leads[: self.live_leads] if init == newest else leads
-
-    def template(self) -> Template:
-        t = super().template()
-        if not isinstance(t, MemoTemplate):
-            t = MemoTemplate(**{f.name: getattr(t, f.name) for f in fields(Template)})
-            from toolkit.virtual import demo
-
-            demo._TEMPLATES[(self.first_init, self.inits, self.freq_hours, self.lead_hours)] = t
-        return t
-
-    def virtual_config(self) -> R.VirtualConfig:
-        cfg = super().virtual_config()
-        return cfg if self.splitting else R.VirtualConfig(cfg.containers, None)
-
-    def commit_batch(self, batch: Any, **kw: Any) -> str:
-        t0 = time.perf_counter()
-        snap = super().commit_batch(batch, **kw)
-        COMMITS.append((time.time(), time.perf_counter() - t0, tuple(c.key for c, _ in batch)))
-        return snap
+    def __call__(self, init: np.datetime64, leads: np.ndarray) -> np.ndarray:
+        return leads[: self.n] if init == self.newest else leads
 
 
-def prepopulate(ds: TickGfs, history: int) -> float:
+def tick_job(src: storage.Store, repo: Path, inits: int, splitting: bool, live: int) -> Job:
+    """The simulator dataset, `live` files in its newest init, splitting switchable off,
+    polled every 0.1 s."""
+    ds = sim_gfs(src, first_init=FIRST, inits=inits, lead_hours=LEADS, split=SPLIT)
+    ds = replace(
+        ds,
+        leads=LiveLeads(ds.template.coords["init_time"][-1], live),
+        settings=ds.settings if splitting else RepoSettings(split=None),
+    )
+    return Job(ds, R.RepoRef(storage.open_store(str(repo))), tick_interval=0.1)
+
+
+def time_commits(event: str, args: tuple[Any, ...]) -> None:
+    """Audit hook: each commit's (returned at, seconds) from the write loop's own steps."""
+    if event != AUDIT_EVENT:
+        return
+    if args[0] == "after_set_refs":
+        STARTED.append(time.perf_counter())
+    elif args[0] == "committed" and STARTED:
+        COMMITS.append((time.time(), time.perf_counter() - STARTED.pop(), args[1]))
+
+
+STARTED: list[float] = []
+
+
+def prepopulate(ds: Job, history: int) -> float:
     """`history` inits of refs (800 each) in one commit; returns seconds."""
-    t = ds.template()
+    t = ds.template
     t0 = time.perf_counter()
-    ds.ensure_repo()
+    ensure_repo(ds)
     session = R.writable(ds.repo.open(fresh=True))
     sync_dims_to(session, t, history)
-    base = ds.source_store.url.rstrip("/")
+    base = ds.dataset.source.store.url.rstrip("/")
     rng = np.random.default_rng(0)
     slab = 64
     for name, v in t.variables.items():
@@ -117,16 +121,7 @@ def measure(refs: int, splitting: bool, ticks: int, gap: float) -> dict[str, Any
     work = Path(tempfile.mkdtemp(prefix="vtick-"))
     try:
         src = storage.open_store(str(work / "src"))
-        ds = TickGfs(
-            R.RepoRef(storage.open_store(str(work / "repo"))),
-            source_store=src,
-            first_init=FIRST,
-            inits=history + 1,
-            lead_hours=LEADS,
-            split=SPLIT,
-            splitting=splitting,
-            live_leads=ticks,
-        )
+        ds = tick_job(src, work / "repo", history + 1, splitting, ticks)
         pre = prepopulate(ds, history)
         live = FIRST + timedelta(hours=6 * history)
         archive = make_archive(src, kind="gfs", inits=[live], leads=list(LEADS[:ticks]),
@@ -141,6 +136,7 @@ def measure(refs: int, splitting: bool, ticks: int, gap: float) -> dict[str, Any
                 published[archive.data_url(f)] = time.time()
 
         COMMITS.clear()
+        STARTED.clear()
         pub = threading.Thread(target=publish)
         pub.start()
         update(ds, fire_time=np.datetime64(live, "ns"), deadline_seconds=ticks * gap + 300.0)
@@ -170,6 +166,7 @@ def measure(refs: int, splitting: bool, ticks: int, gap: float) -> dict[str, Any
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    sys.addaudithook(time_commits)
     sizes = [10**5, 10**6] + ([] if "--no-1e7" in argv else [10**7])
     rows = []
     for refs in sizes:
@@ -183,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         "Simulator GFS-shaped dataset (6 arrays, 100 leads, 800 refs per init); each row a "
         "fresh local repo pre-populated to archive_refs, then one update fire while files of "
         "the next cycle publish 1 s apart. p50/p95/max: file published (.idx in place) -> its "
-        "commit on main returned. commit_p50_s: commit_batch alone. Local disk, 2 cores.",
+        "commit on main returned. commit_p50_s: the commit alone (refs set -> committed). Local disk, 2 cores.",
     )
 
 

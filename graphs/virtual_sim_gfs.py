@@ -4,7 +4,7 @@
 
 Writes a NOAA-shaped GRIB2 archive with toolkit.virtual.simulate, backfills its first cycles
 with process workers, then runs one operational fire while the simulator publishes the rest,
-and prints each report. The dataset itself is `toolkit.virtual.demo.SimGfs`.
+and prints each report. The dataset itself is `toolkit.virtual.datasets.sim.sim_gfs`.
 """
 
 from __future__ import annotations

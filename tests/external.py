@@ -27,7 +27,9 @@ def _drain(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
         lines.put(line)
 
 
-def _start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+def _start(
+    cmd: Sequence[str], cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
     proc = subprocess.Popen(
         list(cmd), cwd=cwd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
@@ -59,9 +61,21 @@ class External:
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def add_worker(self, nthreads: int = 1) -> None:
-        cmd = [self.python, "-m", "distributed.cli.dask_worker", self.address,
-               "--nworkers", "1", "--nthreads", str(nthreads), "--host", "127.0.0.1",
-               "--no-dashboard", "--local-directory", str(self.workdir / "workers")]
+        cmd = [
+            self.python,
+            "-m",
+            "distributed.cli.dask_worker",
+            self.address,
+            "--nworkers",
+            "1",
+            "--nthreads",
+            str(nthreads),
+            "--host",
+            "127.0.0.1",
+            "--no-dashboard",
+            "--local-directory",
+            str(self.workdir / "workers"),
+        ]
         proc, lines = _start(cmd, self.workdir, self.env)
         self.procs.append(proc)
         _await_line(lines, r"Registered to:", "dask worker")
@@ -88,15 +102,25 @@ class External:
                 proc.kill()
 
 
-def start(workdir: Path, workers: int = 2, python: str = sys.executable,
-          env: dict[str, str] | None = None) -> External:
+def start(
+    workdir: Path, workers: int = 2, python: str = sys.executable, env: dict[str, str] | None = None
+) -> External:
     """Scheduler + `workers` worker processes. The default environment imports this checkout
     (tests' services included, through PYTHONPATH), like a worker image built from it."""
     workdir.mkdir(parents=True, exist_ok=True)
     if env is None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [python, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-           "--dashboard-address", "127.0.0.1:0"]
+    cmd = [
+        python,
+        "-m",
+        "distributed.cli.dask_scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--dashboard-address",
+        "127.0.0.1:0",
+    ]
     proc, lines = _start(cmd, workdir, env)
     address = _await_line(lines, r"Scheduler at:\s+(tcp://\S+)", "dask scheduler").group(1)
     cluster = External(address, workdir, python, env, [proc])

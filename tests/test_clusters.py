@@ -78,10 +78,32 @@ def test_pyramid_on_warm_workers_equals_sync(cluster_address: str, tmp_path: Pat
         shutil.rmtree(p)  # recreated at the same path, as a user does
         write(p, shape=(512, 768), shards=(64, 64), seed=3)
         cli("pyramid", "build", p, "--levels", "4", "--executor", "sync")
-    cli("--cluster", cluster_address, "pyramid", "build", on, "--levels", "4",
-        "--rebuild-from", "2x", "--max-shard", "128")
-    cli("pyramid", "build", twin, "--levels", "4", "--rebuild-from", "2x", "--max-shard", "128",
-        "--executor", "sync")
+    cli(
+        "--cluster",
+        cluster_address,
+        "pyramid",
+        "build",
+        on,
+        "--levels",
+        "4",
+        "--rebuild-from",
+        "2x",
+        "--max-shard",
+        "128",
+    )
+    cli(
+        "pyramid",
+        "build",
+        twin,
+        "--levels",
+        "4",
+        "--rebuild-from",
+        "2x",
+        "--max-shard",
+        "128",
+        "--executor",
+        "sync",
+    )
     cli("--cluster", cluster_address, "pyramid", "verify", on)
     same_objects(on, twin)
 
@@ -102,8 +124,13 @@ def test_worker_sigkilled_mid_level_changes_nothing(external, cluster_address, t
             killed.append((done, total))
 
     with Client(cluster_address) as client:
-        report = build(storage.open_store(str(on)), levels=3, max_shard=16, cluster=client,
-                       progress=kill_mid_level)
+        report = build(
+            storage.open_store(str(on)),
+            levels=3,
+            max_shard=16,
+            cluster=client,
+            progress=kill_mid_level,
+        )
         assert killed, "the worker was never killed: the test proved nothing"
         with pytest.raises(ProcessLookupError):
             os.kill(victim, 0)
@@ -115,7 +142,10 @@ def test_worker_sigkilled_mid_level_changes_nothing(external, cluster_address, t
 
 def sim_archive(src: Path) -> tuple:
     archive = make_archive(
-        storage.open_store(str(src)), kind="gfs", leads=[0, 3, 6], publish=False,
+        storage.open_store(str(src)),
+        kind="gfs",
+        leads=[0, 3, 6],
+        publish=False,
         inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
     )
     files = archive.files()
@@ -131,8 +161,16 @@ def test_virtual_backfill_then_update_equals_sync(cluster_address: str, tmp_path
         common = ["--repo", repo, "--source", src]
         cli("virtual", "backfill", "sim-gfs", *common, "--start", "2025-08-01T00", *engine)
         archive.publish(files[6:])
-        cli("virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18",
-            "--deadline", "2")
+        cli(
+            "virtual",
+            "update",
+            "sim-gfs",
+            *common,
+            "--fire-time",
+            "2025-08-01T18",
+            "--deadline",
+            "2",
+        )
         ref = R.RepoRef(storage.open_store(str(repo)))
         ds = xr.open_zarr(R.readonly(ref.open(fresh=True)).store, consolidated=False).load()
         decoded.append(ds)

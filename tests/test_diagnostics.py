@@ -37,8 +37,20 @@ def answers(link: str) -> bool:
 @pytest.mark.cluster
 def test_external_dashboard_and_performance_report(cluster_address: str, tmp_path: Path) -> None:
     store, html = small(tmp_path / "s.zarr"), tmp_path / "report.html"
-    res = runner.invoke(app, ["--cluster", cluster_address, "pyramid", "build", str(store),
-                              "--levels", "2", "--performance-report", str(html)])
+    res = runner.invoke(
+        app,
+        [
+            "--cluster",
+            cluster_address,
+            "pyramid",
+            "build",
+            str(store),
+            "--levels",
+            "2",
+            "--performance-report",
+            str(html),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (link,) = dashboard_links(res.stderr)
     assert link.startswith("http://127.0.0.1:") and answers(link)
@@ -66,8 +78,18 @@ def test_embedded_dashboard_answers_while_the_run_is_on(tmp_path: Path) -> None:
 @pytest.mark.cluster
 def test_json_output_carries_no_dashboard_line(cluster_address: str, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    res = runner.invoke(app, ["--cluster", cluster_address, "demo", "--workdir",
-                              str(tmp_path / "demo"), "--json", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "--cluster",
+            cluster_address,
+            "demo",
+            "--workdir",
+            str(tmp_path / "demo"),
+            "--json",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert dashboard_links(res.stderr)  # announced, on stderr
     assert "dashboard" not in out.read_text() and "dashboard" not in res.stdout
@@ -79,8 +101,19 @@ def test_bad_arguments_fail_before_any_cluster_starts(tmp_path: Path) -> None:
     for args in (
         ["pyramid", "build", str(store), "--method", "nearest"],
         ["pyramid", "build", str(tmp_path / "missing.zarr")],
-        ["virtual", "backfill", "sim-gfs", "--repo", str(tmp_path / "r"), "--source",
-         str(tmp_path / "src"), "--start", "2025-08-01", "--workers", "0"],
+        [
+            "virtual",
+            "backfill",
+            "sim-gfs",
+            "--repo",
+            str(tmp_path / "r"),
+            "--source",
+            str(tmp_path / "src"),
+            "--start",
+            "2025-08-01",
+            "--workers",
+            "0",
+        ],
         ["--cluster", "tcp://127.0.0.1:1", "pyramid", "build", str(store), "--method", "nearest"],
     ):
         res = runner.invoke(app, args)
@@ -104,7 +137,9 @@ def test_a_failed_task_is_one_line_and_debug_shows_the_worker(engine, tmp_path) 
     assert res.exit_code == 1
     lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("dashboard: ")]
     assert len(lines) == 1, res.stderr
-    assert re.match(r"error: stage '2x' task '2x/field/c/\d+/\d+': ValueError: .*checksum", lines[0])
+    assert re.match(
+        r"error: stage '2x' task '2x/field/c/\d+/\d+': ValueError: .*checksum", lines[0]
+    )
     assert "--debug shows the traceback" in lines[0]
     res = runner.invoke(app, ["--debug", "pyramid", "build", str(store), "--levels", "2", *engine])
     assert res.exit_code == 1

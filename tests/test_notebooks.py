@@ -25,7 +25,8 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     if path.stem == "quickstart":
         text = "".join(o.get("text", "") for o in outputs)
         assert "http://" in text and "/status" in text  # the dashboard link was printed
-        widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in
-                   o.get("data", {})]
+        widgets = [
+            o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]
         assert widgets, "no live progress bar was drawn"
         assert (tmp_path / "quickstart-report.html").exists()

@@ -143,8 +143,13 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
     for s in report.stages:
         gate = "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}"
         table.add_row(
-            s.name, str(s.tasks), str(s.nodes), str(s.skipped), str(s.written),
-            f"{s.seconds:.2f}", gate,
+            s.name,
+            str(s.tasks),
+            str(s.nodes),
+            str(s.skipped),
+            str(s.written),
+            f"{s.seconds:.2f}",
+            gate,
         )
     out.print(table)
     if json_path is not None:

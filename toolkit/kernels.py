@@ -235,7 +235,9 @@ def _mean2(values, weights, count, out, nodata):  # pragma: no cover - numba
         m1 = weights[y1] if y1 != y0 else zero
         _count_rows2(weights[y0], m1, count[oy])
         for b in range(nb):
-            _mean_rows2(values[b, y0], values[b, y1], weights[y0], m1, count[oy], out[b, oy], nodata)
+            _mean_rows2(
+                values[b, y0], values[b, y1], weights[y0], m1, count[oy], out[b, oy], nodata
+            )
 
 
 @njit(nogil=True, cache=True)
@@ -333,8 +335,9 @@ def pool(
     elif method == "sum":
         _pool_sum(values.astype(dtype, copy=False), weights, factor, count, out, nd)
     elif method in ("min", "max"):
-        _pool_extreme(values.astype(dtype, copy=False), weights, factor, count, out, nd,
-                      method == "max")
+        _pool_extreme(
+            values.astype(dtype, copy=False), weights, factor, count, out, nd, method == "max"
+        )
     else:
         _pool_mode(values, weights, factor, count, out, nd)
     return out, count
@@ -373,6 +376,8 @@ def pool_level0(
     return out, count
 
 
-def pool_mode(values: np.ndarray, valid: np.ndarray, factor: int, nodata: int) -> tuple[np.ndarray, np.ndarray]:
+def pool_mode(
+    values: np.ndarray, valid: np.ndarray, factor: int, nodata: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Mode of every `factor`x`factor` level-0 window (ties to the smallest label)."""
     return pool(values, valid, "mode", nodata, factor)

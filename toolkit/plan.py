@@ -48,9 +48,7 @@ class IncompleteStageError(RuntimeError):
         super().__init__(msg)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            IncompleteStageError, (self.stage, self.have, self.want, self.missing, self.extra)
-        )
+        return (IncompleteStageError, (self.stage, self.have, self.want, self.missing, self.extra))
 
 
 @dataclass(frozen=True)
@@ -170,9 +168,7 @@ class Stage:
     def __post_init__(self) -> None:
         w = self.workers
         if w is not None and w != AUTO and (not isinstance(w, int) or w < 1):
-            raise ValueError(
-                f"stage {self.name!r}: workers must be >= 1 or {AUTO!r}, not {w!r}"
-            )
+            raise ValueError(f"stage {self.name!r}: workers must be >= 1 or {AUTO!r}, not {w!r}")
 
     def observe_done(self) -> frozenset[str]:
         if not self.resume:

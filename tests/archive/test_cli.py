@@ -46,31 +46,84 @@ def test_partition_show_resolve_pin_report(local, tmp_path: Path) -> None:
     shown = json.loads(invoke("show", "cordex/a.zarr", "--manifests", manifests, "--json").stdout)
     assert shown["epoch"] == 1 and {b["id"] for b in shown["blobs"]} >= {"b_tas"}
 
-    res = invoke("resolve", "cordex/a.zarr/tas/c/7/0/0", "cordex/a.zarr/zarr.json", "x/y",
-                 "--manifests", manifests, "--json")
+    res = invoke(
+        "resolve",
+        "cordex/a.zarr/tas/c/7/0/0",
+        "cordex/a.zarr/zarr.json",
+        "x/y",
+        "--manifests",
+        manifests,
+        "--json",
+    )
     rows = json.loads(res.stdout)
-    assert [(r["kind"], r["blob"]) for r in rows] == [("blob", "b_tas_1"), ("hot", None),
-                                                      ("unmanaged", None)]
+    assert [(r["kind"], r["blob"]) for r in rows] == [
+        ("blob", "b_tas_1"),
+        ("hot", None),
+        ("unmanaged", None),
+    ]
     assert rows[0]["scope"] == "cordex/a.zarr"
 
-    res = invoke("pin", "add", "cordex/a.zarr", "cordex/a.zarr/pr", "--who", "ana", "--why",
-                 "paper", "--until", "2027-06-30", "--manifests", manifests)
+    res = invoke(
+        "pin",
+        "add",
+        "cordex/a.zarr",
+        "cordex/a.zarr/pr",
+        "--who",
+        "ana",
+        "--why",
+        "paper",
+        "--until",
+        "2027-06-30",
+        "--manifests",
+        manifests,
+    )
     assert res.exit_code == 0 and "epoch 1 -> 2" in res.stdout
-    assert invoke("resolve", "cordex/a.zarr/pr/c.0.0", "--manifests", manifests).stdout.split("\t")[2] == "hot"
-    assert invoke("pin", "remove", "cordex/a.zarr", "cordex/a.zarr/nope", "--manifests",
-                  manifests).exit_code == 2
+    assert (
+        invoke("resolve", "cordex/a.zarr/pr/c.0.0", "--manifests", manifests).stdout.split("\t")[2]
+        == "hot"
+    )
+    assert (
+        invoke(
+            "pin", "remove", "cordex/a.zarr", "cordex/a.zarr/nope", "--manifests", manifests
+        ).exit_code
+        == 2
+    )
 
-    forced = invoke("diff", "cordex/a.zarr", *base, "--t-max", "1TB", "--t-hot", "1", "--t-min", "1", "--force")
+    forced = invoke(
+        "diff", "cordex/a.zarr", *base, "--t-max", "1TB", "--t-hot", "1", "--t-min", "1", "--force"
+    )
     assert "orphaned blob ids: b_tas" in forced.stdout
 
     events = tmp_path / "events.jsonl"
-    rec = {"eventName": "s3:ObjectAccessed:Get", "userIdentity": {"principalId": "u"},
-           "s3": {"bucket": {"name": "b"}, "object": {"key": "cordex/a.zarr/tas/c/0/0/0", "sequencer": "1"}}}
+    rec = {
+        "eventName": "s3:ObjectAccessed:Get",
+        "userIdentity": {"principalId": "u"},
+        "s3": {
+            "bucket": {"name": "b"},
+            "object": {"key": "cordex/a.zarr/tas/c/0/0/0", "sequencer": "1"},
+        },
+    }
     lines = [json.dumps({"Records": [rec]})] * 2  # a redelivery
-    lines.append(json.dumps({"Records": [{**rec, "eventName": "ObjectCreated:Put",
-                                          "s3": {**rec["s3"], "object": {"key": "cordex/a.zarr/tas/c/12/0/0", "sequencer": "2"}}}]}))
+    lines.append(
+        json.dumps(
+            {
+                "Records": [
+                    {
+                        **rec,
+                        "eventName": "ObjectCreated:Put",
+                        "s3": {
+                            **rec["s3"],
+                            "object": {"key": "cordex/a.zarr/tas/c/12/0/0", "sequencer": "2"},
+                        },
+                    }
+                ]
+            }
+        )
+    )
     events.write_text("\n".join(lines))
-    res = invoke("report", *base, "--events", str(events), "--rate", "1MB/s", "--mount", "10", "--json")
+    res = invoke(
+        "report", *base, "--events", str(events), "--rate", "1MB/s", "--mount", "10", "--json"
+    )
     assert res.exit_code == 0, res.output
     rep = json.loads(res.stdout)
     tas = {r["blob"]: r for r in rep["blobs"] if (r["blob"] or "").startswith("b_tas")}
@@ -86,10 +139,18 @@ def test_pasted_paths_and_hot_always(local) -> None:
     base = ["--data", data, "--manifests", manifests]
     res = invoke("partition", *base, *POLICY, "--hot-always", "NOTES")
     assert res.exit_code == 0, res.output
-    assert "NOTES" in json.loads(invoke("show", "cordex/a.zarr", "--manifests", manifests,
-                                        "--json").stdout)["hot_always"]
-    keys = [f"{data}/cordex/a.zarr/tas/c/7/0/0", f"file://{data}/cordex/a.zarr/tas/c/7/0/0",
-            "cordex/a.zarr/tas/c/7/0/0", "cordex/a.zarr/pr/NOTES"]
+    assert (
+        "NOTES"
+        in json.loads(invoke("show", "cordex/a.zarr", "--manifests", manifests, "--json").stdout)[
+            "hot_always"
+        ]
+    )
+    keys = [
+        f"{data}/cordex/a.zarr/tas/c/7/0/0",
+        f"file://{data}/cordex/a.zarr/tas/c/7/0/0",
+        "cordex/a.zarr/tas/c/7/0/0",
+        "cordex/a.zarr/pr/NOTES",
+    ]
     for extra in ([], ["--data", data]):
         res = invoke("resolve", *keys, "--manifests", manifests, "--json", *extra)
         assert res.exit_code == 0, res.output
@@ -123,7 +184,9 @@ def test_bad_input_exits_2_with_a_reason(local, tmp_path: Path) -> None:
         (["partition", "--data", "{data}", "--bogus"], "No such option"),
     ],
 )
-def test_bad_usage_exits_2_with_one_reason(local, tmp_path: Path, args: list[str], says: str) -> None:
+def test_bad_usage_exits_2_with_one_reason(
+    local, tmp_path: Path, args: list[str], says: str
+) -> None:
     data, manifests = local
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad.jsonl").write_text("{oops\n")
@@ -140,12 +203,27 @@ def test_bad_usage_exits_2_with_one_reason(local, tmp_path: Path, args: list[str
 def test_scan_on_s3_with_storage_options(s3_endpoint: str) -> None:
     bucket = make_bucket(s3_endpoint)
     opts = ["--endpoint", s3_endpoint, "--region", "us-east-1", "--allow-http", "--path-style"]
-    data = storage.open_store(f"s3://{bucket}/data", endpoint=s3_endpoint, region="us-east-1",
-                              allow_http=True, path_style=True)
+    data = storage.open_store(
+        f"s3://{bucket}/data",
+        endpoint=s3_endpoint,
+        region="us-east-1",
+        allow_http=True,
+        path_style=True,
+    )
     zarrgen.cordex_v3(data, "a.zarr")
     zarrgen.cordex_v3(data, "b.zarr")
-    res = invoke("scan", "--data", f"s3://{bucket}/data", "--manifests", f"s3://{bucket}/m",
-                 *POLICY, *opts, "--executor", "sync", "--json")
+    res = invoke(
+        "scan",
+        "--data",
+        f"s3://{bucket}/data",
+        "--manifests",
+        f"s3://{bucket}/m",
+        *POLICY,
+        *opts,
+        "--executor",
+        "sync",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert [o["scope"] for o in json.loads(res.stdout)] == ["a.zarr", "b.zarr"]
     res = invoke("resolve", "b.zarr/tas/c/0/0/0", "--manifests", f"s3://{bucket}/m", *opts)
@@ -159,8 +237,18 @@ def test_scan_on_s3_with_storage_options(s3_endpoint: str) -> None:
 
 
 def test_unreachable_endpoint_exits_2_naming_the_store() -> None:
-    res = invoke("partition", "--data", "s3://bkt/data", "--manifests", "s3://bkt/m",
-                 "--endpoint", "http://127.0.0.1:9", "--allow-http", "--region", "us-east-1")
+    res = invoke(
+        "partition",
+        "--data",
+        "s3://bkt/data",
+        "--manifests",
+        "s3://bkt/m",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--allow-http",
+        "--region",
+        "us-east-1",
+    )
     assert res.exit_code == 2 and "unreachable" in res.output and "s3://bkt/data" in res.output
     res = invoke("resolve", "a/b", "--manifests", "s3://bkt/m", "--endpoint", "http://127.0.0.1:9")
     assert res.exit_code == 2 and "--allow-http" in res.output

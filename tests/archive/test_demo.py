@@ -12,8 +12,14 @@ def _store(path: Path, n: int) -> None:
     root = zarr.open_group(str(path), mode="w", zarr_format=3)
     t = root.create_array("time", shape=(n,), chunks=(n,), dtype="i8", dimension_names=("time",))
     t[:] = np.arange(n)
-    v = root.create_array("tas", shape=(n, 64, 64), chunks=(1, 64, 64), dtype="f8",
-                          dimension_names=("time", "y", "x"), compressors=None)
+    v = root.create_array(
+        "tas",
+        shape=(n, 64, 64),
+        chunks=(1, 64, 64),
+        dtype="f8",
+        dimension_names=("time", "y", "x"),
+        compressors=None,
+    )
     v[:] = np.random.default_rng(0).random((n, 64, 64))
 
 

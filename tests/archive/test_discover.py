@@ -24,33 +24,58 @@ from toolkit.archive.model import Blob, Manifest, ManifestError, Policy
 P = Policy(1000, 10, 100)
 
 
-def s3_record(key: str, name: str = "ObjectCreated:Put", seq: str = "0A1", who: str = "AWS:AID") -> dict:
-    return {"eventVersion": "2.1", "eventSource": "aws:s3", "eventName": name,
-            "eventTime": "2026-11-30T00:00:00.000Z", "userIdentity": {"principalId": who},
-            "s3": {"bucket": {"name": "data"}, "object": {"key": key, "size": 5, "sequencer": seq}}}
+def s3_record(
+    key: str, name: str = "ObjectCreated:Put", seq: str = "0A1", who: str = "AWS:AID"
+) -> dict:
+    return {
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "eventName": name,
+        "eventTime": "2026-11-30T00:00:00.000Z",
+        "userIdentity": {"principalId": who},
+        "s3": {"bucket": {"name": "data"}, "object": {"key": key, "size": 5, "sequencer": seq}},
+    }
 
 
 def test_s3_notification_keys_are_url_decoded() -> None:
-    doc = {"Records": [s3_record("cordex/a+b.zarr/t%C3%A4s/c/0"),
-                       s3_record("x/y", "ObjectRemoved:Delete", "0A2")]}
+    doc = {
+        "Records": [
+            s3_record("cordex/a+b.zarr/t%C3%A4s/c/0"),
+            s3_record("x/y", "ObjectRemoved:Delete", "0A2"),
+        ]
+    }
     events = parse_events(doc)
-    assert events == [Event("cordex/a b.zarr/täs/c/0", "write", "AWS:AID", "data"),
-                      Event("x/y", "delete", "AWS:AID", "data")]
+    assert events == [
+        Event("cordex/a b.zarr/täs/c/0", "write", "AWS:AID", "data"),
+        Event("x/y", "delete", "AWS:AID", "data"),
+    ]
 
 
 def test_minio_webhook() -> None:
-    doc = {"EventName": "s3:ObjectAccessed:Get", "Key": "data/a.zarr/t/c/1",
-           "Records": [{**s3_record("a.zarr/t/c/1", "s3:ObjectAccessed:Get", "17A"),
-                        "userIdentity": {"principalId": "minioadmin"}}]}
+    doc = {
+        "EventName": "s3:ObjectAccessed:Get",
+        "Key": "data/a.zarr/t/c/1",
+        "Records": [
+            {
+                **s3_record("a.zarr/t/c/1", "s3:ObjectAccessed:Get", "17A"),
+                "userIdentity": {"principalId": "minioadmin"},
+            }
+        ],
+    }
     (e,) = parse_events(doc)
     assert (e.key, e.event, e.principal) == ("a.zarr/t/c/1", "read", "minioadmin")
 
 
 def test_gcs_pubsub_push_and_pull() -> None:
-    body = base64.b64encode(json.dumps({"name": "a.zarr/t/c/2", "owner": {"entity": "user-bo"}})
-                            .encode()).decode()
-    attrs = {"eventType": "OBJECT_FINALIZE", "bucketId": "b", "objectId": "a.zarr/t/c/2",
-             "objectGeneration": "7"}
+    body = base64.b64encode(
+        json.dumps({"name": "a.zarr/t/c/2", "owner": {"entity": "user-bo"}}).encode()
+    ).decode()
+    attrs = {
+        "eventType": "OBJECT_FINALIZE",
+        "bucketId": "b",
+        "objectId": "a.zarr/t/c/2",
+        "objectGeneration": "7",
+    }
     push = {"message": {"attributes": attrs, "data": body, "messageId": "m1"}, "subscription": "s"}
     (e,) = parse_events(push)
     assert (e.key, e.event, e.principal, e.bucket) == ("a.zarr/t/c/2", "write", "user-bo", "b")
@@ -129,7 +154,9 @@ def test_live_resolver_takes_bucket_keys_of_a_prefixed_manifest_store(s3_endpoin
     from tests.conftest import make_bucket, s3_options
 
     bucket = make_bucket(s3_endpoint)
-    ms = ManifestStore(storage.open_store(f"s3://{bucket}/ops/manifests", **s3_options(s3_endpoint)))
+    ms = ManifestStore(
+        storage.open_store(f"s3://{bucket}/ops/manifests", **s3_options(s3_endpoint))
+    )
     m1 = Manifest("a.zarr", 1, P, blobs=(Blob("w_t", ("a.zarr/t",)),))
     ms.write(m1, None)
     live = LiveResolver(ms)

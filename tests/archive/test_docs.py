@@ -12,12 +12,17 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "archive.md"
 def test_doc_call_graphs_match_the_code() -> None:
     text = DOC.read_text()
     assert text.count("<!-- callgraph") >= 3
-    assert update_doc(text) == text, "run: python -m toolkit.archive.callgraph --write docs/archive.md"
+    assert update_doc(text) == text, (
+        "run: python -m toolkit.archive.callgraph --write docs/archive.md"
+    )
 
 
 def test_read_arrays_only_lists_and_gets_metadata() -> None:
     edges = select(build(), "read_arrays", depth=1)
-    assert {b for _, b in edges if b.startswith("storage.")} == {"storage.list_objects", "storage.get"}
+    assert {b for _, b in edges if b.startswith("storage.")} == {
+        "storage.list_objects",
+        "storage.get",
+    }
 
 
 def test_entry_depth_module_and_private_options() -> None:

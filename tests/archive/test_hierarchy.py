@@ -35,8 +35,15 @@ def test_v2_raw_store_and_cf_coordinates(any_store: storage.Store) -> None:
     zarrgen.v2_group(any_store, "old.zarr")
     zarrgen.v2_array(any_store, "old.zarr/time", (6,), (3,), dims=("time",))
     zarrgen.v2_array(any_store, "old.zarr/lat2d", (4, 4), (4, 4), dims=("y", "x"))
-    zarrgen.v2_array(any_store, "old.zarr/t", (6, 4), (1, 4), dims=("time", "x"), sep="/",
-                     attrs={"coordinates": "lat2d"})
+    zarrgen.v2_array(
+        any_store,
+        "old.zarr/t",
+        (6, 4),
+        (1, 4),
+        dims=("time", "x"),
+        sep="/",
+        attrs={"coordinates": "lat2d"},
+    )
     arrays = by_name(read_arrays(any_store, "old.zarr"))
     assert arrays["time"].is_coordinate and arrays["time"].dimension_names == ("time",)
     assert arrays["lat2d"].is_coordinate  # named by a sibling's CF `coordinates`
@@ -45,8 +52,9 @@ def test_v2_raw_store_and_cf_coordinates(any_store: storage.Store) -> None:
 
 def test_zarr_python_store(any_store: storage.Store) -> None:
     root = zarr.open_group(any_store.zarr(), path="zp.zarr", mode="w", zarr_format=3)
-    a = root.create_array("tas", shape=(8, 6), chunks=(2, 3), shards=(4, 6), dtype="f4",
-                          dimension_names=("time", "x"))
+    a = root.create_array(
+        "tas", shape=(8, 6), chunks=(2, 3), shards=(4, 6), dtype="f4", dimension_names=("time", "x")
+    )
     a[:] = np.arange(48, dtype="f4").reshape(8, 6)
     t = root.create_array("time", shape=(8,), chunks=(8,), dtype="i8", dimension_names=("time",))
     t[:] = np.arange(8)
@@ -76,17 +84,27 @@ def test_bad_metadata_names_the_key(any_store: storage.Store) -> None:
     storage.put(any_store, "bad.zarr/x/zarr.json", b"{nope")
     with pytest.raises(HierarchyError, match=r"bad\.zarr/x/zarr\.json"):
         read_arrays(any_store, "bad.zarr")
-    storage.put(any_store, "bad.zarr/x/zarr.json", json.dumps(
-        {"zarr_format": 3, "node_type": "array", "shape": [2],
-         "chunk_grid": {"name": "rectilinear"}}).encode())
+    storage.put(
+        any_store,
+        "bad.zarr/x/zarr.json",
+        json.dumps(
+            {
+                "zarr_format": 3,
+                "node_type": "array",
+                "shape": [2],
+                "chunk_grid": {"name": "rectilinear"},
+            }
+        ).encode(),
+    )
     with pytest.raises(HierarchyError, match="regular chunk grids"):
         read_arrays(any_store, "bad.zarr")
     with pytest.raises(HierarchyError, match="no Zarr metadata"):
         read_arrays(any_store, "missing.zarr")
 
 
-segment = st.sampled_from(["a", "tas", "c", "0", "1", ".zarray", ".zattrs", "zarr.json",
-                           ".zgroup", "0.0", "x.zarr"])
+segment = st.sampled_from(
+    ["a", "tas", "c", "0", "1", ".zarray", ".zattrs", "zarr.json", ".zgroup", "0.0", "x.zarr"]
+)
 
 
 @given(st.lists(st.lists(segment, min_size=1, max_size=5).map("/".join), max_size=30))

@@ -27,13 +27,24 @@ def good_doc() -> dict:
         "policy": {"t_max": 1000, "t_hot": 10, "t_min": 100},
         "hot_always": [*DEFAULT_HOT_ALWAYS, "README"],
         "hot": ["cordex/a.zarr/time"],
-        "pins": [{"prefix": "cordex/a.zarr/pr", "who": "ana", "why": "paper", "until": "2027-01-31"}],
+        "pins": [
+            {"prefix": "cordex/a.zarr/pr", "who": "ana", "why": "paper", "until": "2027-01-31"}
+        ],
         "blobs": [
-            {"id": "b_tas", "prefixes": ["cordex/a.zarr/tas"],
-             "bucket": {"width": 4, "encoding": "default", "separator": "/"},
-             "bytes": 5000, "objects": 50},
-            {"id": "g_pr", "prefixes": ["cordex/a.zarr/pr", "cordex/a.zarr/ps"], "bucket": None,
-             "bytes": 300, "objects": 3},
+            {
+                "id": "b_tas",
+                "prefixes": ["cordex/a.zarr/tas"],
+                "bucket": {"width": 4, "encoding": "default", "separator": "/"},
+                "bytes": 5000,
+                "objects": 50,
+            },
+            {
+                "id": "g_pr",
+                "prefixes": ["cordex/a.zarr/pr", "cordex/a.zarr/ps"],
+                "bucket": None,
+                "bytes": 300,
+                "objects": 3,
+            },
         ],
     }
 
@@ -113,9 +124,16 @@ def test_malformed_is_refused_naming_the_field(mutation: tuple, field: str) -> N
 
 
 def test_only_a_root_array_store_may_claim_its_scope() -> None:
-    doc = {**good_doc(), "scope": "bare/arr", "hot": [], "pins": [], "root_array": True,
-           "blobs": [{"id": "w_root", "prefixes": ["bare/arr"], "bucket": None, "bytes": 1,
-                      "objects": 1}]}
+    doc = {
+        **good_doc(),
+        "scope": "bare/arr",
+        "hot": [],
+        "pins": [],
+        "root_array": True,
+        "blobs": [
+            {"id": "w_root", "prefixes": ["bare/arr"], "bucket": None, "bytes": 1, "objects": 1}
+        ],
+    }
     m = Manifest.from_dict(doc)
     assert m.root_array and m.to_dict() == doc and Manifest.loads(m.dumps()) == m
     with pytest.raises(ManifestError, match="swallow every future array") as err:

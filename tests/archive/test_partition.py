@@ -13,13 +13,19 @@ P = Policy(t_max=1000, t_hot=50, t_min=300)
 
 
 def arr(name: str, size: int, n: int = 10, dims: tuple | None = None, **kw) -> ArrayInfo:
-    return ArrayInfo(f"{S}/{name}", (n,), (1,), dimension_names=dims, stored_bytes=size,
-                     objects=n, **kw)
+    return ArrayInfo(
+        f"{S}/{name}", (n,), (1,), dimension_names=dims, stored_bytes=size, objects=n, **kw
+    )
 
 
 def test_coordinates_and_small_arrays_are_hot_and_the_rest_one_blob() -> None:
-    arrays = [arr("time", 900, dims=("time",)), arr("lat", 500, coordinate=True),
-              arr("tiny", 10), arr("tas", 400), arr("pr", 500)]
+    arrays = [
+        arr("time", 900, dims=("time",)),
+        arr("lat", 500, coordinate=True),
+        arr("tiny", 10),
+        arr("tas", 400),
+        arr("pr", 500),
+    ]
     m = partition(arrays, S, P)
     assert m.epoch == 1
     assert m.hot == (f"{S}/lat", f"{S}/time", f"{S}/tiny")
@@ -54,8 +60,11 @@ def test_no_blob_owns_an_empty_or_scope_prefix() -> None:
 
 
 def test_repartition_with_changed_policy_changes_nothing() -> None:
-    arrays = [ArrayInfo(f"{S}/tas", (100,), (1,), stored_bytes=5000, objects=100),
-              arr("pr", 200), arr("ps", 200)]
+    arrays = [
+        ArrayInfo(f"{S}/tas", (100,), (1,), stored_bytes=5000, objects=100),
+        arr("pr", 200),
+        arr("ps", 200),
+    ]
     first = partition(arrays, S, P)
     again = partition(arrays, S, Policy(t_max=10, t_hot=1, t_min=5), first)
     assert again is first
@@ -148,14 +157,25 @@ def scopes(draw: st.DrawFn) -> list[ArrayInfo]:
     out = []
     for i in range(n):
         chunks = draw(st.integers(1, 50))
-        out.append(ArrayInfo(f"{S}/v{i:02d}", (chunks * 2, 3), (2, 3),
-                             stored_bytes=draw(st.integers(0, 3000)), objects=chunks,
-                             dimension_names=draw(st.sampled_from([None, (f"v{i:02d}", "x")]))))
+        out.append(
+            ArrayInfo(
+                f"{S}/v{i:02d}",
+                (chunks * 2, 3),
+                (2, 3),
+                stored_bytes=draw(st.integers(0, 3000)),
+                objects=chunks,
+                dimension_names=draw(st.sampled_from([None, (f"v{i:02d}", "x")])),
+            )
+        )
     return out
 
 
-policies = st.builds(lambda a, b, c: Policy(a, b, min(c, a)), st.integers(1, 3000),
-                     st.integers(0, 100), st.integers(1, 3000))
+policies = st.builds(
+    lambda a, b, c: Policy(a, b, min(c, a)),
+    st.integers(1, 3000),
+    st.integers(0, 100),
+    st.integers(1, 3000),
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -16,8 +16,10 @@ def manifest(scope: str, **kw) -> Manifest:
 
 A = manifest(
     "cordex/a.zarr",
-    blobs=(Blob("b_tas", ("cordex/a.zarr/tas",), Bucket(2048)),
-           Blob("w_pr", ("cordex/a.zarr/pr", "cordex/a.zarr/ps"))),
+    blobs=(
+        Blob("b_tas", ("cordex/a.zarr/tas",), Bucket(2048)),
+        Blob("w_pr", ("cordex/a.zarr/pr", "cordex/a.zarr/ps")),
+    ),
     hot=("cordex/a.zarr/time",),
     pins=(Pin("cordex/a.zarr/ps", "ana", "paper"),),
     hot_always=(".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json", "README"),
@@ -132,7 +134,9 @@ def test_nested_scopes_are_refused_either_way() -> None:
         Trie([inner, A])
 
 
-segments = st.text("abcxyz019._-", min_size=1, max_size=6).filter(lambda s: s not in ("cordex", "old"))
+segments = st.text("abcxyz019._-", min_size=1, max_size=6).filter(
+    lambda s: s not in ("cordex", "old")
+)
 
 
 @given(st.lists(segments, max_size=4), st.integers(0, 10**7), st.sampled_from(["s3", "gs", "file"]))

@@ -46,8 +46,9 @@ def stores(draw: st.DrawFn) -> list[ArrayInfo]:
     out, used = [], set()
     for name in names:
         path = "s/" + "/".join(p for p in name.split("/") if p)
-        if path == "s/" or any(path.startswith(u + "/") or u.startswith(path + "/") or u == path
-                               for u in used):
+        if path == "s/" or any(
+            path.startswith(u + "/") or u.startswith(path + "/") or u == path for u in used
+        ):
             continue
         used.add(path)
         n = draw(st.integers(1, 40))
@@ -64,16 +65,51 @@ def test_every_partition_output_passes_the_schema(arrays, t_max, t_hot) -> None:
 
 
 # Messages of the model's cross-field rules: the only refusals the schema may not share.
-CROSS_FIELD = ("duplicate id", "also claimed by", "overlaps", "is outside scope", "exceeds t_max",
-               "pinned twice", "whole scope")
+CROSS_FIELD = (
+    "duplicate id",
+    "also claimed by",
+    "overlaps",
+    "is outside scope",
+    "exceeds t_max",
+    "pinned twice",
+    "whole scope",
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2, 10**4)
-    | st.sampled_from(["", " ", "a", "b_x", "B", "cordex/a.zarr", "cordex/a.zarr/tas", "cordex/a.zarr/q",
-                       "/x", "x/", "a//b", "2027-02-30", "2027-01-31", "zarr.json", "default", "v2",
-                       ".", "/", "toolkit-archive-manifest/1"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["id", "prefixes", "width", "who", "why", "prefix", "x"]), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 10**4)
+    | st.sampled_from(
+        [
+            "",
+            " ",
+            "a",
+            "b_x",
+            "B",
+            "cordex/a.zarr",
+            "cordex/a.zarr/tas",
+            "cordex/a.zarr/q",
+            "/x",
+            "x/",
+            "a//b",
+            "2027-02-30",
+            "2027-01-31",
+            "zarr.json",
+            "default",
+            "v2",
+            ".",
+            "/",
+            "toolkit-archive-manifest/1",
+        ]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["id", "prefixes", "width", "who", "why", "prefix", "x"]),
+            inner,
+            max_size=3,
+        )
+    ),
     max_leaves=6,
 )
 
@@ -105,7 +141,8 @@ def mutated(draw: st.DrawFn) -> dict:
             del parent[path[-1]]
         elif how == "add" and isinstance(parent[path[-1]], dict):
             parent[path[-1]][draw(st.sampled_from(["bucket", "until", "extra", "root_array"]))] = (
-                draw(json_values))
+                draw(json_values)
+            )
         else:
             parent[path[-1]] = draw(json_values)
     return doc

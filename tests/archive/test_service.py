@@ -36,7 +36,8 @@ def test_partition_writes_the_expected_manifest(stores) -> None:
     for key in storage.list_keys(data, S):
         r = trie.lookup(key)
         assert r.kind in ("blob", "hot") and (r.kind == "hot") == (
-            key.endswith("zarr.json") or "/time/" in key or "/lat/" in key)
+            key.endswith("zarr.json") or "/time/" in key or "/lat/" in key
+        )
     assert trie.lookup(f"{S}/tas/c/19/0/0").blob == "b_tas_3"
 
 
@@ -55,8 +56,15 @@ def test_append_needs_no_manifest_change(stores) -> None:
     first = partition_store(data, manifests, S, P)
     before = storage.get(manifests, f"{S}/manifest.json")
     # grow tas from 20 to 40 shards along time
-    zarrgen.v3_array(data, f"{S}/tas", (80, 4, 4), (1, 2, 2), shards=(2, 4, 4),
-                     dims=("time", "lat", "lon"), object_bytes=1000)
+    zarrgen.v3_array(
+        data,
+        f"{S}/tas",
+        (80, 4, 4),
+        (1, 2, 2),
+        shards=(2, 4, 4),
+        dims=("time", "lat", "lon"),
+        object_bytes=1000,
+    )
     out = partition_store(data, manifests, S, P)
     assert not out.written
     after = storage.get(manifests, f"{S}/manifest.json")
@@ -113,13 +121,21 @@ def test_a_root_array_store_written_by_zarr_python(stores) -> None:
     import zarr
 
     data, manifests = stores
-    a = zarr.create_array(data.zarr(), name="bare.zarr", shape=(6, 2), chunks=(1, 2), dtype="f8",
-                          dimension_names=("time", "x"))
+    a = zarr.create_array(
+        data.zarr(),
+        name="bare.zarr",
+        shape=(6, 2),
+        chunks=(1, 2),
+        dtype="f8",
+        dimension_names=("time", "x"),
+    )
     a[:] = np.ones((6, 2))
     out = partition_store(data, manifests, "bare.zarr", Policy(t_max=10**6, t_hot=1, t_min=1))
     assert out.manifest.root_array and out.manifest.blobs[0].prefixes == ("bare.zarr",)
-    assert Trie([ManifestStore(manifests).read("bare.zarr").manifest]).lookup(
-        "bare.zarr/c/5/0").blob == "w_root"
+    assert (
+        Trie([ManifestStore(manifests).read("bare.zarr").manifest]).lookup("bare.zarr/c/5/0").blob
+        == "w_root"
+    )
 
 
 def test_dry_run_writes_nothing(stores) -> None:

@@ -14,7 +14,9 @@ from toolkit import storage
 
 
 def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:
-    return list(itertools.product(*(range(math.ceil(s / c)) for s, c in zip(shape, chunks, strict=True))))
+    return list(
+        itertools.product(*(range(math.ceil(s / c)) for s, c in zip(shape, chunks, strict=True)))
+    )
 
 
 def chunk_key(path: str, index: tuple[int, ...], encoding: str = "default", sep: str = "/") -> str:
@@ -46,15 +48,30 @@ def v3_array(
     outer = shards or chunks
     codecs: list[dict] = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if shards:
-        codecs = [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": list(chunks), "codecs": codecs,
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                             {"name": "crc32c"}], "index_location": "end"}}]
+        codecs = [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": list(chunks),
+                    "codecs": codecs,
+                    "index_codecs": [
+                        {"name": "bytes", "configuration": {"endian": "little"}},
+                        {"name": "crc32c"},
+                    ],
+                    "index_location": "end",
+                },
+            }
+        ]
     doc = {
-        "zarr_format": 3, "node_type": "array", "shape": list(shape), "data_type": "float32",
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": "float32",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(outer)}},
         "chunk_key_encoding": {"name": encoding, "configuration": {"separator": sep}},
-        "fill_value": 0.0, "codecs": codecs, "attributes": attrs or {},
+        "fill_value": 0.0,
+        "codecs": codecs,
+        "attributes": attrs or {},
     }
     if dims is not None:
         doc["dimension_names"] = list(dims)
@@ -80,9 +97,17 @@ def v2_array(
     object_bytes: int = 100,
     attrs: dict | None = None,
 ) -> list[str]:
-    doc = {"zarr_format": 2, "shape": list(shape), "chunks": list(chunks), "dtype": "<f4",
-           "compressor": None, "fill_value": 0.0, "filters": None, "order": "C",
-           "dimension_separator": sep}
+    doc = {
+        "zarr_format": 2,
+        "shape": list(shape),
+        "chunks": list(chunks),
+        "dtype": "<f4",
+        "compressor": None,
+        "fill_value": 0.0,
+        "filters": None,
+        "order": "C",
+        "dimension_separator": sep,
+    }
     storage.put(store, f"{path}/.zarray", json.dumps(doc).encode())
     zattrs = dict(attrs or {})
     if dims is not None:
@@ -101,11 +126,34 @@ def cordex_v3(store: storage.Store, scope: str = "cordex/a.zarr") -> dict[str, l
     return {
         "time": v3_array(store, f"{scope}/time", (40,), (40,), dims=("time",), object_bytes=160),
         "lat": v3_array(store, f"{scope}/lat", (4,), (4,), dims=("lat",), object_bytes=16),
-        "tas": v3_array(store, f"{scope}/tas", (40, 4, 4), (1, 2, 2), shards=(2, 4, 4),
-                        dims=("time", "lat", "lon"), object_bytes=1000),
-        "pr": v3_array(store, f"{scope}/pr", (40, 4), (10, 4), dims=("time", "lat"),
-                       object_bytes=700, encoding="default", sep="."),
-        "ps": v3_array(store, f"{scope}/sub/ps", (40,), (20,), dims=("time",), object_bytes=900,
-                       encoding="v2", sep="."),
+        "tas": v3_array(
+            store,
+            f"{scope}/tas",
+            (40, 4, 4),
+            (1, 2, 2),
+            shards=(2, 4, 4),
+            dims=("time", "lat", "lon"),
+            object_bytes=1000,
+        ),
+        "pr": v3_array(
+            store,
+            f"{scope}/pr",
+            (40, 4),
+            (10, 4),
+            dims=("time", "lat"),
+            object_bytes=700,
+            encoding="default",
+            sep=".",
+        ),
+        "ps": v3_array(
+            store,
+            f"{scope}/sub/ps",
+            (40,),
+            (20,),
+            dims=("time",),
+            object_bytes=900,
+            encoding="v2",
+            sep=".",
+        ),
         "orog": v3_array(store, f"{scope}/orog", (), (), object_bytes=2000),
     }

@@ -184,8 +184,14 @@ def test_a_stage_made_from_the_certified_result_of_the_one_before(store, executo
     """Stage b's tasks are the keys stage a's services returned (tasks_from): b is planned
     only once a's gate has passed, from its combined result, and gated like any stage."""
     a_tasks = stable(Item("a", i) for i in range(6))
-    a = Stage("a", a_tasks, BlockWriter(store),
-              Gate(ListedKeys(store, "a"), want=tuple(a_tasks.keys)), workers=2, combine=concat)
+    a = Stage(
+        "a",
+        a_tasks,
+        BlockWriter(store),
+        Gate(ListedKeys(store, "a"), want=tuple(a_tasks.keys)),
+        workers=2,
+        combine=concat,
+    )
 
     def from_a(result: list[str]):
         return stable(Item("b", int(k.split("/")[1])) for k in result if int(k[-1]) % 2 == 0)
@@ -193,8 +199,12 @@ def test_a_stage_made_from_the_certified_result_of_the_one_before(store, executo
     b = Stage("b", stable([]), Write(store), Gate(ListedKeys(store, "b")), tasks_from=from_a)
     cluster = local_cluster if executor == "dask" else None
     heard: list[tuple[str, int, int]] = []
-    report = run(Plan("derived", (a, b)), cluster=cluster, executor=executor,
-                 progress=lambda *x: heard.append(x))
+    report = run(
+        Plan("derived", (a, b)),
+        cluster=cluster,
+        executor=executor,
+        progress=lambda *x: heard.append(x),
+    )
     assert report.stage("b").tasks == 3 and report.stage("b").written == 3
     assert storage.list_keys(store, "b") == ["b/0000", "b/0002", "b/0004"]
     assert {t for s, _, t in heard if s == "b"} == {3}

@@ -69,8 +69,13 @@ def test_progress_counts_tasks_and_stripes_follow_the_cluster(cluster_address, t
     store = storage.open_store(str(tmp_path / "objects"))
     where = tmp_path / "calls"
     where.mkdir()
-    plan = plan_of(store, lambda _: CountingWrite(store, str(where)), {"a": 64, "b": 6},
-                   workers=AUTO, per_task=True)
+    plan = plan_of(
+        store,
+        lambda _: CountingWrite(store, str(where)),
+        {"a": 64, "b": 6},
+        workers=AUTO,
+        per_task=True,
+    )
     heard: list[tuple[str, int, int]] = []
     with Client(cluster_address) as client:
         threads = sum(client.nthreads().values())
@@ -88,8 +93,9 @@ def test_sync_progress_hears_every_task_of_a_stripe(tmp_path: Path) -> None:
     store = storage.open_store(str(tmp_path / "objects"))
     where = tmp_path / "calls"
     where.mkdir()
-    plan = plan_of(store, lambda _: CountingWrite(store, str(where)), {"a": 12}, workers=1,
-                   per_task=True)
+    plan = plan_of(
+        store, lambda _: CountingWrite(store, str(where)), {"a": 12}, workers=1, per_task=True
+    )
     heard: list[int] = []
     run(plan, executor="sync", progress=lambda s, done, total: heard.append(done))
     assert heard == list(range(1, 13))

@@ -44,8 +44,12 @@ def bare(tmp_path_factory: pytest.TempPathFactory):
 
 
 def imports_toolkit(python: str, env: dict[str, str]) -> bool:
-    return subprocess.run([python, "-c", "import toolkit"], env=env, cwd="/",
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            [python, "-c", "import toolkit"], env=env, cwd="/", capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.cluster
@@ -67,7 +71,9 @@ def test_a_worker_without_toolkit_is_refused_then_shipped_to(bare, tmp_path: Pat
     res = runner.invoke(app, ["--cluster", bare.address, *build])
     assert res.exit_code == 2
     lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "on the client, not installed on the scheduler and 1 more" in lines[0]
+    assert (
+        len(lines) == 1 and "on the client, not installed on the scheduler and 1 more" in lines[0]
+    )
     assert "--ship" in lines[0]
     assert not storage.list_keys(storage.open_store(str(on)), "2x/field/c/")  # no shard written
 

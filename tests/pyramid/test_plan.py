@@ -50,7 +50,9 @@ def test_level_count_stops_at_one_tile():
 
 @settings(max_examples=80, deadline=None)
 @given(
-    st.integers(5, 300), st.integers(5, 300), st.sampled_from([4, 6, 8, 16, 32]),
+    st.integers(5, 300),
+    st.integers(5, 300),
+    st.sampled_from([4, 6, 8, 16, 32]),
     st.data(),
 )
 def test_pruning_equals_brute_force_overlap(h, w, s, data):
@@ -116,7 +118,11 @@ def test_small_shards_grow_4x4_then_2x2_and_large_ones_split():
     a = meta((40000, 40000), (256, 256))
     p = plan_pyramid({"v": a}, {"v": ["c/0/0"]}, levels=5)
     assert [lvl.vars[0].shards for lvl in p.levels] == [
-        (512, 512), (1024, 1024), (1024, 1024), (1024, 1024), (1024, 1024)
+        (512, 512),
+        (1024, 1024),
+        (1024, 1024),
+        (1024, 1024),
+        (1024, 1024),
     ]
     assert p.levels[1].vars[0].chunks == (512, 512)  # small tiles inside real shards
     assert {t.index for t in p.levels[0].tasks} == {(0, 0)}  # level-0 shards (0..1)^2 -> one

@@ -18,8 +18,12 @@ def test_worker_killed_mid_level(tmp_path):
     store = storage.open_store((tmp_path / "s.zarr").as_uri())
     synthetic.write_store(store, shape=(128, 192), shards=(16, 16))
     marker = tmp_path / "killed.pid"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.register_plugin(KillOnStage("4x", str(marker)))
         report = build(store, levels=3, cluster=client, max_shard=16)  # 6 shards at 4x
         assert marker.exists(), "no worker was killed: the test proved nothing"

@@ -99,10 +99,22 @@ def test_verify_before_build_is_a_failed_check(good):
 
 def test_rebuild_from_with_other_settings_refused(good):
     assert run("build", str(good), "--executor", "sync", "--levels", "2").exit_code == 0
-    r = run("build", str(good), "--executor", "sync", "--levels", "2", "--rebuild-from", "4x",
-            "--method", "max")
+    r = run(
+        "build",
+        str(good),
+        "--executor",
+        "sync",
+        "--levels",
+        "2",
+        "--rebuild-from",
+        "4x",
+        "--method",
+        "max",
+    )
     assert r.exit_code == 2
-    assert "levels below 4x were built with" in one_line_error(r) and "--rebuild-from 2x" in r.output
+    assert (
+        "levels below 4x were built with" in one_line_error(r) and "--rebuild-from 2x" in r.output
+    )
 
 
 def test_s3_store_through_the_cli(s3_endpoint):

@@ -26,8 +26,10 @@ def xarray_store(path, seed=0):
     ds = xr.Dataset(
         {
             "lc": (("time", "y", "x"), lab, {"grid_mapping": "crs", "long_name": "land cover"}),
-            "crs": xr.DataArray(np.int32(0), attrs={"grid_mapping_name": "transverse_mercator",
-                                                    "crs_wkt": 'PROJCS["UTM 33N"]'}),
+            "crs": xr.DataArray(
+                np.int32(0),
+                attrs={"grid_mapping_name": "transverse_mercator", "crs_wkt": 'PROJCS["UTM 33N"]'},
+            ),
         },
         coords={
             "time": np.array(["2020-01-01", "2020-02-01", "2020-03-01"], dtype="datetime64[ns]"),
@@ -35,8 +37,13 @@ def xarray_store(path, seed=0):
             "x": 500_000 + (np.arange(w) + 0.5) * 10.0,
         },
     )
-    ds.to_zarr(str(path), zarr_format=3, mode="w", consolidated=False,
-               encoding={"lc": {"chunks": (1, 16, 16), "shards": (1, 32, 32), "_FillValue": 0}})
+    ds.to_zarr(
+        str(path),
+        zarr_format=3,
+        mode="w",
+        consolidated=False,
+        encoding={"lc": {"chunks": (1, 16, 16), "shards": (1, 32, 32), "_FillValue": 0}},
+    )
     return lab
 
 
@@ -78,8 +85,9 @@ def test_present_but_all_nodata_shards_are_still_written(tmp_path):
     """Writers that keep empty chunks leave all-nodata shards: their tasks must write objects."""
     store = storage.open_store(str(tmp_path / "s.zarr"))
     info = synthetic.write_store(store, shape=(64, 96), shards=(16, 16))
-    arr = zarr.open_array(store.zarr(), path="field", mode="r+",
-                          config={"write_empty_chunks": True})
+    arr = zarr.open_array(
+        store.zarr(), path="field", mode="r+", config={"write_empty_chunks": True}
+    )
     values = info["values"].copy()
     values[:32, :] = np.nan  # the top half is ocean, but every shard object exists
     arr[...] = values
@@ -106,8 +114,9 @@ def test_open_datatree_reads_every_level():
     tree = open_datatree(store, chunks=None)  # numpy-backed: memory:// stays in this process
     assert list(tree.children) == ["1x", "2x", "4x", "8x"]
     assert "multiscales" in tree.attrs
-    for name, (h, w) in zip(["1x", "2x", "4x", "8x"], [(64, 96), (32, 48), (16, 24), (8, 12)],
-                            strict=True):
+    for name, (h, w) in zip(
+        ["1x", "2x", "4x", "8x"], [(64, 96), (32, 48), (16, 24), (8, 12)], strict=True
+    ):
         assert tree[name]["field"].shape == (h, w)
         assert np.isfinite(tree[name]["field"].values).any()
     assert open_level(store, "4x", chunks=None)["field_count"].dtype == np.uint32

@@ -117,5 +117,7 @@ def test_wrong_fill_value_caught(built):
     doc["fill_value"] = 0.0
     storage.put(built, "4x/field/zarr.json", json.dumps(doc).encode())
     result = verify(built, executor="sync")
-    assert any(f.level == "4x" and f.check == "metadata" and "fill_value" in f.detail
-               for f in result.failures)
+    assert any(
+        f.level == "4x" and f.check == "metadata" and "fill_value" in f.detail
+        for f in result.failures
+    )

@@ -13,8 +13,9 @@ from toolkit import storage
 from toolkit.plan import IncompleteStageError
 from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
-from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive
+from toolkit.virtual.write import Job, ensure_repo, run
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
 START = np.datetime64("2025-08-01T00", "ns")
@@ -24,7 +25,7 @@ def sim(src: storage.Store, repo_store: storage.Store, publish: int | None = Non
     archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
     files = archive.files()
     archive.publish(files if publish is None else files[:publish])
-    return archive, files, SimGfs(R.RepoRef(repo_store), source_store=src)
+    return archive, files, Job(sim_gfs(src), R.RepoRef(repo_store))
 
 
 def main_ds(ds) -> xr.Dataset:
@@ -98,7 +99,7 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     )
     region = ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
     Setup(region, temp_branch(region))(Step("setup"))
-    ds.region(START, None).run()  # a write loop on main, as an operational fire would
+    run(ds.region(START, None))  # a write loop on main, as an operational fire would
     with pytest.raises(R.BranchMoved, match="moved since setup"):
         backfill(ds, start=START, executor="sync")
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
@@ -145,8 +146,10 @@ def test_ingest_gate_counts_what_exists_and_reports_only_explain():
     lenient = Gate(lambda: {"a", "b"}, want=want, explain=Absences())
     result = lenient.check("ingest", out)
     assert (result.have, result.want) == (2, 2)
-    assert dict(result.excused) == {"c": "not published (the source does not list it)",
-                                    "d": "skipped: truncated"}
+    assert dict(result.excused) == {
+        "c": "not published (the source does not list it)",
+        "d": "skipped: truncated",
+    }
     # a file the workers say they ingested but the probes do not find fails the gate
     with pytest.raises(IncompleteStageError, match=r"have 1/2.*first missing: b"):
         Gate(lambda: {"a"}, want=want, explain=Absences()).check("ingest", out)
@@ -183,8 +186,9 @@ def test_progress_counts_files_as_each_block_reads_them(tmp_path):
         publish=6,
     )
     heard: list[tuple[str, int, int]] = []
-    report = backfill(ds, start=START, workers=2, executor="sync",
-                      progress=lambda *a: heard.append(a))
+    report = backfill(
+        ds, start=START, workers=2, executor="sync", progress=lambda *a: heard.append(a)
+    )
     assert report.stage("ingest").nodes == 2
     assert [(d, t) for s, d, t in heard if s == "ingest"] == [(i, 6) for i in range(1, 7)]
 
@@ -204,8 +208,10 @@ def test_overwrite_chunks_re_emits_refs_the_filter_would_keep(tmp_path):
     assert again.stage("ingest").skipped == len(files)  # the filter keeps every present file
     redone = backfill(ds, start=START, executor="sync", overwrite_chunks=True)
     assert redone.stage("ingest").written == len(files) and redone.stage("ingest").skipped == 0
-    sel = {"init_time": np.datetime64(f.init, "ns"),
-           "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]")}
+    sel = {
+        "init_time": np.datetime64(f.init, "ns"),
+        "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]"),
+    }
     got = main_ds(ds)["temperature_2m"].sel(sel).values
     np.testing.assert_array_equal(
         got, expected_values("temperature_2m", f.init, f.lead, generation=1)
@@ -214,25 +220,24 @@ def test_overwrite_chunks_re_emits_refs_the_filter_would_keep(tmp_path):
 
 
 def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
-    """A dataset whose refs and probe disagree would re-ingest the file forever (the filter
-    never sees it): the write refuses it instead."""
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class ProbesAnotherLead(SimGfs):
-        def representative_probe_loc(self, coord, var):
-            loc = super().representative_probe_loc(coord, var)
-            leads = list(self.template().coords["lead_time"])
-            other = leads[(leads.index(loc["lead_time"]) + 1) % len(leads)]
-            return {**loc, "lead_time": other}
+    """A file whose refs do not cover its probe cell would be re-ingested forever (the filter
+    never sees it): the write refuses it instead, naming the file."""
+    from toolkit.virtual.dataset import probe
+    from toolkit.virtual.read import discover, file_refs
+    from toolkit.virtual.write import write_refs
 
     src = storage.open_store(str(tmp_path / "src"))
     archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
     archive.publish(archive.files()[:1])
-    ds = ProbesAnotherLead(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
-    ds.ensure_repo()
+    ds = Job(sim_gfs(src), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    ensure_repo(ds)
+    ((coord, size, _),) = discover(ds.dataset.source, ds.files())
+    var, _ = probe(ds.dataset, coord)
+    refs = [r for r in file_refs(ds.dataset.source, coord, size) if r.variable != var]
+    session = R.writable(ds.repo.open(fresh=True))
     with pytest.raises(AssertionError, match=r"f000: its refs do not cover the probed cell"):
-        ds.region(START, None).run()
+        write_refs(ds, session, [(coord, refs)])
+    assert write_refs(ds, session, [(coord, file_refs(ds.dataset.source, coord, size))]) > 0
 
 
 def test_a_retried_commit_node_does_not_commit_again(tmp_path):

@@ -100,8 +100,9 @@ def test_datasets_lists_the_registry_one_line_each():
 
     res = runner.invoke(app, ["virtual", "datasets"])
     assert res.exit_code == 0, res.output
-    lines = res.output.strip().splitlines()
+    *lines, yours = res.output.strip().splitlines()
     assert [line.split()[0] for line in lines] == sorted(DATASETS)
+    assert "module:NAME" in yours and "docs/virtual.md" in yours
     by_name = {line.split()[0]: line for line in lines}
     assert "s3://noaa-hrrr-bdp-pds" in by_name["hrrr"] and "HRRR" in by_name["hrrr"]
     assert "s3://noaa-gfs-bdp-pds" in by_name["gfs"]
@@ -121,15 +122,15 @@ def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
         ("gefs", "s3://noaa-gefs-pds"),
     ):
         ds = _dataset(name, str(tmp_path / "repo"), None, None, False, False)
-        assert ds.source_store.url == bucket
-        assert ds.source_store.options == {"region": NOAA_REGION, "anonymous": True}
+        assert ds.dataset.source.store.url == bucket
+        assert ds.dataset.source.store.options == {"region": NOAA_REGION, "anonymous": True}
         assert ds.repo.url.endswith("repo")
     mirror = _dataset(
         "gfs", str(tmp_path / "repo"), "s3://mirror/gfs", "http://127.0.0.1:9", True, True, True
     )
-    assert mirror.source_store.url == "s3://mirror/gfs"
-    assert mirror.source_store.options["anonymous"] is True
-    assert mirror.source_store.options["endpoint"] == "http://127.0.0.1:9"
+    assert mirror.dataset.source.store.url == "s3://mirror/gfs"
+    assert mirror.dataset.source.store.options["anonymous"] is True
+    assert mirror.dataset.source.store.options["endpoint"] == "http://127.0.0.1:9"
 
 
 def test_demo_backfills_then_updates_while_files_publish(tmp_path):
@@ -151,13 +152,13 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
 
     from tests.virtual.datasets.test_real_datasets import lay_out
     from toolkit.virtual import repo as R
-    from toolkit.virtual.datasets import GfsForecast
+    from toolkit.virtual.datasets import gfs
 
     src = storage.open_store(str(tmp_path / "bucket"))
-    ds = GfsForecast(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
+    ds = gfs(src)
     init = datetime(2025, 8, 1)
     for lead in (0, 7):
-        key = ds.source().data_key(init, timedelta(hours=lead), "pgrb2")
+        key = ds.source.catalog.data_key(init, timedelta(hours=lead), "pgrb2")
         lay_out(src, key, f"gfs.t00z.pgrb2.0p25.f{lead:03d}.idx")
     common = ["--repo", str(tmp_path / "repo"), "--source", str(tmp_path / "bucket")]
     window = ["--start", "2025-08-01T00", "--end", "2025-08-01T01"]
@@ -175,14 +176,28 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
 def test_backfill_names_unpublished_and_skipped_files_and_strict_fails_on_them(tmp_path):
     src = storage.open_store(str(tmp_path / "src"))
     archive = make_archive(
-        src, kind="gfs", leads=[0, 3, 6], publish=False,
+        src,
+        kind="gfs",
+        leads=[0, 3, 6],
+        publish=False,
         inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
     )
     files = archive.files()
     archive.publish(files[:4] + files[5:9])  # files[4] is not listed: a hole mid-region
     archive.truncate(files[6])
-    base = ["virtual", "backfill", "sim-gfs", "--repo", str(tmp_path / "repo"),
-            "--source", str(tmp_path / "src"), "--start", "2025-08-01T00", "--executor", "sync"]
+    base = [
+        "virtual",
+        "backfill",
+        "sim-gfs",
+        "--repo",
+        str(tmp_path / "repo"),
+        "--source",
+        str(tmp_path / "src"),
+        "--start",
+        "2025-08-01T00",
+        "--executor",
+        "sync",
+    ]
     res = runner.invoke(app, [*base, "--strict"])
     assert res.exit_code == 1
     assert archive.data_url(files[4]) in res.output and "not published" in res.output

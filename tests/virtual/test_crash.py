@@ -15,12 +15,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from distributed import Client
 
-from tests.virtual.e2e.hooks import CRASH_EXIT, INITS, KillOnceAt, fingerprint, sim_job
+from tests.virtual.e2e.hooks import (
+    CRASH_EXIT,
+    INITS,
+    KillOnceAt,
+    StepPlugin,
+    fingerprint,
+    sim_job,
+)
 from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill, temp_branch
 from toolkit.virtual.simulate import make_archive
+from toolkit.virtual.write import ensure_repo, run
 
 ROOT = Path(__file__).resolve().parents[2]
 START = np.datetime64("2025-08-01T00", "ns")
@@ -33,9 +42,9 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("crash")
     make_archive(storage.open_store(str(root / "src")), kind="gfs", inits=INITS, leads=[0, 3, 6])
     clean = sim_job(str(root / "src"), str(root / "clean"))
-    clean.ensure_repo()
-    assert len(clean.run().ingested) == 12
-    return str(root / "src"), fingerprint(clean.repo, clean.template().variables)
+    ensure_repo(clean)
+    assert len(run(clean).ingested) == 12
+    return str(root / "src"), fingerprint(clean.repo, clean.template.variables)
 
 
 def crash(mode: str, src: str, repo: Path, replica: Path, point: str) -> None:
@@ -62,9 +71,9 @@ def crash(mode: str, src: str, repo: Path, replica: Path, point: str) -> None:
 def test_write_loop_crash_then_rerun_converges(world, tmp_path, point):
     src, want = world
     job = sim_job(src, str(tmp_path / "repo"), str(tmp_path / "replica"))
-    job.ensure_repo()
-    job.region(START, SECOND_CYCLE).run()  # one cycle durable before the crash
-    variables = job.template().variables
+    ensure_repo(job)
+    run(job.region(START, SECOND_CYCLE))  # one cycle durable before the crash
+    variables = job.template.variables
     before = fingerprint(job.repo, variables)
     assert len(before["refs"]) == len(want["refs"]) // 4
 
@@ -76,11 +85,11 @@ def test_write_loop_crash_then_rerun_converges(world, tmp_path, point):
     # Replicas commit first: a crash after the replica's commit leaves it one commit ahead.
     assert replica == (want if point == "after_replica_commit" else before)
 
-    again = job.run()  # the rerun: the filter (on the primary) finds the 9 files still missing
+    again = run(job)  # the rerun: the filter (on the primary) finds the 9 files still missing
     assert len(again.ingested) == 9 and len(again.commits) == 1
     assert fingerprint(job.repo, variables) == want
     assert fingerprint(job.replicas[0], variables) == want
-    assert job.run().ingested == []  # and a third run has nothing left to do
+    assert run(job).ingested == []  # and a third run has nothing left to do
 
 
 @pytest.mark.parametrize(
@@ -89,7 +98,7 @@ def test_write_loop_crash_then_rerun_converges(world, tmp_path, point):
 def test_backfill_crash_then_rerun_converges(world, tmp_path, point):
     src, want = world
     job = sim_job(src, str(tmp_path / "repo"), str(tmp_path / "replica"))
-    variables = job.template().variables
+    variables = job.template.variables
 
     crash("backfill", src, tmp_path / "repo", tmp_path / "replica", point)
 
@@ -121,11 +130,11 @@ def test_replica_finalize_refuses_when_its_main_moved(world, tmp_path):
     region = job.region(START, np.datetime64("2025-08-01T18", "ns") + np.timedelta64(1, "ns"))
     Setup(region, temp_branch(region))(Step("setup"))
     # An operational write to the replica's main only.
-    sim_job(src, str(tmp_path / "replica")).region(START, SECOND_CYCLE).run()
+    run(sim_job(src, str(tmp_path / "replica")).region(START, SECOND_CYCLE))
     with pytest.raises(R.BranchMoved, match="moved since setup"):
         backfill(job, start=START, workers=2, executor="sync")
     assert temp_branch(region) in R.branches(job.repo.open(fresh=True))
-    assert fingerprint(job.repo, job.template().variables)["refs"] == set()
+    assert fingerprint(job.repo, job.template.variables)["refs"] == set()
 
 
 @pytest.mark.slow
@@ -134,11 +143,16 @@ def test_worker_sigkilled_mid_backfill_converges(world, tmp_path, local_cluster)
     reruns its block elsewhere, the dead fork is never merged, the manifest equals a clean run."""
     src, want = world
     markers = storage.open_store(str(tmp_path / "markers"))
-    job = sim_job(src, str(tmp_path / "repo"), hook=KillOnceAt(markers, "worker_forked"))
-    report = backfill(job, start=START, workers=4, cluster=local_cluster)
+    job = sim_job(src, str(tmp_path / "repo"))
+    with Client(local_cluster) as client:
+        client.register_plugin(StepPlugin(KillOnceAt(markers, "worker_forked")), name="kill")
+        try:
+            report = backfill(job, start=START, workers=4, cluster=local_cluster)
+        finally:
+            client.unregister_worker_plugin("kill")
     assert storage.exists(markers, "killed-at-worker_forked")  # a worker really died
     assert report.stage("commit").gate_have == 12
-    assert fingerprint(job.repo, job.template().variables) == want
+    assert fingerprint(job.repo, job.template.variables) == want
     again = backfill(job, start=START, workers=4, cluster=local_cluster)
     assert again.stage("ingest").written == 0 and again.stage("ingest").skipped == 12
-    assert fingerprint(job.repo, job.template().variables) == want
+    assert fingerprint(job.repo, job.template.variables) == want

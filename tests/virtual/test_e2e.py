@@ -11,7 +11,6 @@ position with data.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
@@ -23,13 +22,16 @@ import pytest
 import xarray as xr
 
 from tests.conftest import make_bucket, s3_options
+from tests.virtual.e2e.hooks import at_steps
 from tests.virtual.test_job import VARS
 from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.virtual.read import file_refs
 from toolkit.virtual.simulate import SimArchive, make_archive
 from toolkit.virtual.update import update
+from toolkit.virtual.write import Job, ensure_repo, expected_of, run, write_refs
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
 LEVELS = (0.4, 500.0, 1000.0)
@@ -85,7 +87,7 @@ def cells(x: xr.Dataset, f) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
-def observe(ds: SimGfs, archive: SimArchive) -> tuple[str, frozenset[str]]:
+def observe(ds: Job, archive: SimArchive) -> tuple[str, frozenset[str]]:
     """One reader's look at main: (snapshot, files it holds). Raises on a partial file, on a
     wrong value, or on an append dim grown past the data."""
     repo = ds.repo.open(fresh=True)
@@ -117,7 +119,7 @@ def observe(ds: SimGfs, archive: SimArchive) -> tuple[str, frozenset[str]]:
 class Reader(threading.Thread):
     """Polls main until told to stop (at most MAX_READS times); answers read requests."""
 
-    def __init__(self, ds: SimGfs, archive: SimArchive) -> None:
+    def __init__(self, ds: Job, archive: SimArchive) -> None:
         super().__init__(daemon=True)
         self.ds, self.archive = ds, archive
         self.requests: queue.Queue[None] = queue.Queue()
@@ -160,7 +162,7 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
     files = archive.files()
     urls = [archive.data_url(f) for f in files]
     archive.publish(files[:6])  # cycles 00 and 06
-    ds = SimGfs(R.RepoRef(repo_store), source_store=src)
+    ds = Job(sim_gfs(src), R.RepoRef(repo_store))
 
     # -- backfill: 4 contiguous blocks, one per worker process, forks merged into one commit
     assert len(four_workers.get_client().run(lambda: 1)) == 4
@@ -191,11 +193,10 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
     archive.publish(files[6])
     reader.start()
     try:
-        fire = update(
-            dataclasses.replace(ds, crash_hook=at_commit_step),
-            fire_time=np.datetime64("2025-08-01T12", "ns"),
-            deadline_seconds=60,
-        ).stage("update")
+        with at_steps(at_commit_step):
+            fire = update(
+                ds, fire_time=np.datetime64("2025-08-01T12", "ns"), deadline_seconds=60
+            ).stage("update")
         after = reader.read_now()
     finally:
         reader.done.set()
@@ -226,13 +227,13 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
     x = xr.open_zarr(R.readonly(ds.repo.open(fresh=True)).store, consolidated=False)
     assert x.sizes["init_time"] == 4
     session = R.readonly(ds.repo.open(fresh=True))
-    t = ds.template()
+    t = ds.template
     geom = t.geometry(4)
     from toolkit.virtual.refs import chunk_key
 
     for f in files[10:]:  # not published: no ref at all (a reader gets the fill value)
-        c = next(c for c in ds.generate_source_file_coords() if c.get_url() == archive.data_url(f))
-        keys = [chunk_key(geom, v, loc) for v, loc in ds.expected_cells(c)]
+        c = next(c for c in ds.files() if c.get_url() == archive.data_url(f))
+        keys = [chunk_key(geom, v, loc) for v, loc in expected_of(ds, c)]
         assert not any(R.chunks_present(session, [(k.variable, k.index) for k in keys]))
     assert max(c.rebase_attempts or 0 for c in R.history(ds.repo.open(fresh=True))) == 0
 
@@ -244,18 +245,16 @@ def test_the_reader_check_catches_a_partial_file(tmp_path):
     archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
     files = archive.files()
     archive.publish(files[:2])
-    ds = SimGfs(R.RepoRef(repo_store), source_store=src)
-    ds.ensure_repo()
-    ds.region(None, np.datetime64("2025-08-01T01", "ns")).run()
+    ds = Job(sim_gfs(src), R.RepoRef(repo_store))
+    ensure_repo(ds)
+    run(ds.region(None, np.datetime64("2025-08-01T01", "ns")))
     assert observe(ds, archive)[1] == frozenset(archive.data_url(f) for f in files[:2])
     archive.publish(files[2])
-    coord = next(
-        c for c in ds.generate_source_file_coords() if c.get_url() == archive.data_url(files[2])
-    )
+    coord = next(c for c in ds.files() if c.get_url() == archive.data_url(files[2]))
     size = storage.head(src, archive.data_key(files[2])).size
-    refs = [r for r in ds.file_refs(coord, size) if r.variable != "wind_v_10m"]
+    refs = [r for r in file_refs(ds.dataset.source, coord, size) if r.variable != "wind_v_10m"]
     session = R.writable(ds.repo.open(fresh=True))
-    ds.write_refs(session, [(coord, refs)])
+    write_refs(ds, session, [(coord, refs)])
     R.commit(session, "a partial file, by hand")
     with pytest.raises(
         AssertionError, match=r"part of gfs\.20250801/00/atmos/gfs\.t00z\.pgrb2\.0p25\.f006"

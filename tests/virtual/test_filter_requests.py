@@ -14,6 +14,8 @@ from tests.conftest import s3_options
 from tests.virtual.test_backfill import sim
 from tests.virtual.test_repo import public_bucket
 from toolkit import storage
+from toolkit.virtual.read import discover, file_refs
+from toolkit.virtual.write import ensure_repo, filter_already_present, run
 
 
 @pytest.fixture
@@ -55,19 +57,19 @@ def test_filter_sends_no_request_to_the_source(s3_endpoint, recorder, tmp_path):
     bucket = public_bucket(s3_endpoint)
     src = storage.open_store(f"s3://{bucket}/src", **s3_options(s3_endpoint))
     _, _, ds = sim(src, storage.open_store(str(tmp_path / "repo")), publish=6)
-    ds.ensure_repo()
-    assert len(ds.run().ingested) == 6
-    coords = ds.generate_source_file_coords()
+    ensure_repo(ds)
+    assert len(run(ds).ingested) == 6
+    coords = ds.files()
 
     recorder.start()
-    todo = ds.filter_already_present(coords)  # 6 present (probe hits), 6 absent (misses)
+    todo = filter_already_present(ds, coords)  # 6 present (probe hits), 6 absent (misses)
     seen = recorder.stop()
     assert [c.key for c in todo] == [c.key for c in coords[6:]]
     assert to_bucket(seen, bucket) == []
 
     # The counter does see this bucket: discovery and one file's refs hit it.
     recorder.start()
-    found = ds.discover_available(coords[:6], None)
-    ds.file_refs(*found[0][:2])
+    found = discover(ds.dataset.source, coords[:6])
+    file_refs(ds.dataset.source, *found[0][:2])
     hits = to_bucket(recorder.stop(), bucket)
     assert any(h.startswith("GET") for h in hits) and len(hits) >= 3, hits

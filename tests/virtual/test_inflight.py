@@ -15,6 +15,7 @@ from toolkit.cli import app
 from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import RegionOverlap, Setup, Step, backfill, temp_branch
 from toolkit.virtual.inflight import in_flight, marker
+from toolkit.virtual.write import run
 
 runner = CliRunner()
 SIX = np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns")  # end of the first 2 inits
@@ -29,7 +30,7 @@ def refused(tmp_path, main_writes_from):
     )
     region = ds.region(START, SIX)
     Setup(region, temp_branch(region))(Step("setup"))
-    ds.region(main_writes_from, None).run()
+    run(ds.region(main_writes_from, None))
     with pytest.raises(R.BranchMoved) as caught:
         backfill(ds, start=START, end=SIX, executor="sync")
     return files, ds, region, str(caught.value)
@@ -54,8 +55,9 @@ def test_refused_finalize_names_both_ways_out_and_abort_drops_the_branch(tmp_pat
     assert "6 file(s) on it; main moved since setup" in res.stdout
 
     common = ["--repo", tmp_path / "repo", "--source", tmp_path / "src"]
-    res = cli("virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18",
-              "--deadline", "1")
+    res = cli(
+        "virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18", "--deadline", "1"
+    )
     assert res.exit_code == 1 and branch in res.output
     assert "--rebase" in res.output and "toolkit virtual abort" in res.output
 
@@ -66,16 +68,30 @@ def test_refused_finalize_names_both_ways_out_and_abort_drops_the_branch(tmp_pat
     assert branch not in R.branches(repo) and marker(branch) not in R.branches(repo)
     assert R.snapshot_of(repo, "main") == main_before  # main untouched
     assert cli("virtual", "abort", tmp_path / "repo").exit_code == 2  # nothing left to abort
-    res = cli("virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18",
-              "--deadline", "1")
+    res = cli(
+        "virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18", "--deadline", "1"
+    )
     assert res.exit_code == 0, res.output
 
 
 def test_rebase_replays_a_region_main_did_not_touch(tmp_path) -> None:
     files, ds, _region, _ = refused(tmp_path, NOON)
-    res = cli("virtual", "backfill", "sim-gfs", "--repo", tmp_path / "repo", "--source",
-              tmp_path / "src", "--start", "2025-08-01T00", "--end", "2025-08-01T06:00:00.000000001",
-              "--executor", "sync", "--rebase")
+    res = cli(
+        "virtual",
+        "backfill",
+        "sim-gfs",
+        "--repo",
+        tmp_path / "repo",
+        "--source",
+        tmp_path / "src",
+        "--start",
+        "2025-08-01T00",
+        "--end",
+        "2025-08-01T06:00:00.000000001",
+        "--executor",
+        "sync",
+        "--rebase",
+    )
     assert res.exit_code == 0, res.output
     repo = ds.repo.open(fresh=True)
     assert R.branches(repo) == ["main"]
@@ -91,11 +107,14 @@ def test_rebase_refuses_when_main_wrote_into_the_region(tmp_path) -> None:
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))  # kept, nothing changed
 
 
-@pytest.mark.parametrize("command", [
-    ["virtual", "inspect", "{path}"],
-    ["virtual", "abort", "{path}"],
-    ["virtual", "validate", "sim-gfs", "--repo", "{path}", "--source", "{src}"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["virtual", "inspect", "{path}"],
+        ["virtual", "abort", "{path}"],
+        ["virtual", "validate", "sim-gfs", "--repo", "{path}", "--source", "{src}"],
+    ],
+)
 def test_a_missing_or_foreign_repo_is_one_line_and_creates_nothing(tmp_path, command) -> None:
     missing, foreign = tmp_path / "missing", tmp_path / "foreign"
     foreign.mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from datetime import datetime, timedelta
 
@@ -11,9 +12,10 @@ import xarray as xr
 
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.demo import SimGfs
-from toolkit.virtual.job import MetadataDrift
+from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.virtual.layout import MetadataDrift
 from toolkit.virtual.simulate import expected_values, make_archive
+from toolkit.virtual.write import Job, ensure_repo, filter_already_present, refresh, run
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
 VARS = (
@@ -30,9 +32,13 @@ def setup(tmp_path, publish: int | None = None):
     archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
     files = archive.files()
     archive.publish(files if publish is None else files[:publish])
-    ds = SimGfs(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), source_store=src)
-    ds.ensure_repo()
+    ds = Job(sim_gfs(src), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    ensure_repo(ds)
     return archive, files, ds
+
+
+def with_template(job: Job, template) -> Job:
+    return dataclasses.replace(job, dataset=dataclasses.replace(job.dataset, template=template))
 
 
 def open_main(ds) -> xr.Dataset:
@@ -64,23 +70,23 @@ def assert_exact(x: xr.Dataset, files, skip=()) -> None:
 
 def test_run_ingests_exact_values_and_grows_only_to_ingested(tmp_path):
     _, files, ds = setup(tmp_path, publish=7)  # 2 whole cycles + lead 0 of the third
-    result = ds.run()
+    result = run(ds)
     assert len(result.ingested) == 7 and not result.skipped and len(result.commits) == 1
-    assert result.pending == [f.key for f in ds.generate_source_file_coords()[7:]]
+    assert result.pending == [f.key for f in ds.files()[7:]]
     x = open_main(ds)
     assert x.sizes["init_time"] == 3  # never padded toward the template's 4 cycles
     assert_exact(x, files[:7])
     assert np.isnan(x["temperature_2m"].isel(init_time=2, lead_time=2).values).all()
-    again = ds.run()
+    again = run(ds)
     assert again.ingested == [] and again.commits == []
 
 
 def test_filter_never_reads_the_source(tmp_path):
     _, _, ds = setup(tmp_path, publish=6)
-    ds.run()
+    run(ds)
     shutil.rmtree(tmp_path / "src")  # any source read or listing would now fail
-    coords = ds.generate_source_file_coords()
-    todo = ds.filter_already_present(coords)
+    coords = ds.files()
+    todo = filter_already_present(ds, coords)
     assert [c.key for c in todo] == [c.key for c in coords[6:]]
 
 
@@ -94,7 +100,7 @@ def test_unreadable_files_are_skipped_with_reasons_and_the_rest_lands(tmp_path):
     archive.publish(files[6])
     archive.truncate(files[6])
     archive.index_only(files[7])  # listed index, no data object: not discoverable yet
-    result = ds.run()
+    result = run(ds)
     reasons = {
         s.url.rsplit("/", 3)[-3] + "/" + s.url.rsplit(".", 1)[-1]: s.reason for s in result.skipped
     }
@@ -109,11 +115,11 @@ def test_unreadable_files_are_skipped_with_reasons_and_the_rest_lands(tmp_path):
 
 def test_refresh_metadata_commits_only_on_real_drift(tmp_path):
     _, _, ds = setup(tmp_path, publish=3)
-    ds.run()
+    run(ds)
     repo = ds.repo.open(fresh=True)
     n = len(R.history(repo))
-    assert ds.refresh_metadata() is None and len(R.history(ds.repo.open(fresh=True))) == n
-    t = ds.template()
+    assert refresh(ds) is None and len(R.history(ds.repo.open(fresh=True))) == n
+    t = ds.template
     drifted = type(t)(
         t.append_dim,
         t.coords,
@@ -122,15 +128,13 @@ def test_refresh_metadata_commits_only_on_real_drift(tmp_path):
         {**t.attrs, "title": "renamed"},
         t.coord_attrs,
     )
-    object.__setattr__(ds, "template", lambda: drifted)
-    assert ds.refresh_metadata() is not None
+    ds = with_template(ds, drifted)
+    assert refresh(ds) is not None
     assert open_main(ds).attrs["title"] == "renamed"
     vars2 = dict(t.variables)
     vars2.pop("wind_u_10m")
-    object.__setattr__(
-        ds,
-        "template",
-        lambda: type(t)(t.append_dim, t.coords, vars2, t.grid_dims, t.attrs, t.coord_attrs),
+    ds = with_template(
+        ds, type(t)(t.append_dim, t.coords, vars2, t.grid_dims, t.attrs, t.coord_attrs)
     )
     with pytest.raises(MetadataDrift, match="run a backfill"):
-        ds.refresh_metadata()
+        refresh(ds)

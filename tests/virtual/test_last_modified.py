@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,19 +13,20 @@ import xarray as xr
 from tests.virtual.test_backfill import sim
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.demo import SimGfs
-from toolkit.virtual.refs import SourceFileCoord
+from toolkit.virtual.read import discover, file_refs
 from toolkit.virtual.simulate import expected_values
+from toolkit.virtual.write import commit_batch, ensure_repo, run
 
 
-@dataclass(frozen=True)
-class UncheckedSimGfs(SimGfs):
-    """The negative control: discovery that drops the listing's last_modified."""
-
-    def discover_available(
-        self, pending: Sequence[SourceFileCoord], ingested_through: Any
-    ) -> list[tuple[SourceFileCoord, int]]:
-        return [(c, size) for c, size, *_ in super().discover_available(pending, ingested_through)]
+def ingest_without_last_modified(ds) -> int:
+    """The negative control: the write loop's steps, minus stamping the listing's
+    last_modified on the refs."""
+    batch = [
+        (c, file_refs(ds.dataset.source, c, size))
+        for c, size, _ in discover(ds.dataset.source, ds.files())
+    ]
+    commit_batch(ds, batch)
+    return len(batch)
 
 
 def read_t2m(ds, f) -> np.ndarray:
@@ -56,10 +54,9 @@ def test_reuploaded_source_is_refused_at_read_time(tmp_path, checked):
         storage.open_store(str(tmp_path / "repo")),
         publish=3,
     )
-    # every NOAA job (SimGfs included) discovers through list_available: checked by default
-    ds = plain if checked else UncheckedSimGfs(plain.repo, source_store=plain.source_store)
-    ds.ensure_repo()
-    assert len(ds.run().ingested) == 3
+    ds = plain  # the write loop stamps the listing's last_modified on every ref
+    ensure_repo(ds)
+    assert (len(run(ds).ingested) if checked else ingest_without_last_modified(ds)) == 3
     f = files[1]
     want = expected_values("temperature_2m", f.init, f.lead)
     np.testing.assert_array_equal(read_t2m(ds, f), want)  # the checksum passes while unchanged

@@ -13,8 +13,9 @@ from tests.virtual.test_job import assert_exact
 from toolkit import storage
 from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
-from toolkit.virtual.job import committed_extent
+from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease, LeaseHeld, LeaseLost
+from toolkit.virtual.read import file_refs
 from toolkit.virtual.refs import chunk_key
 from toolkit.virtual.update import BackfillInFlight, update
 
@@ -41,8 +42,8 @@ def test_update_commits_files_as_they_publish_and_readers_never_see_part(tmp_pat
     assert_exact(main_ds(ds), files)
     # Reader safety: at every commit on main, each file is wholly present or wholly absent.
     repo = ds.repo.open(fresh=True)
-    t = ds.template()
-    coords = ds.region(None, None).generate_source_file_coords()
+    t = ds.template
+    coords = ds.region(None, None).files()
     for commit in R.history(repo)[:-1]:
         session = R.readonly(repo, snapshot=commit.id)
         extent = committed_extent(session, t)
@@ -50,7 +51,8 @@ def test_update_commits_files_as_they_publish_and_readers_never_see_part(tmp_pat
             continue
         geom = t.geometry(extent)
         for c in coords:
-            refs = ds.file_refs(c, storage.head(ds.source_store, c.url.split("/src/", 1)[1]).size)
+            size = storage.head(ds.dataset.source.store, c.url.split("/src/", 1)[1]).size
+            refs = file_refs(ds.dataset.source, c, size)
             keys = [chunk_key(geom, r.variable, r.loc) for r in refs]
             present = R.exists_many(session, [k.key for k in keys if k is not None])
             assert all(present) or not any(present), (commit.message, c.url)
@@ -166,13 +168,13 @@ def test_an_update_far_behind_says_to_backfill_and_a_window_outside_the_template
     """Main ends more than one window before the fire's window: growing past the gap would
     leave readers empty positions no later fire covers, so the update refuses, saying
     backfill. A fire whose window misses the template entirely is refused, naming both."""
-    from toolkit.virtual.demo import SimGfs
+    from toolkit.virtual.datasets.sim import sim_gfs
     from toolkit.virtual.update import FarBehind
+    from toolkit.virtual.write import Job
 
-    ds = SimGfs(
+    ds = Job(
+        sim_gfs(storage.open_store(str(tmp_path / "src")), inits=8),
         R.RepoRef(storage.open_store(str(tmp_path / "repo"))),
-        source_store=storage.open_store(str(tmp_path / "src")),
-        inits=8,
     )
     with pytest.raises(FarBehind, match=r"ends 5 init_time positions .*run a backfill"):
         update(ds, fire_time=np.datetime64("2025-08-02T18", "ns"), deadline_seconds=5)

@@ -12,6 +12,7 @@ from toolkit import storage
 from toolkit.cli import app
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.validate import Cell, completeness, pick_samples, validate
+from toolkit.virtual.write import ensure_repo
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
 
 def test_empty_store_never_passes(world):
     _, _, _, ds = world
-    ds.ensure_repo()
+    ensure_repo(ds)
     report = validate(ds)
     assert not report.ok and "nothing to validate" in report.failures[0]
 

@@ -52,8 +52,14 @@ def _imports(tree: ast.Module) -> tuple[dict[str, str], dict[str, str]]:
 
 
 class _Calls(ast.NodeVisitor):
-    def __init__(self, module: str, cls: str | None, local: set[str], names: dict[str, str],
-                 modules: dict[str, str]) -> None:
+    def __init__(
+        self,
+        module: str,
+        cls: str | None,
+        local: set[str],
+        names: dict[str, str],
+        modules: dict[str, str],
+    ) -> None:
         self.module, self.cls, self.local = module, cls, local
         self.names, self.modules = names, modules
         self.found: set[str] = set()
@@ -114,8 +120,11 @@ class _Calls(ast.NodeVisitor):
 
 def build(package: Path = PACKAGE) -> Graph:
     graph = Graph()
-    sources = {p.stem: ast.parse(p.read_text()) for p in sorted(package.glob("*.py"))
-               if p.stem != "__init__"}
+    sources = {
+        p.stem: ast.parse(p.read_text())
+        for p in sorted(package.glob("*.py"))
+        if p.stem != "__init__"
+    }
     for module, tree in sources.items():
         funcs: dict[str, tuple[ast.AST, str | None]] = {}
         for node in tree.body:
@@ -149,9 +158,15 @@ def _known(graph: Graph, node: str) -> bool:
     return module in EXTERNAL.values() or qual in graph.defined.get(module, set())
 
 
-def select(graph: Graph, entry: str | None = None, depth: int = 2, module: str | None = None,
-           private: bool = False) -> list[tuple[str, str]]:
+def select(
+    graph: Graph,
+    entry: str | None = None,
+    depth: int = 2,
+    module: str | None = None,
+    private: bool = False,
+) -> list[tuple[str, str]]:
     """The edges to draw: reachable from `entry` within `depth`, or all of `module`, or all."""
+
     def keep(n: str) -> bool:
         return _known(graph, n) and (private or not _private(n))
 
@@ -172,8 +187,12 @@ def select(graph: Graph, entry: str | None = None, depth: int = 2, module: str |
                             nxt.append(m)
             frontier = nxt
         return sorted(out)
-    return sorted((n, m) for n, targets in graph.edges.items() for m in targets
-                  if keep(n) and keep(m) and (module is None or n.split(".", 1)[0] == module))
+    return sorted(
+        (n, m)
+        for n, targets in graph.edges.items()
+        for m in targets
+        if keep(n) and keep(m) and (module is None or n.split(".", 1)[0] == module)
+    )
 
 
 def render(edges: list[tuple[str, str]]) -> str:
@@ -182,7 +201,9 @@ def render(edges: list[tuple[str, str]]) -> str:
     lines = ["flowchart LR"]
     for module in sorted({n.split(".", 1)[0] for n in nodes}):
         lines.append(f'  subgraph {module}["{module}"]')
-        lines += [f'    {ids[n]}["{n.split(".", 1)[1]}"]' for n in nodes if n.split(".", 1)[0] == module]
+        lines += [
+            f'    {ids[n]}["{n.split(".", 1)[1]}"]' for n in nodes if n.split(".", 1)[0] == module
+        ]
         lines.append("  end")
     lines += [f"  {ids[a]} --> {ids[b]}" for a, b in edges]
     return "\n".join(lines)
@@ -204,13 +225,19 @@ def generate(argv: list[str]) -> str:
     return render(edges)
 
 
-_BLOCK = re.compile(r"(<!-- callgraph(?P<args>[^>]*)-->\n)```mermaid\n.*?```\n(<!-- /callgraph -->)", re.S)
+_BLOCK = re.compile(
+    r"(<!-- callgraph(?P<args>[^>]*)-->\n)```mermaid\n.*?```\n(<!-- /callgraph -->)", re.S
+)
 
 
 def update_doc(text: str) -> str:
     """The doc with every callgraph block regenerated from the code."""
-    return _BLOCK.sub(lambda m: f"{m.group(1)}```mermaid\n{generate(shlex.split(m.group('args')))}\n```\n"
-                      f"{m.group(3)}", text)
+    return _BLOCK.sub(
+        lambda m: (
+            f"{m.group(1)}```mermaid\n{generate(shlex.split(m.group('args')))}\n```\n{m.group(3)}"
+        ),
+        text,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

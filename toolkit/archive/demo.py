@@ -41,16 +41,25 @@ def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     for d, scope in targets:
         keys = storage.list_keys(d, scope)
-        picks = [k for k in keys if not k.endswith(("zarr.json", ".zarray", ".zattrs", ".zgroup"))][:2]
+        picks = [k for k in keys if not k.endswith(("zarr.json", ".zarray", ".zattrs", ".zgroup"))][
+            :2
+        ]
         picks += [k for k in keys if k.endswith(("zarr.json", ".zarray"))][:1]
         samples += [{"key": k, **trie.lookup(k).to_dict()} for k in picks]
     samples.append({"key": "not/managed/object", **trie.lookup("not/managed/object").to_dict()})
     return {
         "manifests": manifests.url,
         "policy": DEMO_POLICY.to_dict(),
-        "scopes": [{"scope": o.scope, "epoch": o.epoch, "written": o.written,
-                    "blobs": [b.id for b in o.manifest.blobs], "hot": len(o.manifest.hot)}
-                   for o in outcomes],
+        "scopes": [
+            {
+                "scope": o.scope,
+                "epoch": o.epoch,
+                "written": o.written,
+                "blobs": [b.id for b in o.manifest.blobs],
+                "hot": len(o.manifest.hot),
+            }
+            for o in outcomes
+        ],
         "trie_cuts": len(trie),
         "resolved": samples,
     }

@@ -34,9 +34,16 @@ class Diff:
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.changed or self.hot_added
-                    or self.hot_removed or self.pins_added or self.pins_removed
-                    or self.hot_always_added)
+        return not (
+            self.added
+            or self.removed
+            or self.changed
+            or self.hot_added
+            or self.hot_removed
+            or self.pins_added
+            or self.pins_removed
+            or self.hot_always_added
+        )
 
     @property
     def orphaned(self) -> tuple[str, ...]:
@@ -50,13 +57,16 @@ class Diff:
         lines = [f"{self.scope}: {start} -> epoch {self.epoch_to}"]
         for b in self.added:
             how = f", bucketed every {b.bucket.width} first-index chunks" if b.bucket else ""
-            lines.append(f"  + blob {b.id}: {len(b.prefixes)} prefix(es), {_size(b.bytes)}, "
-                         f"{b.objects} objects{how}")
+            lines.append(
+                f"  + blob {b.id}: {len(b.prefixes)} prefix(es), {_size(b.bytes)}, "
+                f"{b.objects} objects{how}"
+            )
         for b in self.removed:
             lines.append(f"  - blob {b.id} (orphaned: its archived copy no longer maps to a blob)")
         for old, new in self.changed:
-            lines.append(f"  ~ blob {old.id} re-cut: {list(old.prefixes)} -> {list(new.prefixes)} "
-                         "(orphaned)")
+            lines.append(
+                f"  ~ blob {old.id} re-cut: {list(old.prefixes)} -> {list(new.prefixes)} (orphaned)"
+            )
         lines += [f"  + hot {p}" for p in self.hot_added]
         lines += [f"  - hot {p}" for p in self.hot_removed]
         lines += [f"  + pin {p.prefix} by {p.who}: {p.why}" for p in self.pins_added]
@@ -83,12 +93,18 @@ def diff(previous: Manifest | None, new: Manifest) -> Diff:
         epoch_to=new.epoch,
         added=tuple(b for i, b in new_blobs.items() if i not in old_blobs),
         removed=tuple(b for i, b in old_blobs.items() if i not in new_blobs),
-        changed=tuple((old_blobs[i], b) for i, b in new_blobs.items()
-                      if i in old_blobs and not _same(old_blobs[i], b)),
+        changed=tuple(
+            (old_blobs[i], b)
+            for i, b in new_blobs.items()
+            if i in old_blobs and not _same(old_blobs[i], b)
+        ),
         hot_added=tuple(p for p in new.hot if p not in old_hot),
         hot_removed=tuple(sorted(old_hot - set(new.hot))),
         pins_added=tuple(p for k, p in new_pins.items() if old_pins.get(k) != p),
         pins_removed=tuple(p for k, p in old_pins.items() if k not in new_pins),
-        hot_always_added=tuple(n for n in new.hot_always
-                               if n not in (previous.hot_always if previous else DEFAULT_HOT_ALWAYS)),
+        hot_always_added=tuple(
+            n
+            for n in new.hot_always
+            if n not in (previous.hot_always if previous else DEFAULT_HOT_ALWAYS)
+        ),
     )

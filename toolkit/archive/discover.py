@@ -23,7 +23,15 @@ from toolkit.archive.model import ManifestError
 from toolkit.archive.partition import excluded
 from toolkit.archive.resolve import Resolution, Trie, relative_to
 
-__all__ = ["Event", "EventError", "LiveResolver", "dedupe", "find_stores", "parse_events", "read_events"]
+__all__ = [
+    "Event",
+    "EventError",
+    "LiveResolver",
+    "dedupe",
+    "find_stores",
+    "parse_events",
+    "read_events",
+]
 
 _STORE_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 
@@ -31,16 +39,21 @@ _STORE_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 def find_stores(store: storage.Store, prefix: str = "", exclude: Iterable[str] = ()) -> list[str]:
     """Scopes (store roots) under `prefix`: directories with Zarr metadata and no Zarr parent."""
     patterns = tuple(exclude)
-    dirs = {posixpath.dirname(k) for k in storage.iter_keys(store, prefix)
-            if posixpath.basename(k) in _STORE_MARKERS}
+    dirs = {
+        posixpath.dirname(k)
+        for k in storage.iter_keys(store, prefix)
+        if posixpath.basename(k) in _STORE_MARKERS
+    }
     roots = []
     for d in sorted(dirs):
         parts = d.split("/") if d else []
         if any("/".join(parts[:i]) in dirs for i in range(len(parts))):
             continue
         if d == "":
-            raise ValueError(f"{store.url} is itself a Zarr store: pass its parent as the data "
-                             "root so the store has a scope name")
+            raise ValueError(
+                f"{store.url} is itself a Zarr store: pass its parent as the data "
+                "root so the store has a scope name"
+            )
         if not excluded(d, patterns):
             roots.append(d)
     return roots
@@ -141,8 +154,9 @@ def _one(doc: Any, i: int) -> list[Event]:
         return [_gcs(doc, i)]
     if "eventName" in doc and "s3" in doc:
         return [_s3_record(doc, i)]
-    raise EventError(f"record {i}: not an S3, MinIO or GCS Pub/Sub notification "
-                     f"(keys: {sorted(doc)[:6]})")
+    raise EventError(
+        f"record {i}: not an S3, MinIO or GCS Pub/Sub notification (keys: {sorted(doc)[:6]})"
+    )
 
 
 def read_events(text: str) -> list[Event]:
@@ -201,8 +215,9 @@ class LiveResolver:
         known = self.trie.manifests.get(scope)
         if known is not None:
             if stored.manifest.epoch < known.epoch:
-                raise ManifestError("epoch", f"went backwards from {known.epoch} to "
-                                    f"{stored.manifest.epoch}", scope)
+                raise ManifestError(
+                    "epoch", f"went backwards from {known.epoch} to {stored.manifest.epoch}", scope
+                )
             if stored.manifest.epoch == known.epoch:
                 return False
         self.trie.replace(stored.manifest)

@@ -47,7 +47,9 @@ def metadata_keys(keys: Iterable[str]) -> list[str]:
 
 
 def _ints(value: Any, key: str, what: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
         raise HierarchyError(key, f"{what} must be a list of integers, got {value!r}")
     return tuple(value)
 
@@ -58,12 +60,16 @@ def _v3(key: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
     shape = _ints(doc.get("shape"), key, "shape")
     grid = doc.get("chunk_grid") or {}
     if grid.get("name") != "regular":
-        raise HierarchyError(key, f"only regular chunk grids can be partitioned, not {grid.get('name')!r}")
+        raise HierarchyError(
+            key, f"only regular chunk grids can be partitioned, not {grid.get('name')!r}"
+        )
     outer = _ints((grid.get("configuration") or {}).get("chunk_shape"), key, "chunk_shape")
     inner = None
     for codec in doc.get("codecs") or []:
         if isinstance(codec, Mapping) and codec.get("name") == "sharding_indexed":
-            inner = _ints((codec.get("configuration") or {}).get("chunk_shape"), key, "inner chunk_shape")
+            inner = _ints(
+                (codec.get("configuration") or {}).get("chunk_shape"), key, "inner chunk_shape"
+            )
     enc = doc.get("chunk_key_encoding") or {"name": "default"}
     name = enc.get("name")
     if name not in ("default", "v2"):
@@ -71,20 +77,32 @@ def _v3(key: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
     sep = (enc.get("configuration") or {}).get("separator", "/" if name == "default" else ".")
     attrs = doc.get("attributes") or {}
     dims = doc.get("dimension_names")
-    return {"shape": shape, "object_shape": outer, "inner_shape": inner, "zarr_format": 3,
-            "encoding": name, "separator": sep,
-            "dimension_names": tuple(dims) if isinstance(dims, list) else None,
-            "coordinates": attrs.get("coordinates") if isinstance(attrs, Mapping) else None}
+    return {
+        "shape": shape,
+        "object_shape": outer,
+        "inner_shape": inner,
+        "zarr_format": 3,
+        "encoding": name,
+        "separator": sep,
+        "dimension_names": tuple(dims) if isinstance(dims, list) else None,
+        "coordinates": attrs.get("coordinates") if isinstance(attrs, Mapping) else None,
+    }
 
 
 def _v2(key: str, doc: Mapping[str, Any], attrs: Mapping[str, Any]) -> dict[str, Any]:
     shape = _ints(doc.get("shape"), key, "shape")
     chunks = _ints(doc.get("chunks"), key, "chunks")
     dims = attrs.get("_ARRAY_DIMENSIONS")
-    return {"shape": shape, "object_shape": chunks, "inner_shape": None, "zarr_format": 2,
-            "encoding": "v2", "separator": doc.get("dimension_separator") or ".",
-            "dimension_names": tuple(dims) if isinstance(dims, list) else None,
-            "coordinates": attrs.get("coordinates")}
+    return {
+        "shape": shape,
+        "object_shape": chunks,
+        "inner_shape": None,
+        "zarr_format": 2,
+        "encoding": "v2",
+        "separator": doc.get("dimension_separator") or ".",
+        "dimension_names": tuple(dims) if isinstance(dims, list) else None,
+        "coordinates": attrs.get("coordinates"),
+    }
 
 
 def _decode(key: str, body: bytes) -> Mapping[str, Any]:
@@ -113,10 +131,14 @@ def parse_arrays(
             continue
         if info is not None:
             if len(info["shape"]) != len(info["object_shape"]):
-                raise HierarchyError(key, f"shape {info['shape']} and chunks {info['object_shape']} differ in rank")
+                raise HierarchyError(
+                    key, f"shape {info['shape']} and chunks {info['object_shape']} differ in rank"
+                )
             found[_dir(key)] = info
     if "" in found:
-        raise HierarchyError("zarr.json", "an array at the root of the listing has no path; list its parent")
+        raise HierarchyError(
+            "zarr.json", "an array at the root of the listing has no path; list its parent"
+        )
     sizes = {path: [0, 0] for path in found}
     for key, size in objects:
         if posixpath.basename(key) in METADATA_NAMES:
@@ -133,11 +155,19 @@ def parse_arrays(
         if isinstance(coords, str):
             named.update(posixpath.join(_dir(path), c) for c in coords.split())
     return [
-        ArrayInfo(path=path, shape=info["shape"], object_shape=info["object_shape"],
-                  zarr_format=info["zarr_format"], encoding=info["encoding"],
-                  separator=info["separator"], dimension_names=info["dimension_names"],
-                  inner_shape=info["inner_shape"], stored_bytes=sizes[path][0],
-                  objects=sizes[path][1], coordinate=path in named)
+        ArrayInfo(
+            path=path,
+            shape=info["shape"],
+            object_shape=info["object_shape"],
+            zarr_format=info["zarr_format"],
+            encoding=info["encoding"],
+            separator=info["separator"],
+            dimension_names=info["dimension_names"],
+            inner_shape=info["inner_shape"],
+            stored_bytes=sizes[path][0],
+            objects=sizes[path][1],
+            coordinate=path in named,
+        )
         for path, info in sorted(found.items())
     ]
 
@@ -147,7 +177,11 @@ def read_arrays(store: storage.Store, scope: str) -> list[ArrayInfo]:
     listing = storage.list_objects(store, scope)
     wanted = metadata_keys(o.key for o in listing)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        bodies = dict(zip(wanted, pool.map(lambda k: storage.get(store, k).data, wanted), strict=True))
+        bodies = dict(
+            zip(wanted, pool.map(lambda k: storage.get(store, k).data, wanted), strict=True)
+        )
     if not wanted:
-        raise HierarchyError(scope or store.url, "no Zarr metadata (zarr.json / .zarray) under this prefix")
+        raise HierarchyError(
+            scope or store.url, "no Zarr metadata (zarr.json / .zarray) under this prefix"
+        )
     return parse_arrays(((o.key, o.size) for o in listing), bodies)

@@ -58,7 +58,9 @@ class ManifestStore:
         try:
             manifest = Manifest.loads(blob.data, source=f"{self.store.url}/{key}")
         except ManifestError as err:
-            raise ManifestError(err.field, f"{err.problem} (in {self.store.url}/{key})", scope) from None
+            raise ManifestError(
+                err.field, f"{err.problem} (in {self.store.url}/{key})", scope
+            ) from None
         if manifest.scope != scope:
             raise ManifestError("scope", f"{manifest.scope!r} stored under {key}", scope)
         return Stored(manifest, blob.version)
@@ -72,18 +74,24 @@ class ManifestStore:
                 return storage.put(self.store, key, manifest.dumps(), mode="create")
             return storage.put(self.store, key, manifest.dumps(), mode=previous.version)
         except storage.AlreadyExists:
-            raise ManifestConflict(self.store.url, manifest.scope,
-                                   "another partitioner created it first") from None
+            raise ManifestConflict(
+                self.store.url, manifest.scope, "another partitioner created it first"
+            ) from None
         except storage.PreconditionFailed:
-            raise ManifestConflict(self.store.url, manifest.scope,
-                                   f"it changed since epoch {previous.manifest.epoch if previous else '-'} was read") from None
+            raise ManifestConflict(
+                self.store.url,
+                manifest.scope,
+                f"it changed since epoch {previous.manifest.epoch if previous else '-'} was read",
+            ) from None
 
     def scopes(self) -> list[str]:
         return sorted(s for k in storage.list_keys(self.store) if (s := scope_of_key(k)))
 
     def versions(self) -> dict[str, storage.Version]:
         """Scope -> version of its manifest, from one listing (cheap change detection)."""
-        return {s: o.version for o in storage.list_objects(self.store) if (s := scope_of_key(o.key))}
+        return {
+            s: o.version for o in storage.list_objects(self.store) if (s := scope_of_key(o.key))
+        }
 
     def load_all(self) -> list[Manifest]:
         out = []

@@ -71,7 +71,9 @@ def _text(value: Any, name: str) -> str:
 def _prefix(value: Any, name: str) -> str:
     text = _text(value, name)
     if text.startswith("/") or text.endswith("/") or "//" in text:
-        raise ManifestError(name, f"{text!r} must be a key prefix without leading, trailing or double '/'")
+        raise ManifestError(
+            name, f"{text!r} must be a key prefix without leading, trailing or double '/'"
+        )
     return text
 
 
@@ -104,7 +106,9 @@ class Bucket:
     def __post_init__(self) -> None:
         _int(self.width, "bucket.width", 1)
         if self.encoding not in ("default", "v2"):
-            raise ManifestError("bucket.encoding", f"must be 'default' or 'v2', not {self.encoding!r}")
+            raise ManifestError(
+                "bucket.encoding", f"must be 'default' or 'v2', not {self.encoding!r}"
+            )
         if self.separator not in ("/", "."):
             raise ManifestError("bucket.separator", f"must be '/' or '.', not {self.separator!r}")
 
@@ -180,7 +184,9 @@ class Pin:
                     raise ValueError(self.until)
                 dt.date.fromisoformat(self.until)
             except ValueError:
-                raise ManifestError("until", f"{self.until!r} is not an ISO date (YYYY-MM-DD)") from None
+                raise ManifestError(
+                    "until", f"{self.until!r} is not an ISO date (YYYY-MM-DD)"
+                ) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "who": self.who, "why": self.why, "until": self.until}
@@ -220,7 +226,9 @@ class Manifest:
     def _check_hot_always(self, scope: str) -> None:
         for i, name in enumerate(self.hot_always):
             if not isinstance(name, str) or not name or "/" in name:
-                raise ManifestError(f"hot_always[{i}]", f"{name!r} must be an object basename", scope)
+                raise ManifestError(
+                    f"hot_always[{i}]", f"{name!r} must be an object basename", scope
+                )
         missing = sorted(set(DEFAULT_HOT_ALWAYS) - set(self.hot_always))
         if missing:
             raise ManifestError("hot_always", f"must keep the metadata names {missing}", scope)
@@ -232,23 +240,31 @@ class Manifest:
                 raise ManifestError(f"blobs[{i}]", "must be a Blob", scope)
             if blob.id in seen:
                 raise ManifestError(
-                    f"blobs[{i}].id", f"duplicate id {blob.id!r} (also blobs[{seen[blob.id]}])", scope
+                    f"blobs[{i}].id",
+                    f"duplicate id {blob.id!r} (also blobs[{seen[blob.id]}])",
+                    scope,
                 )
             seen[blob.id] = i
 
     def _check_prefixes(self, scope: str) -> None:
         owners: dict[str, str] = {}
-        claims = [(f"blobs[{i}].prefixes[{j}]", p) for i, b in enumerate(self.blobs)
-                  for j, p in enumerate(b.prefixes)]
+        claims = [
+            (f"blobs[{i}].prefixes[{j}]", p)
+            for i, b in enumerate(self.blobs)
+            for j, p in enumerate(b.prefixes)
+        ]
         claims += [(f"hot[{i}]", _prefix_in(p, f"hot[{i}]", scope)) for i, p in enumerate(self.hot)]
         for name, p in claims:
             if not is_under(p, scope):
                 raise ManifestError(name, f"{p!r} is outside scope {scope!r}", scope)
             if p == scope and not self.root_array:
                 raise ManifestError(
-                    name, f"{p!r} is the whole scope and would swallow every future array "
+                    name,
+                    f"{p!r} is the whole scope and would swallow every future array "
                     "(claim the arrays' prefixes; only a store whose root is an array, "
-                    "root_array, may claim its scope)", scope)
+                    "root_array, may claim its scope)",
+                    scope,
+                )
             if p in owners:
                 raise ManifestError(name, f"prefix {p!r} is also claimed by {owners[p]}", scope)
             owners[p] = name
@@ -265,7 +281,9 @@ class Manifest:
             if not isinstance(pin, Pin):
                 raise ManifestError(f"pins[{i}]", "must be a Pin", scope)
             if not is_under(pin.prefix, scope):
-                raise ManifestError(f"pins[{i}].prefix", f"{pin.prefix!r} is outside scope {scope!r}", scope)
+                raise ManifestError(
+                    f"pins[{i}].prefix", f"{pin.prefix!r} is outside scope {scope!r}", scope
+                )
             if pin.prefix in pinned:
                 raise ManifestError(f"pins[{i}].prefix", f"{pin.prefix!r} is pinned twice", scope)
             pinned.add(pin.prefix)
@@ -281,10 +299,14 @@ class Manifest:
         if previous is None:
             return
         if previous.scope != self.scope:
-            raise ManifestError("scope", f"{self.scope!r} replaces a manifest of {previous.scope!r}")
+            raise ManifestError(
+                "scope", f"{self.scope!r} replaces a manifest of {previous.scope!r}"
+            )
         if self.epoch <= previous.epoch:
             raise ManifestError(
-                "epoch", f"{self.epoch} does not increase on the stored epoch {previous.epoch}", self.scope
+                "epoch",
+                f"{self.epoch} does not increase on the stored epoch {previous.epoch}",
+                self.scope,
             )
 
     def with_pin(self, pin: Pin) -> Manifest:
@@ -334,8 +356,22 @@ class Manifest:
         if not isinstance(doc, Mapping):
             raise ManifestError("(document)", f"must be a JSON object, got {type(doc).__name__}")
         scope = doc.get("scope") if isinstance(doc.get("scope"), str) else None
-        _only(doc, {"format", "scope", "epoch", "policy", "hot_always", "hot", "pins", "blobs",
-                    "root_array"}, "", scope)
+        _only(
+            doc,
+            {
+                "format",
+                "scope",
+                "epoch",
+                "policy",
+                "hot_always",
+                "hot",
+                "pins",
+                "blobs",
+                "root_array",
+            },
+            "",
+            scope,
+        )
         for name in ("format", "scope", "epoch", "policy", "blobs"):
             if name not in doc:
                 raise ManifestError(name, "is required", scope)
@@ -349,7 +385,9 @@ class Manifest:
         except ManifestError as err:
             raise ManifestError(err.field, err.problem, scope) from None
         blobs = tuple(_blob(b, i, scope) for i, b in enumerate(_list(doc["blobs"], "blobs", scope)))
-        pins = tuple(_pin(p, i, scope) for i, p in enumerate(_list(doc.get("pins", []), "pins", scope)))
+        pins = tuple(
+            _pin(p, i, scope) for i, p in enumerate(_list(doc.get("pins", []), "pins", scope))
+        )
         return cls(
             scope=doc["scope"],
             epoch=doc["epoch"],
@@ -357,7 +395,9 @@ class Manifest:
             blobs=blobs,
             hot=tuple(_list(doc.get("hot", []), "hot", scope)),
             pins=pins,
-            hot_always=tuple(_list(doc.get("hot_always", list(DEFAULT_HOT_ALWAYS)), "hot_always", scope)),
+            hot_always=tuple(
+                _list(doc.get("hot_always", list(DEFAULT_HOT_ALWAYS)), "hot_always", scope)
+            ),
             format=doc["format"],
             root_array=doc.get("root_array", False),
         )
@@ -402,8 +442,13 @@ def _blob(value: Any, i: int, scope: str | None) -> Blob:
             if "width" not in b:
                 raise ManifestError("bucket.width", "is required", scope)
             bucket = Bucket(b["width"], b.get("encoding", "default"), b.get("separator", "/"))
-        return Blob(doc["id"], _list(doc["prefixes"], "prefixes", scope), bucket,
-                    doc.get("bytes", 0), doc.get("objects", 0))
+        return Blob(
+            doc["id"],
+            _list(doc["prefixes"], "prefixes", scope),
+            bucket,
+            doc.get("bytes", 0),
+            doc.get("objects", 0),
+        )
     except ManifestError as err:
         raise _nested(err, f"blobs[{i}]", scope or "") from None
 
@@ -443,8 +488,10 @@ class ArrayInfo:
     def __post_init__(self) -> None:
         _prefix(self.path, "path")
         if len(self.shape) != len(self.object_shape):
-            raise ValueError(f"array {self.path!r}: shape {self.shape} and object shape "
-                             f"{self.object_shape} differ in rank")
+            raise ValueError(
+                f"array {self.path!r}: shape {self.shape} and object shape "
+                f"{self.object_shape} differ in rank"
+            )
         if any(c < 1 for c in self.object_shape):
             raise ValueError(f"array {self.path!r}: chunk shape {self.object_shape} has a zero")
 

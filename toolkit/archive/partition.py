@@ -56,7 +56,9 @@ def _claimed(path: str, prefixes: Sequence[str]) -> bool:
     return any(is_under(path, p) or is_under(p, path) for p in prefixes)
 
 
-def _blob(kind: str, members: Sequence[ArrayInfo], scope: str, bucket: Bucket | None = None) -> Blob:
+def _blob(
+    kind: str, members: Sequence[ArrayInfo], scope: str, bucket: Bucket | None = None
+) -> Blob:
     first = min(members, key=lambda a: a.path)
     return Blob(
         id=ids.blob_id(kind, relative(first.path, scope)),
@@ -130,9 +132,18 @@ def partition(
     fresh = [a for a in inside if not _claimed(a.path, claimed)]
     blobs, hot = cut(fresh, scope, policy)
     # hot_always only grows: the defaults, what the stored manifest added, what is asked for now
-    names = tuple(dict.fromkeys((*DEFAULT_HOT_ALWAYS, *(previous.hot_always if previous else ()),
-                                 *(hot_always or ()))))
-    if previous is not None and not force and not blobs and not hot and names == previous.hot_always:
+    names = tuple(
+        dict.fromkeys(
+            (*DEFAULT_HOT_ALWAYS, *(previous.hot_always if previous else ()), *(hot_always or ()))
+        )
+    )
+    if (
+        previous is not None
+        and not force
+        and not blobs
+        and not hot
+        and names == previous.hot_always
+    ):
         return previous
     return Manifest(
         scope=scope,

@@ -24,9 +24,16 @@ class BlobStats:
     recall_s: float = field(default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scope": self.scope, "blob": self.blob, "kind": self.kind, "bytes": self.bytes,
-                "objects": self.objects, "recall_s": round(self.recall_s, 3),
-                "reads": self.reads, "writes": self.writes}
+        return {
+            "scope": self.scope,
+            "blob": self.blob,
+            "kind": self.kind,
+            "bytes": self.bytes,
+            "objects": self.objects,
+            "recall_s": round(self.recall_s, 3),
+            "reads": self.reads,
+            "writes": self.writes,
+        }
 
 
 def summarise(
@@ -58,4 +65,6 @@ def summarise(
             s.writes += 1
     for s in rows.values():
         s.recall_s = mount_s + s.bytes / rate if s.kind == "blob" else 0.0
-    return sorted(rows.values(), key=lambda s: (s.kind != "blob", s.scope or "", s.blob or "", s.kind))
+    return sorted(
+        rows.values(), key=lambda s: (s.kind != "blob", s.scope or "", s.blob or "", s.kind)
+    )

@@ -32,8 +32,13 @@ class Resolution:
     epoch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "scope": self.scope, "blob": self.blob,
-                "reason": self.reason, "epoch": self.epoch}
+        return {
+            "kind": self.kind,
+            "scope": self.scope,
+            "blob": self.blob,
+            "reason": self.reason,
+            "epoch": self.epoch,
+        }
 
 
 UNMANAGED = Resolution("unmanaged", reason="no manifest covers this key")
@@ -132,7 +137,9 @@ class Trie:
             self._node(prefix).cut = Resolution("hot", scope, None, "hot prefix", epoch)
             self._cuts += 1
         for pin in manifest.pins:
-            self._node(pin.prefix).pin = Resolution("hot", scope, None, f"pinned by {pin.who}", epoch)
+            self._node(pin.prefix).pin = Resolution(
+                "hot", scope, None, f"pinned by {pin.who}", epoch
+            )
             self._cuts += 1
 
     def add_all(self, manifests: Iterable[Manifest]) -> None:
@@ -196,25 +203,33 @@ class Trie:
         names = scope[1] if scope is not None else _DEFAULT_NAMES
         if parts[-1] in names:
             where = scope[0] if scope is not None else None
-            return Resolution("hot", where and where.scope, None, "hot_always",
-                              where and where.epoch)
+            return Resolution(
+                "hot", where and where.scope, None, "hot_always", where and where.epoch
+            )
         if pin is not None:
             return pin
         if best is None:
             if scope is None:
                 return UNMANAGED
-            return Resolution("unmanaged", scope[0].scope, None, "not partitioned yet",
-                              scope[0].epoch)
+            return Resolution(
+                "unmanaged", scope[0].scope, None, "not partitioned yet", scope[0].epoch
+            )
         cut = best.cut
         assert cut is not None
         if best.bucket is None:
             return cut
         index = best.bucket.first_index("/".join(parts[depth + 1 :]))
         if index is None:
-            return Resolution("unmanaged", cut.scope, None, "not a chunk key of a bucketed array",
-                              cut.epoch)
-        return Resolution("blob", cut.scope, bucket_id(cut.blob or "", index, best.bucket.width),
-                          "bucket", cut.epoch)
+            return Resolution(
+                "unmanaged", cut.scope, None, "not a chunk key of a bucketed array", cut.epoch
+            )
+        return Resolution(
+            "blob",
+            cut.scope,
+            bucket_id(cut.blob or "", index, best.bucket.width),
+            "bucket",
+            cut.epoch,
+        )
 
 
 def _scope_below(node: _Node) -> str | None:

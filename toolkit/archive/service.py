@@ -65,9 +65,14 @@ class Outcome:
         return self.diff.orphaned
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scope": self.scope, "epoch": self.epoch, "written": self.written,
-                "blobs": len(self.manifest.blobs), "orphaned": list(self.orphaned),
-                "change": self.diff.describe()}
+        return {
+            "scope": self.scope,
+            "epoch": self.epoch,
+            "written": self.written,
+            "blobs": len(self.manifest.blobs),
+            "orphaned": list(self.orphaned),
+            "change": self.diff.describe(),
+        }
 
 
 def propose(
@@ -82,8 +87,15 @@ def propose(
 ) -> Proposal:
     previous = manifests.read(scope)
     arrays = read_arrays(data, scope)
-    new = partition(arrays, scope, policy, previous.manifest if previous else None,
-                    force=force, exclude=exclude, hot_always=tuple(hot_always))
+    new = partition(
+        arrays,
+        scope,
+        policy,
+        previous.manifest if previous else None,
+        force=force,
+        exclude=exclude,
+        hot_always=tuple(hot_always),
+    )
     return Proposal(scope, previous, new, diff(previous.manifest if previous else None, new))
 
 
@@ -91,8 +103,9 @@ def commit(manifests: ManifestStore, proposal: Proposal) -> Outcome:
     """Write a changed proposal with create / if-match; a lost race raises ManifestConflict."""
     if proposal.changed:
         manifests.write(proposal.manifest, proposal.previous)
-    return Outcome(proposal.scope, proposal.manifest.epoch, proposal.changed, proposal.diff,
-                   proposal.manifest)
+    return Outcome(
+        proposal.scope, proposal.manifest.epoch, proposal.changed, proposal.diff, proposal.manifest
+    )
 
 
 def partition_store(
@@ -107,8 +120,7 @@ def partition_store(
     hot_always: Iterable[str] = (),
 ) -> Outcome:
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
-    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude,
-                       hot_always=hot_always)
+    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude, hot_always=hot_always)
     if dry_run:
         return Outcome(scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest)
     return commit(ms, proposal)
@@ -139,9 +151,16 @@ class PartitionScope:
     hot_always: tuple[str, ...] = ()
 
     def __call__(self, task: ScopeTask) -> Outcome:
-        return partition_store(self.data, self.manifests, task.scope, self.policy,
-                               force=self.force, dry_run=self.dry_run, exclude=self.exclude,
-                               hot_always=self.hot_always)
+        return partition_store(
+            self.data,
+            self.manifests,
+            task.scope,
+            self.policy,
+            force=self.force,
+            dry_run=self.dry_run,
+            exclude=self.exclude,
+            hot_always=self.hot_always,
+        )
 
 
 def _collect(values: list[Any]) -> tuple[Outcome, ...]:
@@ -181,8 +200,12 @@ def scan(
     service = PartitionScope(data, manifests, policy, force, dry_run, patterns, tuple(hot_always))
     if not found:
         return [], None
-    result = run(scan_plan(service, found), cluster=cluster, executor=executor,  # type: ignore[arg-type]
-                 progress=progress)
+    result = run(
+        scan_plan(service, found),
+        cluster=cluster,
+        executor=executor,  # type: ignore[arg-type]
+        progress=progress,
+    )
     return list(result.stage("partition").result or ()), result
 
 

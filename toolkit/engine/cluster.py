@@ -43,7 +43,9 @@ def embedded(
         common["silence_logs"] = logging.CRITICAL
     if holds_gil:
         return LocalCluster(
-            n_workers=n_workers or default_workers(), threads_per_worker=1, processes=True,
+            n_workers=n_workers or default_workers(),
+            threads_per_worker=1,
+            processes=True,
             **common,
         )
     return LocalCluster(

@@ -156,8 +156,10 @@ def run_block(
     skipped = len(block) - len(todo)
     call = service
     if tick is not None and todo:
+
         def call(tasks: list[Any]) -> Any:
             return service(tasks, tick=lambda n: tick(skipped + n))  # type: ignore[call-arg]
+
     values = (serve(stage, _span(todo), call, todo),) if todo else ()
     return NodeResult(len(todo), skipped, values, started, time.time())
 

@@ -146,9 +146,7 @@ def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict
     own = {n.key for n in stage_nodes}
     before = dataclasses.replace(previous, value=None) if previous is not None else None
     return {
-        n.key: Task(
-            n.key, n.fn, *n.args, *(TaskRef(d) if d in own else before for d in n.deps)
-        )
+        n.key: Task(n.key, n.fn, *n.args, *(TaskRef(d) if d in own else before for d in n.deps))
         for n in stage_nodes
     }
 
@@ -172,7 +170,9 @@ def _run_stage(
     watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
     retries = max(n.retries for n in stage_nodes)
     futures = client.get(
-        _stage_graph(stage_nodes, previous), [n.key for n in watched] + [gate.key], sync=False,
+        _stage_graph(stage_nodes, previous),
+        [n.key for n in watched] + [gate.key],
+        sync=False,
         retries=retries,
     )
     try:

@@ -47,7 +47,8 @@ def payload() -> tuple[bytes, str]:
             z.writestr(name, data)
         v = version("toolkit")
         z.writestr(
-            f"toolkit-{v}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: toolkit\nVersion: {v}\n"
+            f"toolkit-{v}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: toolkit\nVersion: {v}\n",
         )
     return buf.getvalue(), h.hexdigest()[:16]
 

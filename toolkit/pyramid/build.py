@@ -29,12 +29,19 @@ def plan(
     return _plan(src, method, band_dim, levels, max_shard)
 
 
-def _plan(src: Source, method: str, band_dim: str | None, levels: int | None,
-          max_shard: int = MAX_SHARD) -> PyramidPlan:
+def _plan(
+    src: Source, method: str, band_dim: str | None, levels: int | None, max_shard: int = MAX_SHARD
+) -> PyramidPlan:
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
-    return plan_pyramid(src.arrays, src.listings, method=method, band_dim=band_dim, levels=levels,
-                        max_shard=max_shard)
+    return plan_pyramid(
+        src.arrays,
+        src.listings,
+        method=method,
+        band_dim=band_dim,
+        levels=levels,
+        max_shard=max_shard,
+    )
 
 
 def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
@@ -55,8 +62,17 @@ def _sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
         else:
             parent = p.levels[k - 1]
             pv = parent.var(v.var)
-            out.append(VarSource(v, f"{parent.group}/{v.var}", f"{parent.group}/{pv.count_name}",
-                                 pv.fill_value, pv.shape, 2, band_axis))
+            out.append(
+                VarSource(
+                    v,
+                    f"{parent.group}/{v.var}",
+                    f"{parent.group}/{pv.count_name}",
+                    pv.fill_value,
+                    pv.shape,
+                    2,
+                    band_axis,
+                )
+            )
     return tuple(out)
 
 
@@ -67,8 +83,15 @@ def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
         lvl = p.levels[k]
         service = BuildShard(src.store, lvl.group, p.method, _sources(src, p, k))
         gate = Gate(ListedKeys(src.store, lvl.group + "/"), want=lvl.targets)
-        stages.append(Stage(lvl.group, lvl.tasks, service, gate,
-                            done=DoneShards(src.store, lvl.group, tuple(lvl.tasks))))
+        stages.append(
+            Stage(
+                lvl.group,
+                lvl.tasks,
+                service,
+                gate,
+                done=DoneShards(src.store, lvl.group, tuple(lvl.tasks)),
+            )
+        )
     return Plan(f"pyramid-{p.method}", tuple(stages), holds_gil=False)  # numba kernels, zarr I/O
 
 
@@ -78,7 +101,9 @@ def _level_index(p: PyramidPlan, level: str | int) -> int:
     for i, lvl in enumerate(p.levels):
         if lvl.group == name:
             return i
-    raise PlanError(f"--rebuild-from {level!r}: no such level (levels: {[x.group for x in p.levels]})")
+    raise PlanError(
+        f"--rebuild-from {level!r}: no such level (levels: {[x.group for x in p.levels]})"
+    )
 
 
 def check_complete(store: storage.Store, p: PyramidPlan, k: int) -> None:
@@ -88,7 +113,10 @@ def check_complete(store: storage.Store, p: PyramidPlan, k: int) -> None:
     missing = [key for key in lvl.targets if key not in have]
     if missing:
         raise IncompleteStageError(
-            lvl.group, len(lvl.targets) - len(missing), len(lvl.targets), missing,
+            lvl.group,
+            len(lvl.targets) - len(missing),
+            len(lvl.targets),
+            missing,
             extra=f"parent level {lvl.group} is partial; rebuild it first (--rebuild-from {lvl.group})",
         )
 
@@ -99,17 +127,23 @@ def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None
     frm = p.levels[start].group
     first = p.levels[0].group
     if old is None:
-        raise PlanError(f"{store.url}: no recorded pyramid plan, so the levels below {frm} "
-                        f"cannot be trusted; rebuild with --rebuild-from {first}")
+        raise PlanError(
+            f"{store.url}: no recorded pyramid plan, so the levels below {frm} "
+            f"cannot be trusted; rebuild with --rebuild-from {first}"
+        )
     kept = ("method", "band_dim", "variables", "max_shard")
     then = {k: old.get(k) for k in kept}
     now = {k: p.settings()[k] for k in kept}
     if then != now:
-        raise PlanError(f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
-                        f"rebuild with --rebuild-from {first}")
+        raise PlanError(
+            f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
+            f"rebuild with --rebuild-from {first}"
+        )
     if old.get("source_digest") != p.source_digest:
-        raise PlanError(f"{store.url}: level 0 changed since the levels below {frm} were built; "
-                        f"rebuild with --rebuild-from {first}")
+        raise PlanError(
+            f"{store.url}: level 0 changed since the levels below {frm} were built; "
+            f"rebuild with --rebuild-from {first}"
+        )
 
 
 def build(
@@ -147,14 +181,21 @@ def build(
             else:
                 why = f"the recorded pyramid was built with {then}"
                 deeper = {**then, "levels": len(p.levels)} == p.settings()
-                if deeper and then["levels"] < len(p.levels) and old.get(
-                    "source_digest") == p.source_digest:
+                if (
+                    deeper
+                    and then["levels"] < len(p.levels)
+                    and old.get("source_digest") == p.source_digest
+                ):
                     why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
                     frm = p.levels[then["levels"]].group  # the first new level; the rest stay
             raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
     storage.put(store, PLAN_KEY, p.to_json().encode())
     metadata.write_levels(src, p)
-    report = run(pyramid_stages(src, p, start), cluster=cluster, executor=executor,  # type: ignore[arg-type]
-                 progress=progress)
+    report = run(
+        pyramid_stages(src, p, start),
+        cluster=cluster,
+        executor=executor,  # type: ignore[arg-type]
+        progress=progress,
+    )
     metadata.update_root(src, p)
     return report

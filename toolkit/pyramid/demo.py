@@ -24,5 +24,7 @@ def demo(
     report = build(store, cluster=cluster, executor=executor, progress=progress)
     result = verify(store, cluster=cluster, executor=executor, progress=progress)
     if not result.ok:
-        raise RuntimeError("pyramid demo failed verification:\n" + "\n".join(map(str, result.failures)))
+        raise RuntimeError(
+            "pyramid demo failed verification:\n" + "\n".join(map(str, result.failures))
+        )
     return [report, result.report] if result.report is not None else [report]

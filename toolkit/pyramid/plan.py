@@ -300,7 +300,9 @@ def _check_arrays(
             "(nearest is not offered: it aliases continuous data)"
         )
     if not arrays:
-        raise PlanError("no variables to pyramid: the store has no array with two spatial dimensions")
+        raise PlanError(
+            "no variables to pyramid: the store has no array with two spatial dimensions"
+        )
     spatial: tuple[str, str] | None = None
     shape: tuple[int, int] | None = None
     for name, a in arrays.items():
@@ -325,8 +327,13 @@ def _check_arrays(
     return spatial, shape
 
 
-def _var_level(a: ArrayMeta, method: str, band_dim: str | None, shape: tuple[int, int],
-               shard_yx: tuple[int, int]) -> VarLevel:
+def _var_level(
+    a: ArrayMeta,
+    method: str,
+    band_dim: str | None,
+    shape: tuple[int, int],
+    shard_yx: tuple[int, int],
+) -> VarLevel:
     lead = len(a.shape) - 2
     out_shape = (*a.shape[:lead], *shape)
     shards: list[int] = []
@@ -373,7 +380,9 @@ def _children(
         lead = list(idx[:-2])
         if band_axis is not None:
             lead[band_axis] = 0
-        for y, x in product(_axis_children(idx[-2], sy, ny, cy), _axis_children(idx[-1], sx, nx, cx)):
+        for y, x in product(
+            _axis_children(idx[-2], sy, ny, cy), _axis_children(idx[-1], sx, nx, cx)
+        ):
             out.add((*lead, y, x))
     return out
 
@@ -443,9 +452,7 @@ def plan_pyramid(
             present[name] = kids
             prev_shards[name] = v.shards
             prev_shape[name] = v.shape
-        out_levels.append(
-            LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks))
-        )
+        out_levels.append(LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks)))
         naive.append(n_naive)
         parent_group = group
     return PyramidPlan(
@@ -475,8 +482,9 @@ def region(v: VarLevel, index: tuple[int, ...]) -> tuple[slice, ...]:
     )
 
 
-def source_region(out: tuple[slice, ...], factor: int, src_shape: tuple[int, ...],
-                  band_axis: int | None) -> tuple[slice, ...]:
+def source_region(
+    out: tuple[slice, ...], factor: int, src_shape: tuple[int, ...], band_axis: int | None
+) -> tuple[slice, ...]:
     """The region of a finer level (by `factor`) that pools into `out`; leading dims pass through."""
     lead = []
     for d, s in enumerate(out[:-2]):

@@ -25,7 +25,9 @@ def levels(source: str | storage.Store, **options: Any) -> list[str]:
     attrs = _root(store).get("attributes", {})
     layout = attrs.get("multiscales", {}).get("layout")
     if not layout:
-        raise PlanError(f"{store.url}: the root has no multiscales layout (build the pyramid first)")
+        raise PlanError(
+            f"{store.url}: the root has no multiscales layout (build the pyramid first)"
+        )
     return [item["asset"] for item in layout]
 
 

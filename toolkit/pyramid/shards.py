@@ -44,8 +44,9 @@ def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
     and a store recreated at the same URL (or a level rebuilt with another shard layout) must
     not be written through metadata read for an earlier one. One small GET per open."""
     config = {"write_empty_chunks": True} if write else None
-    return zarr.open_array(store.zarr(read_only=not write), path=path, mode="r+" if write else "r",
-                           config=config)
+    return zarr.open_array(
+        store.zarr(read_only=not write), path=path, mode="r+" if write else "r", config=config
+    )
 
 
 def _to_canonical(a: np.ndarray, band_axis: int | None) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -67,13 +68,16 @@ def _count_region(sel: tuple[slice, ...], band_axis: int | None) -> tuple[slice,
 
 
 def _level0_weights(vals: np.ndarray, fill: Any) -> np.ndarray:
-    return np.stack([kernels.joint_valid(v, fill) for v in vals]) if len(vals) else np.zeros(
-        (0, *vals.shape[-2:]), np.uint32
+    return (
+        np.stack([kernels.joint_valid(v, fill) for v in vals])
+        if len(vals)
+        else np.zeros((0, *vals.shape[-2:]), np.uint32)
     )
 
 
-def compute(store: storage.Store, spec: VarSource, method: str, index: tuple[int, ...]
-            ) -> tuple[np.ndarray, np.ndarray]:
+def compute(
+    store: storage.Store, spec: VarSource, method: str, index: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
     """(data, count) of one output shard, exactly as the builder writes them."""
     out = spec.out
     reg = region(out, index)
@@ -84,22 +88,31 @@ def compute(store: storage.Store, spec: VarSource, method: str, index: tuple[int
     vals, lead = _to_canonical(raw, spec.band_axis)
     weights = None  # level 0: the kernel derives the joint mask from the values and fill
     if spec.src_count_path is not None:
-        cnt = np.asarray(open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)])
+        cnt = np.asarray(
+            open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)]
+        )
         weights = cnt.reshape((-1, *cnt.shape[-2:]))
     return _pool_all(vals, weights, lead, spec, method)
 
 
-def _pool_all(vals: np.ndarray, weights: np.ndarray | None, lead: tuple[int, ...],
-              spec: VarSource, method: str) -> tuple[np.ndarray, np.ndarray]:
+def _pool_all(
+    vals: np.ndarray,
+    weights: np.ndarray | None,
+    lead: tuple[int, ...],
+    spec: VarSource,
+    method: str,
+) -> tuple[np.ndarray, np.ndarray]:
     out = spec.out
     datas, counts = [], []
     for t in range(vals.shape[0]):
         if weights is None:
-            d, c = kernels.pool_level0(vals[t], spec.src_fill, method, out.fill_value,
-                                       spec.factor, np.dtype(out.dtype))
+            d, c = kernels.pool_level0(
+                vals[t], spec.src_fill, method, out.fill_value, spec.factor, np.dtype(out.dtype)
+            )
         else:
-            d, c = kernels.pool(vals[t], weights[t], method, out.fill_value, spec.factor,
-                                np.dtype(out.dtype))
+            d, c = kernels.pool(
+                vals[t], weights[t], method, out.fill_value, spec.factor, np.dtype(out.dtype)
+            )
         datas.append(d)
         counts.append(c)
     data = _from_canonical(np.stack(datas), lead, spec.band_axis)
@@ -107,8 +120,9 @@ def _pool_all(vals: np.ndarray, weights: np.ndarray | None, lead: tuple[int, ...
     return data, count
 
 
-def _compute_banded(store: storage.Store, spec: VarSource, reg: tuple[slice, ...]
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def _compute_banded(
+    store: storage.Store, spec: VarSource, reg: tuple[slice, ...]
+) -> tuple[np.ndarray, np.ndarray]:
     """Mode straight from level 0, a band of output rows at a time."""
     f = spec.factor
     rows = reg[-2]
@@ -121,8 +135,10 @@ def _compute_banded(store: storage.Store, spec: VarSource, reg: tuple[slice, ...
         raw = np.asarray(open_array(store, spec.src_path)[sreg])
         vals, lead = _to_canonical(raw, spec.band_axis)
         parts.append(_pool_all(vals, None, lead, spec, "mode"))
-    return (np.concatenate([p[0] for p in parts], axis=-2),
-            np.concatenate([p[1] for p in parts], axis=-2))
+    return (
+        np.concatenate([p[0] for p in parts], axis=-2),
+        np.concatenate([p[1] for p in parts], axis=-2),
+    )
 
 
 @dataclass(frozen=True)
@@ -165,8 +181,9 @@ class DoneShards:
         return frozenset(t.key for t in self.tasks if t.data_key in have and t.count_key in have)
 
 
-def source_block(store: storage.Store, spec: VarSource, index: tuple[int, ...]
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def source_block(
+    store: storage.Store, spec: VarSource, index: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
     """The source values [T, B, H, W] and weights [T, H, W] a shard pools (for verification)."""
     reg = region(spec.out, index)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)

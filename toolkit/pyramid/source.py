@@ -98,7 +98,9 @@ def _skip_reason(arr: Any, coords: dict[str, np.ndarray]) -> str | None:
 def array_meta(name: str, arr: Any) -> ArrayMeta:
     dims = arr.metadata.dimension_names
     if dims is None or any(d is None for d in dims):
-        raise PlanError(f"array {name!r}: has no dimension_names; the two spatial dims must be named")
+        raise PlanError(
+            f"array {name!r}: has no dimension_names; the two spatial dims must be named"
+        )
     shards = arr.shards or arr.chunks
     return ArrayMeta(
         name=name,
@@ -146,12 +148,22 @@ def read_source(store: storage.Store, variables: list[str] | None = None) -> Sou
             if len(coords[d]) < 2:
                 raise PlanError(f"array {name!r}: coordinate {d!r} needs >= 2 values for a spacing")
     listings = {
-        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")] for name in candidates
+        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")]
+        for name in candidates
     }
     crs = tuple(
-        sorted({attrs[n]["grid_mapping"] for n in candidates if attrs[n].get("grid_mapping") in members})
+        sorted(
+            {
+                attrs[n]["grid_mapping"]
+                for n in candidates
+                if attrs[n].get("grid_mapping") in members
+            }
+        )
     )
-    node_keys = ("zarr.json", *(f"{n}/zarr.json" for n in sorted(nodes) if not LEVEL_GROUP.match(n)))
+    node_keys = (
+        "zarr.json",
+        *(f"{n}/zarr.json" for n in sorted(nodes) if not LEVEL_GROUP.match(n)),
+    )
     return Source(store, candidates, listings, coords, attrs, crs, node_keys)
 
 

@@ -60,8 +60,14 @@ def write_store(
         ("lat", lat, {"units": "degrees_north", "standard_name": "latitude"}),
         ("lon", lon, {"units": "degrees_east", "standard_name": "longitude"}),
     ):
-        arr = root.create_array(dim, shape=vals.shape, dtype="float64", chunks=vals.shape,
-                                dimension_names=[dim], attributes=attrs)
+        arr = root.create_array(
+            dim,
+            shape=vals.shape,
+            dtype="float64",
+            chunks=vals.shape,
+            dimension_names=[dim],
+            attributes=attrs,
+        )
         arr[:] = vals
     crs = root.create_array("spatial_ref", shape=(), dtype="int32", attributes=CRS_ATTRS)
     crs[...] = 0
@@ -78,8 +84,9 @@ def write_store(
         arr_shards: tuple[int, ...] = shards
         arr_chunks: tuple[int, ...] = chunks
     elif kind == "bands":
-        band = root.create_array("band", shape=(bands,), dtype="int32", chunks=(bands,),
-                                 dimension_names=["band"])
+        band = root.create_array(
+            "band", shape=(bands,), dtype="int32", chunks=(bands,), dimension_names=["band"]
+        )
         band[:] = np.arange(bands)
         values = rng.dirichlet(np.ones(bands), size=shape).transpose(2, 0, 1).astype(np.float32)
         values[:, ~land] = np.nan
@@ -96,9 +103,17 @@ def write_store(
         fill = float("nan")
         dims = ["lat", "lon"]
         arr_shards, arr_chunks = shards, chunks
-    arr = root.create_array(name, shape=values.shape, dtype=values.dtype, chunks=arr_chunks,
-                            shards=arr_shards, fill_value=fill, dimension_names=dims,
-                            attributes=attrs, chunk_key_encoding=encoding)
+    arr = root.create_array(
+        name,
+        shape=values.shape,
+        dtype=values.dtype,
+        chunks=arr_chunks,
+        shards=arr_shards,
+        fill_value=fill,
+        dimension_names=dims,
+        attributes=attrs,
+        chunk_key_encoding=encoding,
+    )
     arr[...] = values  # all-fill shards are skipped by zarr: the ocean is absent
     if consolidated:
         zarr.consolidate_metadata(zstore)

@@ -34,8 +34,18 @@ from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
 from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
-from toolkit.virtual.job import Skipped, VirtualRegionJob, committed_extent, sync_dims_to
+from toolkit.virtual.layout import committed_extent, sync_dims_to
+from toolkit.virtual.read import discover
 from toolkit.virtual.refs import canon
+from toolkit.virtual.write import (
+    Job,
+    Skipped,
+    ensure_repo,
+    filter_already_present,
+    process_virtual_refs,
+    step,
+    write_refs,
+)
 
 __all__ = ["BackfillOut", "backfill", "backfill_plan", "temp_branch"]
 
@@ -62,13 +72,13 @@ class BackfillOut:
     unpublished: tuple[str, ...] = ()  # files of the region the source does not list
 
 
-def temp_branch(job: VirtualRegionJob) -> str:
+def temp_branch(job: Job) -> str:
     h = hashlib.sha256(f"{job.repo.url}|{canon(job.start)}|{canon(job.end)}".encode())
     return f"{PREFIX}{h.hexdigest()[:10]}"
 
 
-def _extent(job: VirtualRegionJob) -> int:
-    t = job.template()
+def _extent(job: Job) -> int:
+    t = job.template
     labels = [x for x in t.coords[t.append_dim] if job.in_region(x)]
     if not labels:
         raise ValueError(f"region [{job.start}, {job.end}) holds no {t.append_dim} of the template")
@@ -77,12 +87,12 @@ def _extent(job: VirtualRegionJob) -> int:
 
 @dataclass(frozen=True)
 class Setup:
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self, _step: Step) -> str:
-        self.job.ensure_repo()
-        for ref in (*self.job.replicas, self.job.repo):
+        ensure_repo(self.job)
+        for ref in self.job.repos:
             repo = ref.open(fresh=True)
             main = R.snapshot_of(repo, "main")
             if self.branch not in R.branches(repo):
@@ -92,7 +102,7 @@ class Setup:
                 R.create_branch(repo, marker(self.branch), main)
                 R.create_branch(repo, self.branch, main)
             s = R.writable(repo, self.branch)
-            sync_dims_to(s, self.job.template(), _extent(self.job))
+            sync_dims_to(s, self.job.template, _extent(self.job))
             if R.has_changes(s):
                 region = f"[{self.job.start}, {self.job.end if self.job.end is not None else ''})"
                 R.commit(s, "backfill setup: pre-size", {"main_at_setup": main, "region": region})
@@ -101,14 +111,14 @@ class Setup:
 
 @dataclass(frozen=True)
 class BranchReady:
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self) -> frozenset[str]:
         repo = self.job.repo.open(fresh=True)
         if self.branch not in R.branches(repo):
             return frozenset()
-        extent = committed_extent(R.readonly(repo, self.branch), self.job.template())
+        extent = committed_extent(R.readonly(repo, self.branch), self.job.template)
         return frozenset({"setup"}) if (extent or 0) >= _extent(self.job) else frozenset()
 
 
@@ -116,16 +126,16 @@ class BranchReady:
 class PresentOnBranch:
     """Keys of the files whose probe cell is on the branch: the done-set and the gate."""
 
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self) -> frozenset[str]:
         repo = self.job.repo.open(fresh=True)
         if self.branch not in R.branches(repo):
             return frozenset()
-        coords = self.job.generate_source_file_coords()
+        coords = self.job.files()
         session = R.readonly(repo, self.branch)
-        todo = {c.key for c in self.job.filter_already_present(coords, session)}
+        todo = {c.key for c in filter_already_present(self.job, coords, session)}
         return frozenset(c.key for c in coords if c.key not in todo)
 
 
@@ -133,28 +143,29 @@ class PresentOnBranch:
 class Ingest:
     """One worker: filter already applied by the engine; discover, build refs, write a fork."""
 
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> BackfillOut:
         job = self.job
         skipped: list[Skipped] = []
-        batches = list(job.process_virtual_refs(coords, None, skipped, on_file=tick))
+        batches = list(process_virtual_refs(job, coords, skipped, on_file=tick))
         read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped}
         unpublished = tuple(c.key for c in coords if c.key not in read)
         if not any(batches):
             return BackfillOut(skipped=tuple(skipped), unpublished=unpublished)
         forks = []
         refs = 0
-        for ref in (*job.replicas, job.repo):
+        for ref in job.repos:
             f = R.fork(R.writable(ref.open(), self.branch))
-            n = sum(job.write_refs(f, b, grow=False) for b in batches)
+            n = sum(write_refs(job, f, b, grow=False) for b in batches)
             refs = n if ref is job.repo else refs
             forks.append((ref.url, f))
-        job._at("worker_forked")
+        step("worker_forked")
         ingested = tuple(c.key for b in batches for c, _ in b)
-        return BackfillOut(tuple(forks), ingested, tuple(skipped), (), refs,
-                           unpublished=unpublished)
+        return BackfillOut(
+            tuple(forks), ingested, tuple(skipped), (), refs, unpublished=unpublished
+        )
 
 
 def gather(parts: list[Any]) -> tuple[BackfillOut, ...]:
@@ -215,7 +226,7 @@ class Commit:
     """Merge a group's forks and commit them to the temp branch, replicas first; idempotent:
     a repo whose branch already holds this group's commit is not committed to again."""
 
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self, group: CommitGroup) -> BackfillOut:
@@ -223,9 +234,9 @@ class Commit:
         fresh = [k for o in group.outs if o.forks for k in o.ingested]
         commits: list[str] = []
         if fresh:
-            for i, ref in enumerate((*job.replicas, job.repo)):
+            for i, ref in enumerate(job.repos):
                 if i:
-                    job._at("after_replica_commit")
+                    step("after_replica_commit")
                 repo = ref.open()
                 done = _committed(repo, self.branch, group.token)
                 if done is not None:
@@ -235,11 +246,13 @@ class Commit:
                 s = R.writable(repo, self.branch)
                 R.merge(s, forks)
                 if R.has_changes(s):
-                    commits.append(R.commit(
-                        s,
-                        f"backfill: {len(fresh)} file(s) from {len(forks)} fork(s)",
-                        {"files": len(fresh), "forks": len(forks), "group": group.token},
-                    ))
+                    commits.append(
+                        R.commit(
+                            s,
+                            f"backfill: {len(fresh)} file(s) from {len(forks)} fork(s)",
+                            {"files": len(fresh), "forks": len(forks), "group": group.token},
+                        )
+                    )
         out = merged(list(group.outs))
         return dataclasses.replace(out, commits=tuple(commits[-1:]))
 
@@ -271,15 +284,15 @@ class Absences:
 
 @dataclass(frozen=True)
 class Finalize:
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self, _step: Step) -> str:
         """Replicas first, then the primary ("finalized" is defined by the primary)."""
-        refs = (*self.job.replicas, self.job.repo)
+        refs = self.job.repos
         for i, ref in enumerate(refs):
             if i:
-                self.job._at("finalize_after_replica")
+                step("finalize_after_replica")
             head = _finalize_one(ref.open(fresh=True), self.branch, ref.url)
         return head
 
@@ -304,11 +317,11 @@ def _finalize_one(repo: Any, branch: str, url: str) -> str:
 
 @dataclass(frozen=True)
 class MainAtBranch:
-    job: VirtualRegionJob
+    job: Job
     branch: str
 
     def __call__(self) -> frozenset[str]:
-        for ref in (*self.job.replicas, self.job.repo):
+        for ref in self.job.repos:
             if self.branch in R.branches(ref.open(fresh=True)):
                 return frozenset()
         return frozenset({"finalize"})
@@ -318,7 +331,7 @@ ONE_GROUP = 1 << 30  # a group size no backfill reaches: every fork in one commi
 
 
 def backfill_plan(
-    job: VirtualRegionJob,
+    job: Job,
     workers: int | str = AUTO,
     strict: bool = False,
     fan_in: int = 4,
@@ -333,15 +346,13 @@ def backfill_plan(
     read, are excused with their reason -- unless `strict`, where they fail the gate."""
     branch = temp_branch(job)
     job = job.region(job.start, job.end, branch=branch, processing_mode="backfill")
-    coords = stable(job.generate_source_file_coords())
+    coords = stable(job.files())
     if not coords:
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
-    append_dim = job.template().append_dim
+    append_dim = job.template.append_dim
     last = canon(published_through) if published_through is not None else None
-    wanted = tuple(
-        c.key for c in coords if last is None or canon(c.out_loc()[append_dim]) <= last
-    )
+    wanted = tuple(c.key for c in coords if last is None or canon(c.out_loc()[append_dim]) <= last)
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one commit node: one commit, no race.
@@ -392,23 +403,23 @@ class RegionOverlap(RuntimeError):
     """Main's commits since a backfill started wrote into the backfill's region."""
 
 
-def rebase_onto_main(job: VirtualRegionJob) -> None:
+def rebase_onto_main(job: Job) -> None:
     """Restart the region's backfill branch from main's head, in every repo (replicas first),
     unless main's commits since setup wrote files of the region. Nothing in flight: nothing to do.
     """
     branch = temp_branch(job)
-    coords = job.generate_source_file_coords()
-    refs = (*job.replicas, job.repo)
+    coords = job.files()
+    refs = job.repos
     for ref in refs:  # check every repo before changing any
         repo = ref.open(fresh=True)
         if branch not in temp_branches(repo) or marker(branch) not in R.branches(repo):
             continue
         at_setup = R.readonly(repo, snapshot=R.snapshot_of(repo, marker(branch)))
-        absent_at_setup = {c.key for c in job.filter_already_present(coords, at_setup)}
-        absent_now = {c.key for c in job.filter_already_present(coords, R.readonly(repo))}
+        absent_at_setup = {c.key for c in filter_already_present(job, coords, at_setup)}
+        absent_now = {c.key for c in filter_already_present(job, coords, R.readonly(repo))}
         touched = absent_at_setup - absent_now  # written to main since setup
         if touched:
-            t = job.template()
+            t = job.template
             at = {c.out_loc()[t.append_dim] for c in coords if c.key in touched}
             labels = [str(x) for x in sorted(at, key=canon)]
             raise RegionOverlap(
@@ -424,25 +435,25 @@ def rebase_onto_main(job: VirtualRegionJob) -> None:
             abort(repo, branch)  # setup creates both again from main's head
 
 
-def last_published(job: VirtualRegionJob) -> Any:
+def last_published(job: Job) -> Any:
     """The newest append-dim label in `job`'s region with any file the source lists now (None
     if none).
 
     Searched newest position first, one position's files at a time, so a multi-year template
     costs a listing or two, not a listing of the whole archive.
     """
-    t = job.template()
+    t = job.template
     labels = [x for x in t.coords[t.append_dim] if job.in_region(x)]
     for i in range(len(labels) - 1, -1, -1):
         end = labels[i + 1] if i + 1 < len(labels) else job.end
-        coords = job.region(labels[i], end).generate_source_file_coords()
-        if coords and job.discover_available(coords, None):
+        coords = job.region(labels[i], end).files()
+        if coords and discover(job.dataset.source, coords):
             return labels[i]
     return None
 
 
 def backfill(
-    job: VirtualRegionJob,
+    job: Job,
     *,
     start: Any,
     end: Any = None,
@@ -462,7 +473,7 @@ def backfill(
     `rebase`: a backfill of this region that finalize refused (main moved) restarts from main's
     new head, provided main's new commits did not touch the region (else refused, naming the
     positions); its files are ingested again (refs only)."""
-    t = job.template()
+    t = job.template
     if end is None:
         newest = last_published(job.region(start, None))
         if newest is None:
@@ -489,8 +500,9 @@ def backfill(
         )
     if rebase:
         rebase_onto_main(region)
-    plan = backfill_plan(region, workers=workers, strict=strict, fan_in=fan_in,
-                         published_through=newest)
+    plan = backfill_plan(
+        region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
+    )
     report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
     if not empty:
         return report

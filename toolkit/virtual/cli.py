@@ -18,7 +18,13 @@ from toolkit.console import AllowHttp, Endpoint, PathStyle, PerformanceReport, S
 
 app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
-Dataset = Annotated[str, typer.Argument(help="Dataset name (see `toolkit virtual datasets`).")]
+Dataset = Annotated[
+    str,
+    typer.Argument(
+        help="Dataset name (see `toolkit virtual datasets`), or your own as module:NAME "
+        "(an importable module or a path/to/file.py, and the Dataset it defines)."
+    ),
+]
 RepoUrl = Annotated[str, typer.Option("--repo", help="Icechunk repo location (path, s3://...).")]
 RepoArg = Annotated[str, typer.Argument(help="Icechunk repo location (path, s3://...).")]
 SourceUrl = Annotated[
@@ -63,18 +69,14 @@ def _dataset(
     path_style: bool,
     anonymous: bool = False,
 ) -> Any:
-    """Build DATASETS[name] on `repo`; `source` (a mirror, a local copy) replaces its bucket."""
+    """The job writing dataset `name` (known, or `module:NAME`) into `repo`; `source` (a
+    mirror, a local copy) replaces its bucket."""
     from toolkit.virtual import repo as R
-    from toolkit.virtual.datasets import DATASETS
+    from toolkit.virtual.datasets import build
+    from toolkit.virtual.write import Job
 
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
-    ref = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
-    if source is None:
-        return DATASETS[name](ref)  # its own bucket, or a ValueError saying it has none
-    return DATASETS[name](
-        ref, source_store=_open(source, endpoint, allow_http, path_style, anonymous)
-    )
+    store = None if source is None else _open(source, endpoint, allow_http, path_style, anonymous)
+    return Job(build(name, store), R.RepoRef(_open(repo, endpoint, allow_http, path_style)))
 
 
 def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
@@ -92,7 +94,7 @@ def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style:
 def _errors() -> Any:
     from toolkit.console import exit_codes
     from toolkit.virtual.backfill import RegionOverlap
-    from toolkit.virtual.job import MetadataDrift
+    from toolkit.virtual.layout import MetadataDrift
     from toolkit.virtual.lease import LeaseHeld, LeaseLost
     from toolkit.virtual.repo import BranchMoved, OutsideContainers
     from toolkit.virtual.update import BackfillInFlight, FarBehind
@@ -124,15 +126,22 @@ def _label(text: str | None) -> Any:
 def datasets() -> None:
     """List the datasets this build knows: name, what it is, where it reads from."""
     from toolkit.console import out
-    from toolkit.virtual.datasets import DATASETS
+    from toolkit.virtual.datasets import DATASETS, HOMES
 
     width = max(map(len, DATASETS))
-    for name, cls in sorted(DATASETS.items()):
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        bucket = getattr(cls, "bucket", "") or "(no bucket: pass --source)"
+    for name, build in sorted(DATASETS.items()):
+        doc = (build.__doc__ or "").strip().splitlines()[0]
+        bucket = HOMES[name] or "(no bucket: pass --source)"
         out.print(
             f"{name:<{width}}  {bucket:<26}  {doc}", highlight=False, markup=False, soft_wrap=True
         )
+    out.print(
+        "your own: module:NAME (a Dataset in an importable module or a .py file; "
+        "see docs/virtual.md)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()

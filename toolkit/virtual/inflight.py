@@ -42,14 +42,19 @@ class InFlight:
     def line(self, now: _dt.datetime) -> str:
         age = "-" if self.started is None else _age(now - self.started)
         moved = "; main moved since setup: finalize will refuse" if self.main_moved else ""
-        return (f"{self.branch}: region {self.region}, started {age} ago, "
-                f"{self.files} file(s) on it{moved}")
+        return (
+            f"{self.branch}: region {self.region}, started {age} ago, "
+            f"{self.files} file(s) on it{moved}"
+        )
 
 
 def _age(delta: _dt.timedelta) -> str:
     s = int(delta.total_seconds())
-    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else (
-        f"{s // 3600}h{s % 3600 // 60}m" if s >= 3600 else f"{s // 60}m{s % 60}s")
+    return (
+        f"{s // 86400}d{s % 86400 // 3600}h"
+        if s >= 86400
+        else (f"{s // 3600}h{s % 3600 // 60}m" if s >= 3600 else f"{s // 60}m{s % 60}s")
+    )
 
 
 def in_flight(repo: Any) -> list[InFlight]:
@@ -66,13 +71,15 @@ def in_flight(repo: Any) -> list[InFlight]:
             commits.append(c)
         setup = next((c for c in reversed(commits) if "main_at_setup" in c.metadata), None)
         region = str(setup.metadata.get("region", "unknown")) if setup else "unknown"
-        found.append(InFlight(
-            branch,
-            region,
-            setup.written_at if setup else None,
-            sum(int(c.metadata.get("files", 0)) for c in commits),
-            at_setup is not None and main != at_setup,
-        ))
+        found.append(
+            InFlight(
+                branch,
+                region,
+                setup.written_at if setup else None,
+                sum(int(c.metadata.get("files", 0)) for c in commits),
+                at_setup is not None and main != at_setup,
+            )
+        )
     return found
 
 
@@ -87,8 +94,9 @@ def abort(repo: Any, branch: str | None = None) -> list[str]:
     if branch is None:
         if len(flying) != 1:
             raise NothingInFlight(
-                "no backfill in flight" if not flying else
-                f"{len(flying)} backfills in flight ({', '.join(flying)}): name one with --branch"
+                "no backfill in flight"
+                if not flying
+                else f"{len(flying)} backfills in flight ({', '.join(flying)}): name one with --branch"
             )
         branch = flying[0]
     elif branch not in flying:

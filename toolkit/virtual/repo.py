@@ -326,8 +326,11 @@ def open_repo(
             raise
         raise NotARepo(
             f"no Icechunk repo at {store.url}: "
-            + ("the path does not exist" if store.is_local and not store.local_path.exists()
-               else "nothing there is an Icechunk repository")
+            + (
+                "the path does not exist"
+                if store.is_local and not store.local_path.exists()
+                else "nothing there is an Icechunk repository"
+            )
             + "; check the path (a backfill or a first update fire creates the repo)"
         ) from None
     if cfg is None:

@@ -1,7 +1,7 @@
 """The operational update: one writer commits whole files to main each tick as they publish.
 
 Both ends of a fire are anchored to the scheduled fire, not to process start: the window comes
-from `operational_update_window(fire_time)` and polling stops at scheduled + active deadline -
+from the dataset's window rule and polling stops at scheduled + active deadline -
 grace, so a replacement process stops when the one it replaced would have. Each fire refreshes
 metadata first; files not yet published roll to the next fire; crash recovery is the filter.
 """
@@ -15,8 +15,17 @@ from typing import Any
 from toolkit.plan import Report, StageReport
 from toolkit.virtual import repo as R
 from toolkit.virtual.inflight import temp_branches, ways_out
-from toolkit.virtual.job import RunResult, VirtualRegionJob, committed_extent
+from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease
+from toolkit.virtual.write import (
+    Job,
+    RunResult,
+    commit_batch,
+    ensure_repo,
+    filter_already_present,
+    process_virtual_refs,
+    refresh,
+)
 
 __all__ = ["BackfillInFlight", "FarBehind", "update"]
 
@@ -32,7 +41,7 @@ class FarBehind(RuntimeError):
 
 
 def update(
-    job: VirtualRegionJob,
+    job: Job,
     *,
     fire_time: Any,
     scheduled_at: float | None = None,
@@ -51,11 +60,11 @@ def update(
     t0 = time.time()
     scheduled_at = t0 if scheduled_at is None else scheduled_at
     poll_deadline = scheduled_at + deadline_seconds - grace_seconds
-    start, end = job.operational_update_window(fire_time)
+    start, end = job.dataset.window(fire_time)
     fire = job.region(
         start, end, processing_mode="update", branch="main", poll_deadline=poll_deadline
     )
-    t = fire.template()
+    t = fire.template
     inside = [x for x in t.coords[t.append_dim] if fire.in_region(x)]
     if not inside:
         raise ValueError(
@@ -63,7 +72,7 @@ def update(
             f"the template ({t.coords[t.append_dim][0]} .. {t.coords[t.append_dim][-1]})"
         )
     first = t.position(inside[0])
-    repo = fire.ensure_repo()
+    repo = ensure_repo(fire)
     busy = temp_branches(repo)
     if busy:
         raise BackfillInFlight(
@@ -78,7 +87,7 @@ def update(
         wait=min(lease_wait, max(0.0, poll_deadline - time.time()))
     )
     try:
-        fire.refresh_metadata()
+        refresh(fire)
         session = R.readonly(fire.repo.open(fresh=True))
         extent = committed_extent(session, t) or 0
         # Positions between main's end and the window are never in any later fire's window:
@@ -90,12 +99,11 @@ def update(
                 f"before this fire's window (starting {inside[0]}): run a backfill instead"
             )
         result = RunResult()
-        coords = fire.generate_source_file_coords()
-        todo = fire.filter_already_present(coords, session)
-        through = fire.ingested_through(session)
-        for batch in fire.process_virtual_refs(todo, through, result.skipped, lease.renew):
+        coords = fire.files()
+        todo = filter_already_present(fire, coords, session)
+        for batch in process_virtual_refs(fire, todo, result.skipped, lease.renew):
             lease.check()
-            result.commits.append(fire.commit_batch(batch, metadata={"writer": lease.holder}))
+            result.commits.append(commit_batch(fire, batch, metadata={"writer": lease.holder}))
             result.ingested.extend(c.key for c, _ in batch)
             result.refs += sum(len(r) for _, r in batch)
         seen = set(result.ingested) | {s.url for s in result.skipped}
@@ -119,5 +127,5 @@ def _fire_order(fire_time: Any) -> float:
     return float(np.datetime64(fire_time, "ms").astype("int64")) / 1000.0
 
 
-def with_deadline(job: VirtualRegionJob, deadline: float) -> VirtualRegionJob:
+def with_deadline(job: Job, deadline: float) -> Job:
     return replace(job, poll_deadline=deadline)

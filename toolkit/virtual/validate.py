@@ -1,7 +1,7 @@
 """Validation of a virtual dataset: manifest completeness, then decode health on a sample.
 
 Completeness re-runs the dataset's own coord generation over a window and probes the manifest
-for every cell each source file should fill (`job.expected_cells`), grouped per append-dim
+for every cell each source file should fill (`write.expected_of`), grouped per append-dim
 position and variable, so a gap is named (position, variable, the missing cells) rather than
 counted. Manifest probes only: no source byte is read. Positions past the store's committed
 extent are skipped (the source may not have published them); an interior gap fails.
@@ -25,8 +25,9 @@ from toolkit.engine import run
 from toolkit.plan import Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
-from toolkit.virtual.job import VirtualRegionJob, committed_extent
+from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import canon, chunk_key
+from toolkit.virtual.write import Job, expected_of
 
 __all__ = [
     "Cell",
@@ -82,7 +83,7 @@ class Completeness:
 
 
 def completeness(
-    job: VirtualRegionJob,
+    job: Job,
     *,
     start: Any = None,
     end: Any = None,
@@ -97,16 +98,16 @@ def completeness(
     tiers = tuple(float(x) for x in min_present_fraction)
     if not tiers or tiers[-1] != 1.0 or any(not 0.0 <= x <= 1.0 for x in tiers):
         raise ValueError(f"min_present_fraction {tiers} must end with 1.0, each in [0, 1]")
-    t = job.template()
+    t = job.template
     region = job.region(start, end)
     session = R.readonly(job.repo.open(fresh=True), branch)
     extent = committed_extent(session, t) or 0
     geom = t.geometry(extent)
     cells: list[tuple[Any, Cell, tuple[str, tuple[int, ...]]]] = []
     skipped: set[Any] = set()
-    for coord in region.generate_source_file_coords():
+    for coord in region.files():
         pos = coord.out_loc()[t.append_dim]
-        for var, loc in job.expected_cells(coord):
+        for var, loc in expected_of(job, coord):
             ck = chunk_key(geom, var, loc)
             if ck is None:  # the label is past the committed extent: not published yet
                 skipped.add(canon(pos))
@@ -225,16 +226,16 @@ def pick_samples(present: Sequence[Cell], n: int) -> list[Cell]:
     return out
 
 
-def _valid_ranges(job: VirtualRegionJob) -> tuple[tuple[str, tuple[float, float]], ...]:
+def _valid_ranges(job: Job) -> tuple[tuple[str, tuple[float, float]], ...]:
     out = []
-    for name, v in job.template().variables.items():
+    for name, v in job.template.variables.items():
         lo, hi = v.attrs.get("valid_min"), v.attrs.get("valid_max")
         if lo is not None and hi is not None:
             out.append((name, (float(lo), float(hi))))
     return tuple(out)
 
 
-def decode_plan(job: VirtualRegionJob, samples: Sequence[Cell], branch: str = "main") -> Plan:
+def decode_plan(job: Job, samples: Sequence[Cell], branch: str = "main") -> Plan:
     return Plan(
         f"virtual-validate-{job.repo.url}",
         (
@@ -250,7 +251,7 @@ def decode_plan(job: VirtualRegionJob, samples: Sequence[Cell], branch: str = "m
 
 
 def decode_health(
-    job: VirtualRegionJob,
+    job: Job,
     samples: Sequence[Cell],
     *,
     branch: str = "main",
@@ -289,7 +290,7 @@ class ValidationReport:
 
 
 def validate(
-    job: VirtualRegionJob,
+    job: Job,
     *,
     start: Any = None,
     end: Any = None,

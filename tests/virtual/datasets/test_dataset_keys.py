@@ -11,32 +11,35 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import storage
-from toolkit.virtual import repo as R
-from toolkit.virtual.datasets import DATASETS, GefsForecast, GfsForecast, HrrrForecast
-from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.dataset import file_tasks, in_region, probe
+from toolkit.virtual.datasets import DATASETS, HOMES, gefs, gfs, hrrr, sim_gfs
 from toolkit.virtual.refs import chunk_key
+from toolkit.virtual.write import virtual_config
 
-REPO = R.RepoRef(storage.open_store("memory://datasets-keys"))
 END = datetime(2025, 9, 1)
-HRRR = HrrrForecast(REPO, append_dim_end=END)
-GFS = GfsForecast(REPO, append_dim_end=END)
-GEFS = GefsForecast(REPO, append_dim_end=END)
+HRRR = hrrr(append_dim_end=END)
+GFS = gfs(append_dim_end=END)
+GEFS = gefs(append_dim_end=END)
 
 
-def test_registry_builds_every_dataset_from_repo_and_source():
-    assert set(DATASETS) == {"hrrr", "gfs", "gefs", "sim-gfs"}
-    assert DATASETS["sim-gfs"] is SimGfs
+def test_registry_builds_every_dataset_from_its_source():
+    assert set(DATASETS) == set(HOMES) == {"hrrr", "gfs", "gefs", "sim-gfs"}
+    assert DATASETS["sim-gfs"] is sim_gfs
     src = storage.open_store("memory://mirror")
     for name in ("hrrr", "gfs", "gefs"):
-        ds = DATASETS[name](REPO, source_store=src)
-        assert ds.repo == REPO and ds.source_store == src
-        assert (ds.__doc__ or "").strip()  # the CLI lists the first docstring line
+        ds = DATASETS[name](src)
+        assert ds.name == name and ds.source.store == src
+        assert ds.settings.home == HOMES[name]  # one bucket URL, declared by its source
+        assert DATASETS[name]().source.store.url == HOMES[name]
+        assert (DATASETS[name].__doc__ or "").strip()  # the CLI lists the first docstring line
+    with pytest.raises(ValueError, match="no bucket of its own"):
+        sim_gfs()
 
 
 def test_mirror_in_memory_is_refused_with_the_store_named():
-    ds = GfsForecast(REPO, source_store=storage.open_store("memory://m2"), append_dim_end=END)
+    ds = gfs(storage.open_store("memory://m2"), append_dim_end=END)
     with pytest.raises(ValueError, match="memory://m2"):
-        ds.virtual_config()
+        virtual_config(ds)
 
 
 @settings(max_examples=60, deadline=None)
@@ -46,22 +49,22 @@ def test_mirror_in_memory_is_refused_with_the_store_named():
 )
 def test_update_window_is_anchored_to_the_scheduled_fire(fire, which):
     fire64 = np.datetime64(fire, "ns")
-    start, end = which.operational_update_window(fire)
-    job = which.region(start, end)
-    inits = [x for x in which.template().coords["init_time"] if job.in_region(x)]
+    start, end = which.window(fire)
+    inits = [x for x in which.template.coords["init_time"] if in_region(x, start, end)]
     # the newest cycles at or before the fire, never one after it
-    assert len(inits) == which.update_cycles
-    assert max(inits) <= fire64 < max(inits) + np.timedelta64(which.init_freq_hours, "h")
-    assert np.all(np.diff(inits) == np.timedelta64(which.init_freq_hours, "h"))
+    every = np.timedelta64(which.window.every_hours, "h")
+    assert len(inits) == which.window.cycles == 2
+    assert max(inits) <= fire64 < max(inits) + every
+    assert np.all(np.diff(inits) == every)
     # a replacement process given the same scheduled fire computes the same window
-    assert which.operational_update_window(fire) == (start, end)
+    assert which.window(fire) == (start, end)
 
 
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_chunk_keys_land_on_exactly_the_labelled_chunk(data):
     ds = data.draw(st.sampled_from([HRRR, GFS, GEFS]))
-    t = ds.template()
+    t = ds.template
     geom = t.geometry()
     name = data.draw(st.sampled_from(sorted(v for v in t.variables if v != "spatial_ref")))
     dims = t.variables[name].dims
@@ -83,36 +86,34 @@ def test_chunk_keys_land_on_exactly_the_labelled_chunk(data):
 
 
 def test_gfs_pgrb2b_files_are_probed_at_a_level_they_own():
-    ds = GfsForecast(
-        REPO,
+    ds = gfs(
         first_init=datetime(2025, 8, 1),
         append_dim_end=datetime(2025, 8, 1, 6),
         source_file_types=("pgrb2", "pgrb2b"),
     )
-    t = ds.template()
+    t = ds.template
     assert len(t.coords["level"]) == 41 + 16
-    coords = ds.generate_source_file_coords()
+    coords = file_tasks(ds)
     assert len(coords) == 2 * 209
     geom = t.geometry()
     for c in coords[:4]:
-        var = ds.representative_var(c)
-        loc = ds.representative_probe_loc(c, var)
-        gv = ds.source().variable(var)
+        var, loc = probe(ds, c)
+        gv = ds.source.catalog.variable(var)
         if gv.is_vertical:
             assert gv.owner(float(loc["level"])) == c.file_type
         else:
             assert c.file_type == "pgrb2" and "level" not in loc
         assert chunk_key(geom, var, loc) is not None
     b = next(c for c in coords if c.file_type == "pgrb2b")
-    assert set(b.data_vars) == {v.name for v in ds.catalog() if v.is_vertical}
-    assert ds.representative_probe_loc(b, ds.representative_var(b))["level"] == 125.0
+    assert set(b.data_vars) == {v.name for v in ds.source.catalog.variables if v.is_vertical}
+    assert probe(ds, b)[1]["level"] == 125.0
 
 
 def test_split_sizes_keep_manifests_within_reader_budgets():
     """~16 B/ref: single-level manifests <= 3 MiB, isobaric <= 8 MiB, and >= 1000 refs each."""
     for ds in (HRRR, GFS, GEFS):
-        t = ds.template()
-        sizes = ds.split_sizes()
+        t = ds.template
+        sizes = ds.settings.split
         sizes = sizes if isinstance(sizes, dict) else {None: sizes}
         for name, v in t.variables.items():
             if name == "spatial_ref":
@@ -125,11 +126,11 @@ def test_split_sizes_keep_manifests_within_reader_budgets():
             refs = per_init * split
             budget = (8 if v.dims.count("level") else 3) * 2**20
             assert refs >= 1000 and refs * 16 <= budget, (ds, name, refs)
-    assert GFS.virtual_config().splitting is not None
+    assert virtual_config(GFS).splitting is not None
 
 
 def test_window_reaches_no_further_than_the_template():
     late = np.datetime64(END - timedelta(hours=1), "ns")
-    start, end = GFS.operational_update_window(late)
-    inits = [x for x in GFS.template().coords["init_time"] if GFS.region(start, end).in_region(x)]
+    start, end = GFS.window(late)
+    inits = [x for x in GFS.template.coords["init_time"] if in_region(x, start, end)]
     assert inits[-1] == np.datetime64(datetime(2025, 8, 31, 18), "ns")

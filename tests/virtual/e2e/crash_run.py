@@ -11,19 +11,21 @@ import sys
 
 import numpy as np
 
-from tests.virtual.e2e.hooks import ExitAt, sim_job
+from tests.virtual.e2e.hooks import ExitAt, at_steps, sim_job
+from toolkit.virtual.write import ensure_repo, run
 
 
 def main(argv: list[str]) -> int:
     mode, src, repo, replica, point = argv
-    job = sim_job(src, repo, replica, ExitAt(point))
-    if mode == "run":
-        job.ensure_repo()
-        job.run()
-    else:
-        from toolkit.virtual.backfill import backfill
+    job = sim_job(src, repo, replica)
+    with at_steps(ExitAt(point)):
+        if mode == "run":
+            ensure_repo(job)
+            run(job)
+        else:
+            from toolkit.virtual.backfill import backfill
 
-        backfill(job, start=np.datetime64("2025-08-01T00", "ns"), workers=2, executor="sync")
+            backfill(job, start=np.datetime64("2025-08-01T00", "ns"), workers=2, executor="sync")
     return 0
 
 

@@ -1,7 +1,10 @@
 """Crash hooks and a manifest fingerprint for the virtual crash tests.
 
-Importable by spawned Dask workers and by the crash subprocess. The hooks die for real
-(`os._exit` or SIGKILL of the calling process): nothing in Icechunk is mocked.
+The write loop announces each step of a commit's life as an audit event
+(`toolkit.virtual.write.AUDIT_EVENT`); `at_steps` hooks it in this process, `StepPlugin` in
+every worker of a Dask cluster. Importable by spawned Dask workers and by the crash
+subprocess. The hooks die for real (`os._exit` or SIGKILL of the calling process): nothing in
+Icechunk is mocked.
 """
 
 from __future__ import annotations
@@ -10,14 +13,20 @@ import asyncio
 import hashlib
 import os
 import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.demo import SimGfs
+from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.refs import ArrayGeometry
+from toolkit.virtual.write import AUDIT_EVENT, Job
 
 CRASH_EXIT = 17
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
@@ -54,12 +63,53 @@ class KillOnceAt:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def sim_job(src: str, repo: str, replica: str | None = None, hook: Any = None) -> SimGfs:
-    return SimGfs(
+_ACTIVE: list[Callable[[str], None]] = []
+
+
+def _dispatch(event: str, args: tuple[Any, ...]) -> None:
+    if event == AUDIT_EVENT:
+        for hook in list(_ACTIVE):
+            hook(args[0])
+
+
+def _install() -> None:
+    # Audit hooks cannot be removed: one dispatcher per process, hooks come and go in _ACTIVE.
+    if not getattr(sys, "_toolkit_step_dispatch", False):
+        sys.addaudithook(_dispatch)
+        sys._toolkit_step_dispatch = True  # type: ignore[attr-defined]
+
+
+@contextmanager
+def at_steps(hook: Callable[[str], None]) -> Iterator[None]:
+    """Call `hook(step)` at each step of a commit's life in this process, inside the block."""
+    _install()
+    _ACTIVE.append(hook)
+    try:
+        yield
+    finally:
+        _ACTIVE.remove(hook)
+
+
+class StepPlugin(WorkerPlugin):
+    """`hook(step)` at each step in every worker (a restarted worker gets it again)."""
+
+    def __init__(self, hook: Callable[[str], None]) -> None:
+        self.hook = hook
+
+    def setup(self, worker: Any) -> None:
+        _install()
+        _ACTIVE.append(self.hook)
+
+    def teardown(self, worker: Any) -> None:
+        if self.hook in _ACTIVE:
+            _ACTIVE.remove(self.hook)
+
+
+def sim_job(src: str, repo: str, replica: str | None = None) -> Job:
+    return Job(
+        sim_gfs(storage.open_store(src)),
         R.RepoRef(storage.open_store(repo)),
-        source_store=storage.open_store(src),
         replicas=(R.RepoRef(storage.open_store(replica)),) if replica else (),
-        crash_hook=hook,
     )
 
 

@@ -1,25 +1,94 @@
 """The virtual datasets this build knows, by name.
 
-`DATASETS[name](repo, source_store=None, **overrides)` builds the job; `source_store` points
-it at a mirror or a local copy instead of the dataset's own bucket (the simulated `sim-gfs`
-has no bucket of its own and needs one).
+`DATASETS[name](source_store=None, **overrides)` builds the `Dataset` value; `source_store`
+points it at a mirror or a local copy instead of the dataset's own bucket (the simulated
+`sim-gfs` has no bucket of its own and needs one). `HOMES[name]` is the bucket it reads by
+default. A user's own dataset is named `module:NAME` instead (see `docs/virtual.md`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import pathlib
+import sys
 from collections.abc import Callable
+from types import ModuleType
 
-from toolkit.virtual.datasets.gefs import GefsForecast
-from toolkit.virtual.datasets.gfs import GfsForecast
-from toolkit.virtual.datasets.hrrr import HrrrForecast
-from toolkit.virtual.demo import SimGfs
-from toolkit.virtual.job import VirtualRegionJob
+from toolkit import storage
+from toolkit.virtual.dataset import Dataset, with_source
+from toolkit.virtual.datasets.gefs import gefs
+from toolkit.virtual.datasets.gfs import gfs
+from toolkit.virtual.datasets.hrrr import hrrr
+from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR
 
-__all__ = ["DATASETS", "GefsForecast", "GfsForecast", "HrrrForecast"]
+__all__ = ["DATASETS", "HOMES", "build", "gefs", "gfs", "hrrr", "sim_gfs"]
 
-DATASETS: dict[str, Callable[..., VirtualRegionJob]] = {
-    "hrrr": HrrrForecast,
-    "gfs": GfsForecast,
-    "gefs": GefsForecast,
-    "sim-gfs": SimGfs,
+DATASETS: dict[str, Callable[..., Dataset]] = {
+    "hrrr": hrrr,
+    "gfs": gfs,
+    "gefs": gefs,
+    "sim-gfs": sim_gfs,
 }
+
+HOMES: dict[str, str | None] = {
+    "hrrr": HRRR.bucket,
+    "gfs": GFS.bucket,
+    "gefs": GEFS.bucket,
+    "sim-gfs": None,
+}
+
+
+def build(name: str, source_store: storage.Store | None = None) -> Dataset:
+    """The dataset called `name`: one this build knows, or a user's `module:NAME`.
+
+    `module` is an importable module (the current directory is searched too) or a path to a
+    `.py` file; `NAME` is a `Dataset` there, or a function taking the source store (or None)
+    and returning one. `source_store` re-points the dataset at a mirror or a local copy.
+    """
+    if name in DATASETS:
+        return DATASETS[name](source_store)
+    if ":" not in name:
+        raise ValueError(
+            f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}, "
+            "or your own as module:NAME"
+        )
+    where, _, attr = name.rpartition(":")
+    module = _import(where)
+    if not hasattr(module, attr):
+        raise ValueError(f"dataset {name!r}: {where} defines no {attr!r}; check the name after ':'")
+    obj = getattr(module, attr)
+    if isinstance(obj, Dataset):
+        return obj if source_store is None else with_source(obj, source_store)
+    if callable(obj) and not isinstance(obj, type):
+        ds = obj(source_store)
+        if isinstance(ds, Dataset):
+            return ds
+        raise ValueError(f"dataset {name!r}: {attr}() returned {type(ds).__name__}, not a Dataset")
+    raise ValueError(f"dataset {name!r}: {attr} is a {type(obj).__name__}, not a Dataset")
+
+
+def _import(where: str) -> ModuleType:
+    path = pathlib.Path(where)
+    if where.endswith(".py"):
+        if not path.is_file():
+            raise ValueError(f"dataset module {where}: no such file; check the path")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # so its values pickle by reference, like any module
+        spec.loader.exec_module(module)
+        return module
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as err:
+        if err.name and where.startswith(err.name):
+            raise ValueError(
+                f"dataset module {where!r} is not importable from {os.getcwd()}: put it on "
+                "PYTHONPATH, run from its folder, or name its file (path/to/file.py:NAME)"
+            ) from None
+        raise

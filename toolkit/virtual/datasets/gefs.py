@@ -7,51 +7,42 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
 
-import numpy as np
-
-from toolkit.virtual.datasets.common import NoaaDataset, hour_range
+from toolkit import storage
+from toolkit.virtual.dataset import Dataset
+from toolkit.virtual.datasets.common import forecast, hour_range, latlon_0p25, latlon_crs_attrs
 from toolkit.virtual.sources.noaa import GEFS, Member
 
-__all__ = ["MEMBERS", "GefsForecast"]
+__all__ = ["MEMBERS", "gefs"]
 
 MEMBERS: tuple[Member, ...] = (*range(31), "mean")
 
 
-def member_label(member: Member) -> str:
-    if member is None:
-        raise ValueError("GEFS files always belong to a member")
-    return str(member)
-
-
-@dataclass(frozen=True)
-class GefsForecast(NoaaDataset):
+def gefs(
+    source_store: storage.Store | None = None,
+    *,
+    first_init: datetime = datetime(2020, 10, 1),  # GEFSv12 on NODD
+    append_dim_end: datetime | None = None,
+    init_freq_hours: int = 6,
+    source_file_types: tuple[str, ...] | None = None,
+) -> Dataset:
     """NOAA GEFS 0.25° ensemble forecast (31 members + mean), 0-240 h, virtual over NODD."""
-
-    first_init: datetime = datetime(2020, 10, 1)  # GEFSv12 on NODD
-
-    bucket: ClassVar[str] = GEFS.bucket  # declared once, by the source
-    title: ClassVar[str] = "NOAA GEFS 0.25 degree ensemble forecast (virtual)"
-    source_cls: ClassVar[type] = GEFS
-
-    def default_file_types(self) -> tuple[str, ...]:
-        return ("pgrb2s",)
-
-    def lead_times(self) -> np.ndarray:
-        return hour_range(0, 240, 3)
-
-    def members(self) -> tuple[Member, ...]:
-        return MEMBERS
-
-    def member_label(self, member: Member) -> Any:
-        return member_label(member)
-
-    def member_labels(self) -> np.ndarray:
-        return np.array([member_label(m) for m in MEMBERS])
-
-    def split_sizes(self) -> int | dict[str | None, int]:
+    return forecast(
+        "gefs",
+        GEFS(),
+        title="NOAA GEFS 0.25 degree ensemble forecast (virtual)",
+        source_store=source_store,
+        file_types=source_file_types or ("pgrb2s",),
+        first_init=first_init,
+        append_dim_end=append_dim_end,
+        init_freq_hours=init_freq_hours,
+        allowed_init_freq=(6,),
+        lead_times=hour_range(0, 240, 3),
+        grid=latlon_0p25(),
+        crs=latlon_crs_attrs(),
         # 81 leads x 32 members = 2592 refs/init per array: 64 inits ~ 166k refs ~ 2.6 MiB.
-        return 64
+        split=64,
+        members=MEMBERS,
+        member_labels=tuple(str(m) for m in MEMBERS),
+    )

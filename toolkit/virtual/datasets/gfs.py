@@ -8,37 +8,54 @@ probe then sits at a level that file owns).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
 
 import numpy as np
 
-from toolkit.virtual.datasets.common import NoaaDataset, hour_range
+from toolkit import storage
+from toolkit.virtual.dataset import Dataset
+from toolkit.virtual.datasets.common import (
+    carried,
+    forecast,
+    hour_range,
+    latlon_0p25,
+    latlon_crs_attrs,
+)
 from toolkit.virtual.sources.noaa import GFS
 
-__all__ = ["GfsForecast", "gfs_lead_times"]
+__all__ = ["gfs", "gfs_lead_times"]
 
 
 def gfs_lead_times() -> np.ndarray:
     return np.concatenate([hour_range(0, 120), hour_range(123, 384, 3)])
 
 
-@dataclass(frozen=True)
-class GfsForecast(NoaaDataset):
+def gfs(
+    source_store: storage.Store | None = None,
+    *,
+    first_init: datetime = datetime(2021, 5, 1),
+    append_dim_end: datetime | None = None,
+    init_freq_hours: int = 6,
+    source_file_types: tuple[str, ...] | None = None,
+) -> Dataset:
     """NOAA GFS 0.25° global forecast, 0-384 h, virtual over NODD."""
-
-    first_init: datetime = datetime(2021, 5, 1)
-
-    bucket: ClassVar[str] = GFS.bucket  # declared once, by the source
-    title: ClassVar[str] = "NOAA GFS 0.25 degree forecast (virtual)"
-    source_cls: ClassVar[type] = GFS
-
-    def lead_times(self) -> np.ndarray:
-        return gfs_lead_times()
-
-    def split_sizes(self) -> int | dict[str | None, int]:
-        # single-level arrays: 209 refs/init, 500 inits ~ 104k refs ~ 1.7 MiB per manifest;
-        # isobaric groups: 209 x 41 refs/init, 40 inits ~ 343k refs ~ 5.5 MiB (bulk readers).
-        vertical = "|".join(v.name for v in self.catalog() if v.is_vertical)
-        return {f"^/({vertical})$": 40, None: 500} if vertical else 500
+    catalog = GFS()
+    file_types = source_file_types or ("pgrb2",)
+    # single-level arrays: 209 refs/init, 500 inits ~ 104k refs ~ 1.7 MiB per manifest;
+    # isobaric groups: 209 x 41 refs/init, 40 inits ~ 343k refs ~ 5.5 MiB (bulk readers).
+    vertical = "|".join(v.name for v in carried(catalog, file_types) if v.is_vertical)
+    return forecast(
+        "gfs",
+        catalog,
+        title="NOAA GFS 0.25 degree forecast (virtual)",
+        source_store=source_store,
+        file_types=file_types,
+        first_init=first_init,
+        append_dim_end=append_dim_end,
+        init_freq_hours=init_freq_hours,
+        allowed_init_freq=(6,),
+        lead_times=gfs_lead_times(),
+        grid=latlon_0p25(),
+        crs=latlon_crs_attrs(),
+        split={f"^/({vertical})$": 40, None: 500} if vertical else 500,
+    )

@@ -7,17 +7,17 @@ GRIB messages scan it. By default the 6-hourly long cycles (00/06/12/18 UTC, lea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from toolkit.virtual.datasets.common import EARTH_RADIUS, NoaaDataset, hour_range
+from toolkit import storage
+from toolkit.virtual.dataset import Dataset, ShortCycles
+from toolkit.virtual.datasets.common import EARTH_RADIUS, forecast, hour_range
 from toolkit.virtual.sources.noaa import HRRR
 
-__all__ = ["HrrrForecast", "hrrr_xy"]
+__all__ = ["hrrr", "hrrr_xy"]
 
 NY, NX = 1059, 1799
 DX = 3000.0
@@ -36,53 +36,44 @@ def hrrr_xy() -> dict[str, np.ndarray]:
     return {"y": Y0 + DX * np.arange(NY), "x": X0 + DX * np.arange(NX)}
 
 
-@dataclass(frozen=True)
-class HrrrForecast(NoaaDataset):
+def lcc_crs_attrs() -> dict[str, Any]:
+    return {
+        "grid_mapping_name": "lambert_conformal_conic",
+        "standard_parallel": [38.5, 38.5],
+        "longitude_of_central_meridian": 262.5,
+        "latitude_of_projection_origin": 38.5,
+        "false_easting": 0.0,
+        "false_northing": 0.0,
+        "earth_radius": EARTH_RADIUS,
+        "spatial_ref": PROJ4,
+        "GeoTransform": f"{X0 - DX / 2} {DX} 0 {Y0 - DX / 2} 0 {DX}",
+    }
+
+
+def hrrr(
+    source_store: storage.Store | None = None,
+    *,
+    first_init: datetime = datetime(2020, 12, 3),  # HRRRv4: 48 h leads on the long cycles
+    append_dim_end: datetime | None = None,
+    init_freq_hours: int = 6,
+    source_file_types: tuple[str, ...] | None = None,
+) -> Dataset:
     """HRRR CONUS 3 km surface forecast (wrfsfc), 48 h long cycles, virtual over NODD."""
-
-    first_init: datetime = datetime(2020, 12, 3)  # HRRRv4: 48 h leads on the long cycles
-
-    bucket: ClassVar[str] = HRRR.bucket  # declared once, by the source
-    title: ClassVar[str] = "NOAA HRRR CONUS surface forecast (virtual)"
-    source_cls: ClassVar[type] = HRRR
-    grid_dims: ClassVar[tuple[str, ...]] = ("y", "x")
-    allowed_init_freq: ClassVar[tuple[int, ...]] = (6, 1)
-
-    def lead_times(self) -> np.ndarray:
-        return hour_range(0, 48)
-
-    def leads(self, init: np.datetime64) -> Any:
-        hour = int((np.datetime64(init, "h").astype("int64")) % 24)
-        leads = self.template().coords["lead_time"]
-        if hour % 6 == 0:
-            return leads
-        return leads[leads <= np.timedelta64(SHORT_CYCLE_MAX_LEAD_H, "h")]
-
-    def grid(self) -> Mapping[str, np.ndarray]:
-        return hrrr_xy()
-
-    def crs_attrs(self) -> dict[str, Any]:
-        return {
-            "grid_mapping_name": "lambert_conformal_conic",
-            "standard_parallel": [38.5, 38.5],
-            "longitude_of_central_meridian": 262.5,
-            "latitude_of_projection_origin": 38.5,
-            "false_easting": 0.0,
-            "false_northing": 0.0,
-            "earth_radius": EARTH_RADIUS,
-            "spatial_ref": PROJ4,
-            "GeoTransform": f"{X0 - DX / 2} {DX} 0 {Y0 - DX / 2} 0 {DX}",
-            "comment": "fill-valued on purpose: a CRS carrier, no data",
-        }
-
-    def coord_attrs(self) -> dict[str, dict[str, Any]]:
-        return {
-            **super().coord_attrs(),
-            "x": {"units": "m", "standard_name": "projection_x_coordinate"},
-            "y": {"units": "m", "standard_name": "projection_y_coordinate"},
-        }
-
-    def split_sizes(self) -> int | dict[str | None, int]:
+    return forecast(
+        "hrrr",
+        HRRR(),
+        title="NOAA HRRR CONUS surface forecast (virtual)",
+        source_store=source_store,
+        file_types=source_file_types or ("sfc",),
+        first_init=first_init,
+        append_dim_end=append_dim_end,
+        init_freq_hours=init_freq_hours,
+        allowed_init_freq=(6, 1),
+        lead_times=hour_range(0, 48),
+        grid=hrrr_xy(),
+        crs=lcc_crs_attrs(),
         # 49 refs per init per array: 1000 inits ~ 49k refs ~ 0.8 MiB per manifest; an
         # operational commit rewrites ~19 arrays x 49k refs ~ 1M refs.
-        return 1000
+        split=1000,
+        leads=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
+    )

@@ -136,7 +136,12 @@ class KnownMissing:
 
 @dataclass
 class NoaaSource:
-    """A NODD bucket whose GRIB files carry a wgrib2 `.idx` sidecar. Subclasses fill in layout."""
+    """A bucket whose GRIB files carry a wgrib2 `.idx` sidecar: its key layout and catalog.
+
+    `key_format` spells a data file's key from `init` (a datetime), `lead` (whole hours),
+    `file_type` and `member`, e.g. ``"{init:%Y%m%d}/model.t{init:%H}z.{file_type}.f{lead:03d}"``;
+    HRRR, GFS and GEFS compute theirs.
+    """
 
     bucket: str = ""
     variables: tuple[GribVariable, ...] = ()
@@ -144,6 +149,7 @@ class NoaaSource:
     name: str = "noaa"
     region: str = "us-east-1"
     file_types: tuple[str, ...] = field(default_factory=tuple)
+    key_format: str = ""
 
     def __post_init__(self) -> None:
         self._check_catalog()
@@ -152,7 +158,11 @@ class NoaaSource:
     def data_key(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
     ) -> str:
-        raise NotImplementedError
+        if not self.key_format:
+            raise ValueError(f"{self.name}: no key_format: say how a data file's key is spelled")
+        return self.key_format.format(
+            init=init, lead=lead_hours(lead), file_type=file_type, member=member
+        )
 
     def index_key(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None

@@ -1,0 +1,146 @@
+"""A virtual dataset as one frozen value, and the pure rules over it.
+
+`Dataset` = a `Template` (what the store looks like), a `GribSource` (where the files are and
+what each carries), the rules for which leads an init publishes and which cycles an update
+fire takes, and the repo settings (the provider's container, manifest splitting). Real and
+user datasets are values built by small functions (`toolkit.virtual.datasets`,
+`toolkit.virtual.define`); nothing subclasses anything. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.virtual.refs import canon
+from toolkit.virtual.source import GribCoord, GribSource, coord, probe_loc, probe_var, variables_of
+from toolkit.virtual.template import Template
+
+if TYPE_CHECKING:
+    from toolkit.storage import Store
+
+__all__ = [
+    "AllLeads",
+    "Dataset",
+    "LatestCycles",
+    "RepoSettings",
+    "ShortCycles",
+    "file_tasks",
+    "in_region",
+    "probe",
+    "with_source",
+]
+
+
+@dataclass(frozen=True)
+class AllLeads:
+    """Every init publishes every template lead."""
+
+    def __call__(self, init: np.datetime64, leads: np.ndarray) -> np.ndarray:
+        return leads
+
+
+@dataclass(frozen=True)
+class ShortCycles:
+    """Inits on the `every_hours` cycles publish every lead; the others up to `max_lead_hours`
+    (HRRR: 48 h on 00/06/12/18 UTC, 18 h on the other hours)."""
+
+    every_hours: int
+    max_lead_hours: int
+
+    def __call__(self, init: np.datetime64, leads: np.ndarray) -> np.ndarray:
+        hour = int(np.datetime64(init, "h").astype("int64")) % 24
+        if hour % self.every_hours == 0:
+            return leads
+        return leads[leads <= np.timedelta64(self.max_lead_hours, "h")]
+
+
+@dataclass(frozen=True)
+class LatestCycles:
+    """An update fire takes the `cycles` newest `every_hours` cycles at or before the fire."""
+
+    cycles: int
+    every_hours: int
+
+    def __call__(self, fire_time: Any) -> tuple[np.datetime64, np.datetime64]:
+        fire = np.datetime64(fire_time, "ns")
+        step = np.timedelta64(self.every_hours, "h").astype("timedelta64[ns]").astype("int64")
+        ns = fire.astype("int64")
+        newest = np.datetime64(int(ns - ns % step), "ns")
+        start = newest - np.timedelta64(self.every_hours * (self.cycles - 1), "h")
+        return start, fire + np.timedelta64(1, "ns")
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    """The repo's config as plain data (Icechunk's objects do not pickle; built where used).
+
+    `home` is the provider's bucket (an anonymous S3 container in `home_region`); a source
+    read from anywhere else gets a container of its own. `split` sizes manifests along the
+    append dim: an int, or `{path regex: size, None: default}`; None keeps one manifest.
+    """
+
+    split: int | Mapping[str | None, int] | None = 1000
+    home: str | None = None
+    home_region: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """One virtual dataset: what it writes, where it reads, and its rules."""
+
+    name: str
+    template: Template
+    source: GribSource
+    settings: RepoSettings = field(default_factory=RepoSettings)
+    window: Any = None  # fire time -> (start, end): LatestCycles or any picklable callable
+    leads: Any = field(default_factory=AllLeads)  # (init, template leads) -> published leads
+    title: str = ""
+
+    @property
+    def append_dim(self) -> str:
+        return self.template.append_dim
+
+
+def in_region(label: Any, start: Any, end: Any) -> bool:
+    c = canon(label)
+    return (start is None or c >= canon(start)) and (end is None or c < canon(end))
+
+
+def file_tasks(dataset: Dataset, start: Any = None, end: Any = None) -> list[GribCoord]:
+    """Every file the template expects in [start, end), in append-dim order (pure).
+
+    A file's variables depend only on its (file type, lead): matched against the catalog once
+    per pair, not once per file (most of a plan's time otherwise).
+    """
+    t, src = dataset.template, dataset.source
+    all_leads = t.coords["lead_time"]
+    names: dict[tuple[str, Any], tuple[str, ...]] = {}
+    out: list[GribCoord] = []
+    for init in t.coords[t.append_dim]:
+        if not in_region(init, start, end):
+            continue
+        for lead in dataset.leads(init, all_leads):
+            for m in src.members:
+                for ft in src.file_types:
+                    pair = (ft, lead)
+                    if pair not in names:
+                        names[pair] = variables_of(src, ft, lead)
+                    if names[pair]:
+                        out.append(coord(src, init, lead, m, ft, names[pair]))
+    return out
+
+
+def probe(dataset: Dataset, c: GribCoord) -> tuple[str, dict[str, Any]]:
+    """The (variable, out_loc) cell whose presence in the manifest says "file `c` is in"."""
+    var = probe_var(dataset.template, c)
+    return var, probe_loc(dataset.source, dataset.template, c, var)
+
+
+def with_source(dataset: Dataset, store: Store) -> Dataset:
+    """The same dataset read from `store` (a mirror, a local copy, an emulator)."""
+    return dataclasses.replace(dataset, source=dataclasses.replace(dataset.source, store=store))

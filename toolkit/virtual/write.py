@@ -1,0 +1,342 @@
+"""The write loop shared by backfills and operational updates, as plain functions over a `Job`.
+
+A `Job` is a dataset, the repo it writes (and its replicas), a region of the append dim and
+how to run there. The functions own the manifest filter (one probe per file, never a source
+byte), the tick loop, whole-file atomic commits that grow the append dim in the same commit,
+unreadable-file skipping, replicas-then-primary and the metadata refresh. A job pickles (it
+holds Stores and RepoRefs, never Icechunk objects), so it runs in-process or in a graph node.
+
+Each step of a commit's life is announced as the audit event ``toolkit.virtual.step`` with
+the step's name (one of `STEPS`): fault-injection tests hook it to kill the process there;
+with no audit hook installed it costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolkit.virtual import repo as R
+from toolkit.virtual.dataset import Dataset, file_tasks, in_region, probe
+from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
+from toolkit.virtual.read import discover, file_refs
+from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_key
+from toolkit.virtual.source import expected_cells, with_modified
+from toolkit.virtual.template import Template
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "STEPS",
+    "Batch",
+    "Job",
+    "RunResult",
+    "Skipped",
+    "commit_batch",
+    "ensure_repo",
+    "expected_of",
+    "filter_already_present",
+    "process_virtual_refs",
+    "refresh",
+    "run",
+    "virtual_config",
+    "write_refs",
+]
+
+Batch = list[tuple[SourceFileCoord, list[VirtualRef]]]
+
+AUDIT_EVENT = "toolkit.virtual.step"
+# The steps announced, in order of a commit's life:
+#   before_set_refs       the append dim is grown in the session, no ref set yet
+#   after_set_refs        every ref of the batch set, nothing committed
+#   after_replica_commit  each replica committed, the primary not yet
+#   finalize_after_replica  backfill finalize: replicas reset, the primary not yet
+#   worker_forked         backfill worker: refs written into its fork, not yet returned
+#   committed             the primary committed a batch (second argument: its file keys)
+STEPS = (
+    "before_set_refs",
+    "after_set_refs",
+    "after_replica_commit",
+    "finalize_after_replica",
+    "worker_forked",
+    "committed",
+)
+
+
+def step(name: str, *details: Any) -> None:
+    """Announce a step of a commit's life (see the module docstring)."""
+    sys.audit(AUDIT_EVENT, name, *details)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    url: str
+    reason: str
+
+
+@dataclass
+class RunResult:
+    ingested: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    refs: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """Write `dataset` into `repo` (and `replicas`), append-dim labels [start, end).
+
+    `processing_mode="backfill"` sweeps once; `"update"` polls every `tick_interval` until all
+    is ingested or `poll_deadline` (epoch seconds) passes.
+    """
+
+    dataset: Dataset
+    repo: R.RepoRef
+    start: Any = None
+    end: Any = None
+    replicas: tuple[R.RepoRef, ...] = ()
+    processing_mode: Literal["backfill", "update"] = "backfill"
+    branch: str = "main"
+    poll_deadline: float | None = None
+    overwrite_chunks: bool = False
+    tick_interval: float = 1.0
+    download_concurrency: int = 64
+
+    @property
+    def template(self) -> Template:
+        return self.dataset.template
+
+    @property
+    def repos(self) -> tuple[R.RepoRef, ...]:
+        """Replicas first, then the primary (which defines "committed")."""
+        return (*self.replicas, self.repo)
+
+    def region(self, start: Any, end: Any, **changes: Any) -> Job:
+        return dataclasses.replace(self, start=start, end=end, **changes)
+
+    def files(self) -> list[Any]:
+        """Every file the template expects in the job's region (pure)."""
+        return file_tasks(self.dataset, self.start, self.end)
+
+    def in_region(self, label: Any) -> bool:
+        return in_region(label, self.start, self.end)
+
+
+def virtual_config(dataset: Dataset) -> R.VirtualConfig:
+    """The repo's Icechunk config: the provider's bucket as a container (anonymous), one for
+    the store the source is read from when that is elsewhere, manifests split by settings."""
+    s, store = dataset.settings, dataset.source.store
+    containers = []
+    if s.home:
+        containers.append(R.s3_container(s.home, region=s.home_region))
+    if not s.home or store.url.rstrip("/") != s.home.rstrip("/"):
+        containers.append(R.container_for(store))
+    return R.VirtualConfig(containers, R.manifest_append_dim_split(dataset.append_dim, s.split))
+
+
+# ----------------------------------------------------------------------------- the filter
+
+
+def probe_key(job: Job, geom: Any, c: SourceFileCoord) -> ChunkKey | None:
+    var, loc = probe(job.dataset, c)  # type: ignore[arg-type]
+    return chunk_key(geom, var, loc)
+
+
+def filter_already_present(
+    job: Job, coords: Sequence[SourceFileCoord], session: Any | None = None
+) -> list[SourceFileCoord]:
+    """Files whose probe chunk is not in the manifest. Manifest probes only."""
+    if session is None:
+        session = R.readonly(job.repo.open(), job.branch)
+    extent = committed_extent(session, job.template)
+    if extent is None:
+        return list(coords)
+    geom = job.template.geometry(extent)
+    probes = [(c, probe_key(job, geom, c)) for c in coords]
+    cells = [(k.variable, k.index) for _, k in probes if k is not None]
+    present = dict(zip(cells, R.chunks_present(session, cells), strict=True))
+    return [c for c, k in probes if k is None or not present[(k.variable, k.index)]]
+
+
+def ingested_through(job: Job, session: Any) -> Any:
+    t = job.template
+    n = committed_extent(session, t) or 0
+    return t.coords[t.append_dim][n - 1] if n else None
+
+
+def expected_of(job: Job, c: SourceFileCoord) -> list[tuple[str, dict[str, Any]]]:
+    """Every (variable, out_loc) chunk file `c` should fill, for completeness validation."""
+    return expected_cells(job.dataset.source, job.template, c)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- the tick loop
+
+
+def refs_or_skip(job: Job, c: SourceFileCoord, size: int, modified: Any = None) -> Any:
+    """The file's refs, or `Skipped` with the reason: an unreadable file must not sink a commit."""
+    try:
+        refs = file_refs(job.dataset.source, c, size)  # type: ignore[arg-type]
+    except Exception as err:
+        log.warning("skipping %s: %s", c.get_url(), err)
+        return Skipped(c.get_url(), f"{type(err).__name__}: {err}")
+    if not refs:
+        return Skipped(c.get_url(), "file contributed no refs")
+    return with_modified(refs, c.get_url(), modified)
+
+
+def process_virtual_refs(
+    job: Job,
+    remaining: Sequence[SourceFileCoord],
+    skipped: list[Skipped] | None = None,
+    on_tick: Callable[[], None] | None = None,
+    on_file: Callable[[int], None] | None = None,
+) -> Iterator[Batch]:
+    """Yield batches of whole files with their refs; each batch is one commit.
+
+    `on_tick` runs at the start of every sweep (the update renews its lease there);
+    `on_file(n)` hears that n of `remaining` are done (read, or skipped with a reason).
+    """
+    pending = list(remaining)
+    skipped = skipped if skipped is not None else []
+    finished = 0
+    while pending:
+        tick = time.monotonic()
+        if on_tick is not None:
+            on_tick()
+        available = discover(job.dataset.source, pending)
+        batch: Batch = []
+        done: set[str] = set()
+        with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:
+            results = pool.map(lambda a: refs_or_skip(job, *a), available)
+            for (c, *_), res in zip(available, results, strict=True):
+                done.add(c.key)
+                if on_file is not None:
+                    on_file(finished + len(done))
+                if isinstance(res, Skipped):
+                    skipped.append(res)
+                else:
+                    batch.append((c, res))
+        finished += len(done)
+        pending = [c for c in pending if c.key not in done]
+        if batch:
+            yield batch
+        if job.processing_mode == "backfill" or not pending:
+            return
+        if job.poll_deadline is not None and time.time() >= job.poll_deadline:
+            return
+        wait = job.tick_interval - (time.monotonic() - tick)
+        if job.poll_deadline is not None:
+            wait = min(wait, job.poll_deadline - time.time())
+        if wait > 0:
+            time.sleep(wait)
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> int:
+    """Set every ref of `batch` in `session` (growing the append dim first if allowed)."""
+    t = job.template
+    if grow:
+        need = 1 + max(t.position(c.out_loc()[t.append_dim]) for c, _ in batch)
+        sync_dims_to(session, t, need)
+    extent = committed_extent(session, t)
+    geom = t.geometry(extent)
+    by_var: dict[str, list[tuple[tuple[int, ...], str, int, int, Any]]] = {}
+    for c, refs in batch:
+        cells = set()
+        for r in refs:
+            ck = chunk_key(geom, r.variable, r.loc)
+            if ck is None:
+                raise ValueError(
+                    f"{c.get_url()}: ref {r.variable} at {r.loc} is outside "
+                    f"the store's extent ({extent} {t.append_dim} positions)"
+                )
+            cells.add(ck.key)
+            by_var.setdefault(r.variable, []).append(
+                (ck.index, r.location, r.offset, r.length, r.last_modified)
+            )
+        p = probe_key(job, geom, c)
+        if p is None or p.key not in cells:
+            raise AssertionError(
+                f"{c.get_url()}: its refs do not cover the probed cell "
+                f"{p.key if p else None}; the filter would never see it ingested"
+            )
+    step("before_set_refs")
+    return sum(R.set_virtual_refs(session, v, specs) for v, specs in by_var.items())
+
+
+def commit_batch(
+    job: Job, batch: Batch, *, grow: bool = True, metadata: Mapping[str, Any] | None = None
+) -> str:
+    """Replicas first, then the primary (which defines "committed"); returns the primary's id.
+
+    A crash between the two leaves a replica a commit ahead: the filter probes the primary,
+    so the rerun re-emits the same refs to both (idempotent).
+    """
+    if not batch:
+        raise ValueError("refusing to commit an empty batch")
+    meta = {
+        **(metadata or {}),
+        "files": len(batch),
+        "refs": sum(len(r) for _, r in batch),
+        "mode": job.processing_mode,
+    }
+    msg = f"{job.processing_mode}: {len(batch)} file(s)"
+    snap = ""
+    for i, ref in enumerate(job.repos):
+        if i:
+            step("after_replica_commit")
+        session = R.writable(ref.open(), job.branch)
+        write_refs(job, session, batch, grow=grow)
+        step("after_set_refs")
+        snap = R.commit(session, msg, meta)
+    step("committed", tuple(c.key for c, _ in batch))
+    return snap
+
+
+def run(job: Job) -> RunResult:
+    """Filter, then commit each yield (one tick's whole files) to `job.branch`."""
+    result = RunResult()
+    coords = job.files()
+    session = R.readonly(job.repo.open(fresh=True), job.branch)
+    todo = coords if job.overwrite_chunks else filter_already_present(job, coords, session)
+    for batch in process_virtual_refs(job, todo, result.skipped):
+        result.commits.append(commit_batch(job, batch))
+        result.ingested.extend(c.key for c, _ in batch)
+        result.refs += sum(len(r) for _, r in batch)
+    seen = set(result.ingested) | {s.url for s in result.skipped}
+    result.pending = [c.key for c in todo if c.key not in seen]
+    return result
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def ensure_repo(job: Job, extent: int | None = None) -> Any:
+    """Create the repo (and replicas) with the dataset's config if missing; write the template."""
+    for ref in job.repos:
+        repo = R.open_or_create(ref.store, virtual_config(job.dataset))
+        if committed_extent(R.readonly(repo, "main"), job.template) is None:
+            s = R.writable(repo, "main")
+            write_template(s, job.template, extent or 0)
+            R.commit(s, "template")
+    return job.repo.open(fresh=True)
+
+
+def refresh(job: Job) -> str | None:
+    """Rewrite template attrs and coordinate fixes at the committed extent of every repo;
+    commit only on a real change; refuse structural drift. The primary's new snapshot or None."""
+    snap = None
+    for ref in job.repos:
+        session = R.writable(ref.open(fresh=True), job.branch)
+        if refresh_metadata(session, job.template, ref.url) and R.has_changes(session):
+            snap = R.commit(session, "refresh metadata", {"mode": "refresh"})
+    return snap
