@@ -127,8 +127,12 @@ def _index(offsets: list[int], labels: list[str] | None = None) -> str:
         (_index([0, 100, 100], ["1", "2.1", "2.3"]), "follows"),
         (_index([0, 100, 120], ["1", "2.1", "2.2"]), "sub-message 2.2 at offset 120"),
         (_index([0, 100], ["1", "2.2"]), "starts mid-message"),
-        ("1:0:d=2025080100:A:surface:anl:\ngarbage\n", "invalid idx line 2"),
-        ("1:zero:d=2025080100:A:surface:anl:\n", "invalid idx line"),
+        ("1:0:d=2025080100:A:surface:anl:\ngarbage\n", "line 2 is not a wgrib2 inventory line"),
+        ("1:zero:d=2025080100:A:surface:anl:\n", "line 1 is not a wgrib2 inventory line"),
+        ("1:-5:d=2025080100:A:surface:anl:\n", "line 1 is not a wgrib2 inventory line"),
+        ("1.x:0:d=2025080100:A:surface:anl:\n", "line 1 is not a wgrib2 inventory line"),
+        ("1:0:d=2025080100\n", "line 1 is not a wgrib2 inventory line"),
+        ("1:0:d=20250801:A:surface:anl:\n", "reference date 'd=20250801' is not d=YYYYMMDDHH"),
     ],
 )
 def test_invalid_indexes_name_the_file_and_reason(text: str, reason: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from toolkit import storage
 from toolkit.virtual.grib.errors import InvalidIndexError, MissingDataFileError
-from toolkit.virtual.grib.index import IndexRecord, parse_index, with_byte_ranges
+from toolkit.virtual.grib.index import Inventory, last_offset, scan_index, with_byte_ranges
 from toolkit.virtual.grib.message import INDICATOR_SIZE, MessageSpan, scan_messages
 
 
@@ -17,7 +17,7 @@ def object_url(store: storage.Store, key: str) -> str:
     return f"{store.url.rstrip('/')}/{key.lstrip('/')}"
 
 
-def read_index(store: storage.Store, key: str) -> list[IndexRecord]:
+def read_index(store: storage.Store, key: str) -> Inventory:
     """GET and parse an index; its last record's length stays open (see `locate`)."""
     url = object_url(store, key)
     data = storage.get(store, key).data
@@ -25,7 +25,7 @@ def read_index(store: storage.Store, key: str) -> list[IndexRecord]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InvalidIndexError(url, f"not UTF-8 text ({err.reason} at byte {err.start})") from None
-    return parse_index(text, url)
+    return scan_index(text, url)
 
 
 def locate(
@@ -35,7 +35,7 @@ def locate(
     *,
     file_size: int | None = None,
     index_store: storage.Store | None = None,
-) -> list[IndexRecord]:
+) -> Inventory:
     """Records of `data_key` with byte ranges, proven against the data file as it is now.
 
     `file_size` (from the listing that discovered the file) saves a HEAD. Raises
@@ -51,7 +51,7 @@ def locate(
             raise MissingDataFileError(
                 url, f"index {index_key} exists but the data file does not"
             ) from None
-    last = records[-1].offset
+    last = last_offset(records)
     header = b""
     if last < file_size:
         try:

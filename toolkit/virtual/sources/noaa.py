@@ -11,12 +11,13 @@ both carry. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
-from toolkit.virtual.grib.index import IndexRecord, Window
+from toolkit.virtual.grib.index import IndexRecord, Inventory, Window
 
 Member = (
     int | str | None
@@ -227,9 +228,29 @@ class NoaaSource:
         lead = as_lead(lead)
         return [f for f in self._owned(file_type, variables) if f.variable.window(lead) is None]
 
+    def _wanted(
+        self, file_type: str, lead: timedelta, variables: Iterable[GribVariable] | None
+    ) -> list[tuple[Field, str, str, Window | None, str]]:
+        """(field, element, level, window, its spelling) of every owned field: what a match
+        looks up, the same for every file of a (file type, lead); memoized on the instance."""
+        memo: dict[Any, Any] = self.__dict__.setdefault("_wanted_memo", {})
+        key = (file_type, lead)
+        if variables is None and key in memo:
+            return memo[key]
+        out = []
+        for fld in self.fields(file_type, lead, variables):
+            var = fld.variable
+            want = var.window(lead)
+            out.append(
+                (fld, var.element, var.index_level(fld.level), want, want.render() if want else "")
+            )
+        if variables is None:
+            memo[key] = out
+        return out
+
     def match(
         self,
-        records: list[IndexRecord],
+        records: Sequence[IndexRecord],
         file_type: str,
         lead: timedelta | int,
         member: Member = None,
@@ -239,24 +260,22 @@ class NoaaSource:
     ) -> dict[Field, IndexRecord]:
         """Each owned field's one record. A field with no record raises MissingRecordError
         (naming the file) unless it is known-missing; a field with several is an invalid index.
-        Sub-message fields a reference cannot isolate are refused (SubMessageError)."""
+        Sub-message fields a reference cannot isolate are refused (SubMessageError).
+
+        Only the records spelled as a field is (element, level) are looked at, and only their
+        windows parsed: a catalog takes a few dozen of a real inventory's ~700 records."""
         lead = as_lead(lead)
-        by_key: dict[tuple[str, str, Window | None], list[IndexRecord]] = {}
-        for rec in records:
-            by_key.setdefault((rec.element, rec.level, rec.window), []).append(rec)
+        lookup = _lookup(records)
         found: dict[Field, IndexRecord] = {}
         missing: list[str] = []
-        for fld in self.fields(file_type, lead, variables):
-            var = fld.variable
-            level = var.index_level(fld.level)
-            hits = by_key.get((var.element, level, var.window(lead)), [])
+        for fld, element, level, want, text in self._wanted(file_type, lead, variables):
+            hits = lookup(element, level, want, text)
             if len(hits) > 1:
                 labels = ", ".join(h.label for h in hits)
                 raise InvalidIndexError(url, f"{fld.describe(lead)} matches records {labels}")
             if not hits:
                 if not any(
-                    k.covers(file_type, var.element, level, lead, member)
-                    for k in self.known_missing
+                    k.covers(file_type, element, level, lead, member) for k in self.known_missing
                 ):
                     missing.append(fld.describe(lead))
                 continue
@@ -268,6 +287,18 @@ class NoaaSource:
             )
             raise MissingRecordError(url, f"index lacks {len(missing)} expected record(s): {shown}")
         return found
+
+
+def _lookup(records: Sequence[IndexRecord]) -> Callable[..., list[Any]]:
+    """Records by (element, level, window): the inventory's own lookup, or one over a list."""
+    if isinstance(records, Inventory):
+        return records.lookup
+    by_key: dict[tuple[str, str], list[IndexRecord]] = {}
+    for rec in records:
+        by_key.setdefault((rec.element, rec.level), []).append(rec)
+    return lambda element, level, window, _text=None: [
+        r for r in by_key.get((element, level), []) if r.window == window
+    ]
 
 
 def _ymd(init: datetime) -> str:
