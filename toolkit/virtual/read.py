@@ -1,7 +1,8 @@
 """Reading a GRIB2 source: what it lists now, and one file's refs. The I/O half of `source`.
 
-Listing is one request per directory; a file's refs are an index GET, a 16-byte header check
-of its last message and the catalog match (`toolkit.virtual.sources.resolve`).
+Listing is one request per directory; a file's refs are an index GET and a 16-byte ranged GET
+at its last message (`fetch`, I/O, run in threads), then the parse, the stale-header check and
+the catalog match (`refs_from`, CPU, run in one thread: threads only contend for the GIL).
 """
 
 from __future__ import annotations
@@ -9,13 +10,17 @@ from __future__ import annotations
 import datetime as _dt
 import posixpath
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from toolkit import storage
+from toolkit.virtual.grib.errors import InvalidIndexError, MissingDataFileError
+from toolkit.virtual.grib.fetch import object_url
+from toolkit.virtual.grib.index import check_init, scan_index, with_byte_ranges
+from toolkit.virtual.grib.message import INDICATOR_SIZE
 from toolkit.virtual.refs import SourceFileCoord, VirtualRef
 from toolkit.virtual.source import GribCoord, GribSource, as_datetime, as_timedelta
-from toolkit.virtual.sources.resolve import resolve_file
 
-__all__ = ["Available", "discover", "file_refs", "list_available"]
+__all__ = ["Available", "Fetched", "discover", "fetch", "file_refs", "list_available", "refs_from"]
 
 # (coord, size, last_modified): a file the source lists now
 Available = tuple[SourceFileCoord, int, _dt.datetime | None]
@@ -58,24 +63,75 @@ def discover(source: GribSource, pending: Sequence[SourceFileCoord]) -> list[Ava
     )
 
 
-def file_refs(source: GribSource, c: GribCoord, size: int) -> list[VirtualRef]:
-    """The file's refs: its index read, its last message's header checked, the catalog matched."""
-    resolved = resolve_file(
-        source.store,
-        source.catalog,
-        as_datetime(c.init_time),
-        as_timedelta(c.lead_time),
-        c.file_type,
-        c.member,
-        file_size=size,
+@dataclass(frozen=True)
+class Fetched:
+    """A file's bytes the refs need, fetched: its index and the 16 bytes at its last offset."""
+
+    key: str
+    size: int
+    index: bytes
+    last: int | None  # the last record's offset as the raw index spells it
+    header: bytes
+
+
+def fetch(source: GribSource, c: GribCoord, size: int) -> Fetched:
+    """The I/O half of `file_refs` (threads overlap it): the index GET, then the 16-byte ranged
+    GET at its last record's offset, read off the index's last line without parsing the rest
+    (`refs_from` checks it against the full parse)."""
+    key = source.catalog.data_key(
+        as_datetime(c.init_time), as_timedelta(c.lead_time), c.file_type, c.member
     )
-    if resolved.url != c.get_url():
-        raise ValueError(f"resolved {resolved.url} for coord {c.get_url()}")
+    index = bytes(storage.get(source.store, f"{key}.idx").data)
+    last = _last_offset(index)
+    return Fetched(key, size, index, last, _header(source, key, last, size))
+
+
+def _last_offset(index: bytes) -> int | None:
+    try:
+        return int(index.rstrip().rsplit(b"\n", 1)[-1].split(b":", 2)[1])
+    except (IndexError, ValueError):
+        return None  # the full parse says what is wrong
+
+
+def _header(source: GribSource, key: str, last: int | None, size: int) -> bytes:
+    if last is None or not 0 <= last < size:
+        return b""
+    try:
+        return bytes(storage.get_range(source.store, key, last, min(INDICATOR_SIZE, size - last)))
+    except storage.NotFound:
+        url = object_url(source.store, key)
+        raise MissingDataFileError(
+            url, f"index {key}.idx exists but the data file does not"
+        ) from None
+
+
+def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef]:
+    """The CPU half of `file_refs`: parse and validate the index, prove it against the data
+    file's header (stale check), check its init time, match the catalog, make the refs."""
+    url = c.get_url()
+    try:
+        text = got.index.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidIndexError(
+            f"{url}.idx", f"not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
+    inventory = scan_index(text, f"{url}.idx")
+    header = got.header
+    if inventory.last_offset != got.last:  # the raw last line was not the last record
+        header = _header(source, got.key, inventory.last_offset, got.size)
+    closed = with_byte_ranges(inventory, url, got.size, header)
+    check_init(closed, as_datetime(c.init_time), url)
+    fields = source.catalog.match(closed, c.file_type, as_timedelta(c.lead_time), c.member, url=url)
     base = c.out_loc()
     refs = []
-    for fld, rec in resolved.fields.items():
+    for fld, rec in fields.items():
         loc = dict(base)
         if fld.level is not None:
             loc["level"] = fld.level
-        refs.append(VirtualRef.make(fld.variable.name, loc, resolved.url, rec.offset, rec.length))
+        refs.append(VirtualRef.make(fld.variable.name, loc, url, rec.offset, rec.length))
     return refs
+
+
+def file_refs(source: GribSource, c: GribCoord, size: int) -> list[VirtualRef]:
+    """The file's refs: its index read, its last message's header checked, the catalog matched."""
+    return refs_from(source, c, fetch(source, c, size))

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from toolkit.virtual import repo as R
 from toolkit.virtual.dataset import Dataset, file_tasks, in_region, probe
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
-from toolkit.virtual.read import discover, file_refs
+from toolkit.virtual.read import discover, fetch, refs_from
 from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_key
 from toolkit.virtual.source import expected_cells, with_modified
 from toolkit.virtual.template import Template
@@ -179,13 +179,27 @@ def expected_of(job: Job, c: SourceFileCoord) -> list[tuple[str, dict[str, Any]]
 # ----------------------------------------------------------------------------- the tick loop
 
 
-def refs_or_skip(job: Job, c: SourceFileCoord, size: int, modified: Any = None) -> Any:
-    """The file's refs, or `Skipped` with the reason: an unreadable file must not sink a commit."""
+def _skip(c: SourceFileCoord, err: Exception) -> Skipped:
+    log.warning("skipping %s: %s", c.get_url(), err)
+    return Skipped(c.get_url(), f"{type(err).__name__}: {err}")
+
+
+def fetch_or_skip(job: Job, c: SourceFileCoord, size: int) -> Any:
+    """The file's index and header bytes (I/O, in a pool thread), or `Skipped`."""
     try:
-        refs = file_refs(job.dataset.source, c, size)  # type: ignore[arg-type]
+        return fetch(job.dataset.source, c, size)  # type: ignore[arg-type]
+    except Exception as err:  # an unreadable file must not sink the commit
+        return _skip(c, err)
+
+
+def refs_or_skip(job: Job, c: SourceFileCoord, got: Any, modified: Any = None) -> Any:
+    """The file's refs from its fetched bytes (CPU, one thread), or `Skipped` with the reason."""
+    if isinstance(got, Skipped):
+        return got
+    try:
+        refs = refs_from(job.dataset.source, c, got)  # type: ignore[arg-type]
     except Exception as err:
-        log.warning("skipping %s: %s", c.get_url(), err)
-        return Skipped(c.get_url(), f"{type(err).__name__}: {err}")
+        return _skip(c, err)
     if not refs:
         return Skipped(c.get_url(), "file contributed no refs")
     return with_modified(refs, c.get_url(), modified)
@@ -214,8 +228,10 @@ def process_virtual_refs(
         batch: Batch = []
         done: set[str] = set()
         with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:
-            results = pool.map(lambda a: refs_or_skip(job, *a), available)
-            for (c, *_), res in zip(available, results, strict=True):
+            # GETs overlap in the pool; parsing stays in this thread as each file arrives
+            fetched = pool.map(lambda a: fetch_or_skip(job, a[0], a[1]), available)
+            for (c, _, modified), got in zip(available, fetched, strict=True):
+                res = refs_or_skip(job, c, got, modified)
                 done.add(c.key)
                 if on_file is not None:
                     on_file(finished + len(done))

@@ -238,13 +238,26 @@ class Inventory(Sequence[IndexRecord]):
     ) -> list[IndexRecord]:
         """The records spelled `element`:`level` (and describing `window`, when given; `text`
         is its usual spelling, compared before any window is parsed)."""
-        by_key = self.__dict__.get("_by_key")
-        if by_key is None:
-            by_key = {}
-            for i, parts in enumerate(self.fields):
-                by_key.setdefault((parts[3], parts[4] if len(parts) > 4 else ""), []).append(i)
-            object.__setattr__(self, "_by_key", by_key)
-        ids = by_key.get((element, level), ())
+        spans = self.__dict__.get("_spans")
+        if spans is None:  # (first, last) line of each (element, level): two C-speed dicts
+            keys = [(p[3], p[4] if len(p) > 4 else "") for p in self.fields]
+            n = len(keys)
+            spans = (
+                dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True)),
+                dict(zip(keys, range(n), strict=True)),
+            )
+            object.__setattr__(self, "_spans", (spans, keys))
+        else:
+            spans, keys = spans
+        first = spans[0].get((element, level))
+        if first is None:
+            return []
+        last = spans[1][(element, level)]
+        ids = (
+            [first]
+            if first == last
+            else [i for i in range(first, last + 1) if keys[i] == (element, level)]
+        )
         if window is not None and ids:
             text = window.render() if text is None else text
             ids = [i for i in ids if self._window_is(i, window, text)]
