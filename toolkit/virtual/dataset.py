@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.virtual.refs import canon
-from toolkit.virtual.source import GribCoord, GribSource, coord, probe_loc, probe_var, variables_of
+from toolkit.virtual.source import (
+    GribCoord,
+    GribSource,
+    as_datetime,
+    as_timedelta,
+    file_coord,
+    probe_loc,
+    probe_var,
+    variables_of,
+)
 from toolkit.virtual.template import Template
 
 if TYPE_CHECKING:
@@ -115,24 +124,40 @@ def file_tasks(dataset: Dataset, start: Any = None, end: Any = None) -> list[Gri
     """Every file the template expects in [start, end), in append-dim order (pure).
 
     A file's variables depend only on its (file type, lead): matched against the catalog once
-    per pair, not once per file (most of a plan's time otherwise).
+    per pair, not once per file; each init's and lead's conversions are made once, not once
+    per file (most of a plan's time otherwise).
     """
     t, src = dataset.template, dataset.source
+    labels = t.coords[t.append_dim]
     all_leads = t.coords["lead_time"]
+    lo, hi = _region(labels, start, end)
     names: dict[tuple[str, Any], tuple[str, ...]] = {}
+    leads: dict[Any, tuple[np.timedelta64, Any]] = {}
     out: list[GribCoord] = []
-    for init in t.coords[t.append_dim]:
-        if not in_region(init, start, end):
-            continue
+    for init in labels[lo:hi]:
+        when = (np.datetime64(init, "ns"), as_datetime(init))
         for lead in dataset.leads(init, all_leads):
+            if lead not in leads:
+                leads[lead] = (np.timedelta64(lead, "ns"), as_timedelta(lead))
             for m in src.members:
                 for ft in src.file_types:
                     pair = (ft, lead)
                     if pair not in names:
                         names[pair] = variables_of(src, ft, lead)
                     if names[pair]:
-                        out.append(coord(src, init, lead, m, ft, names[pair]))
+                        out.append(file_coord(src, when, leads[lead], m, ft, names[pair]))
     return out
+
+
+def _region(labels: np.ndarray, start: Any, end: Any) -> tuple[int, int]:
+    """[lo, hi) positions of the labels in [start, end): a binary search on a sorted time axis,
+    a scan otherwise."""
+    if np.issubdtype(labels.dtype, np.datetime64):
+        lo = 0 if start is None else int(np.searchsorted(labels, np.datetime64(start, "ns")))
+        hi = len(labels) if end is None else int(np.searchsorted(labels, np.datetime64(end, "ns")))
+        return lo, max(lo, hi)
+    inside = [i for i, x in enumerate(labels) if in_region(x, start, end)]
+    return (inside[0], inside[-1] + 1) if inside else (0, 0)
 
 
 def probe(dataset: Dataset, c: GribCoord) -> tuple[str, dict[str, Any]]:

@@ -114,10 +114,25 @@ def coord(
     names: tuple[str, ...],
 ) -> GribCoord:
     """One file's coord; `names` (its variables) depend only on its (file type, lead)."""
-    key = source.catalog.data_key(as_datetime(init), as_timedelta(lead), file_type, member)
+    when = (np.datetime64(init, "ns"), as_datetime(init))
+    return file_coord(
+        source, when, (np.timedelta64(lead, "ns"), as_timedelta(lead)), member, file_type, names
+    )
+
+
+def file_coord(
+    source: GribSource,
+    init: tuple[np.datetime64, datetime],
+    lead: tuple[np.timedelta64, timedelta],
+    member: Member,
+    file_type: str,
+    names: tuple[str, ...],
+) -> GribCoord:
+    """`coord` with the init and lead given both ways (label, Python time), converted once."""
+    key = source.catalog.data_key(init[1], lead[1], file_type, member)
     return GribCoord(
-        np.datetime64(init, "ns"),
-        np.timedelta64(lead, "ns"),
+        init[0],
+        lead[0],
         member,
         file_type,
         f"{source.store.url.rstrip('/')}/{key}",

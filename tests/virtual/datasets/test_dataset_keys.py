@@ -134,3 +134,24 @@ def test_window_reaches_no_further_than_the_template():
     start, end = GFS.window(late)
     inits = [x for x in GFS.template.coords["init_time"] if in_region(x, start, end)]
     assert inits[-1] == np.datetime64(datetime(2025, 8, 31, 18), "ns")
+
+
+SMALL_HRRR = hrrr(
+    first_init=datetime(2025, 8, 1), append_dim_end=datetime(2025, 8, 2), init_freq_hours=1
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.none() | st.datetimes(datetime(2025, 7, 31, 20), datetime(2025, 8, 2, 4)),
+    end=st.none() | st.datetimes(datetime(2025, 7, 31, 20), datetime(2025, 8, 2, 4)),
+)
+def test_a_region_plans_exactly_the_files_whose_init_is_inside(start, end):
+    """The region is found by binary search on the append dim: the same files, in the same
+    order, as filtering the whole plan label by label."""
+    s = None if start is None else np.datetime64(start, "ns")
+    e = None if end is None else np.datetime64(end, "ns")
+    whole = file_tasks(SMALL_HRRR)
+    want = [c.key for c in whole if in_region(c.init_time, s, e)]
+    assert [c.key for c in file_tasks(SMALL_HRRR, s, e)] == want
+    assert len(whole) == 4 * 49 + 20 * 19  # long cycles 48 h, the other hours 18 h
