@@ -92,11 +92,13 @@ def test_the_doc_example_backfills_updates_and_validates_from_the_cli(user, tmp_
         ("{module}:datetime", "is a type, not a Dataset"),
         ("{missing}:DATASET", "no such file"),
         ("nonsense", "unknown dataset 'nonsense'"),
+        ("{json}:DATASET", "its name 'json' is already the module"),
     ],
 )
 def test_a_bad_dataset_name_is_one_line_exit_2_and_creates_nothing(user, tmp_path, name, says):
     module, _, _ = user
-    name = name.format(module=module, missing=tmp_path / "missing.py")
+    (tmp_path / "json.py").write_text(example())  # would shadow the standard library's json
+    name = name.format(module=module, missing=tmp_path / "missing.py", json=tmp_path / "json.py")
     repo = tmp_path / "repo"
     res = runner.invoke(app, ["virtual", "backfill", name, "--repo", str(repo),
                               "--source", str(tmp_path / "src"), "--start", "2025-08-01T00"])  # fmt: skip

@@ -75,9 +75,16 @@ def _import(where: str) -> ModuleType:
     if where.endswith(".py"):
         if not path.is_file():
             raise ValueError(f"dataset module {where}: no such file; check the path")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
+        known = sys.modules.get(path.stem)
+        if known is not None and not getattr(known, "__toolkit_dataset_file__", False):
+            raise ValueError(
+                f"dataset module {where}: its name {path.stem!r} is already the module "
+                f"{getattr(known, '__file__', None) or path.stem}; rename the file"
+            )
+        spec = importlib.util.spec_from_file_location(path.stem, path.resolve())
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        module.__toolkit_dataset_file__ = True  # type: ignore[attr-defined]  # ours: reloadable
         sys.modules[path.stem] = module  # so its values pickle by reference, like any module
         spec.loader.exec_module(module)
         return module
