@@ -9,6 +9,7 @@ them as a live output cell (with ipywidgets installed):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +22,13 @@ ProgressFn = Callable[[str, int, int], None]
 
 @contextmanager
 def progress_bar(console: Console | None = None) -> Iterator[ProgressFn]:
-    """Yield a `progress(stage, done, total)` callback that draws a bar per stage."""
+    """Yield a `progress(stage, done, total)` callback that draws a bar per stage.
+
+    What was printed before is flushed first: in Jupyter the bars live in an output widget,
+    and a kernel's stdout flushed while it is showing lands inside it, where each redraw
+    clears it (the dashboard link printed just before would vanish)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
