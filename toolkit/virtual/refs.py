@@ -49,7 +49,7 @@ def canon(label: Any) -> Hashable:
 # ----------------------------------------------------------------------------- source files
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceFileCoord:
     """One source file. Subclasses add fields; by default every field except those named in
     `not_dims` is a dimension the file pins to one label.

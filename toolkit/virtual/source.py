@@ -35,9 +35,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GribCoord(SourceFileCoord):
-    """One file: (init time, lead time[, member]) of one file type, at `url`."""
+    """One file: (init time, lead time[, member]) of one file type, at `url`. Slotted: a
+    plan holds one per file (millions for a multi-year backfill)."""
 
     init_time: np.datetime64
     lead_time: np.timedelta64
