@@ -16,6 +16,8 @@ than gribberish's parser, which builds every entry). On top of the syntax it che
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -186,19 +188,25 @@ class IndexRecord:
 class Inventory(Sequence[IndexRecord]):
     """A validated index as columns. Records are built only for the lines asked for: a file's
     catalog takes a few dozen of the ~700 records a real NOAA inventory lists, so parsing
-    stops at splitting lines, and windows are parsed only where the text is not the spelling
-    asked for.
+    stops at splitting the text into columns, and windows are parsed only where the text is
+    not the spelling asked for.
 
     `last_length` is None until the last message's end is known (`with_byte_ranges`)."""
 
     url: str
-    rows: tuple[tuple[int, int | None, int], ...]  # (message number, sub-message, offset)
-    fields: tuple[list[str], ...]  # each line split on its first six ":"
+    numbers: Sequence[int]
+    subs: Sequence[int | None] | None  # None: no sub-messages at all
+    offsets: Sequence[int]
+    date_texts: Sequence[str]
+    elements: Sequence[str]
+    levels: Sequence[str]
+    windows: Sequence[str]
+    extras: Sequence[str]  # what follows the window, ":"-joined ("" for nothing)
     dates: Mapping[str, datetime | None]  # each distinct date field, read
     last_length: int | None = None
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.offsets)
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
@@ -208,27 +216,25 @@ class Inventory(Sequence[IndexRecord]):
         return self._record(i % len(self))
 
     def _record(self, i: int) -> IndexRecord:
-        number, sub, offset = self.rows[i]
-        parts = self.fields[i]
+        offset = self.offsets[i]
         nxt = self._ends()[offset]
-        n = len(parts)
-        rest = parts[6] if n > 6 else ""
+        rest = self.extras[i]
         return IndexRecord(
-            number,
-            sub,
+            self.numbers[i],
+            None if self.subs is None else self.subs[i],
             offset,
             self.last_length if nxt is None else nxt - offset,
-            self.dates[parts[2]],
-            parts[3],
-            parts[4] if n > 4 else "",
-            parts[5] if n > 5 else "",
+            self.dates[self.date_texts[i]],
+            self.elements[i],
+            self.levels[i],
+            self.windows[i],
             tuple(filter(None, rest.split(":"))) if rest else (),
         )
 
     def _ends(self) -> dict[int, int | None]:
         ends = self.__dict__.get("_end_of")
         if ends is None:
-            starts = sorted({o for _, _, o in self.rows})
+            starts = sorted(set(self.offsets)) if self.subs is not None else list(self.offsets)
             ends = dict(zip(starts, [*starts[1:], None], strict=True))
             object.__setattr__(self, "_end_of", ends)
         return ends
@@ -239,74 +245,99 @@ class Inventory(Sequence[IndexRecord]):
         """The records spelled `element`:`level` (and describing `window`, when given; `text`
         is its usual spelling, compared before any window is parsed)."""
         spans = self.__dict__.get("_spans")
-        if spans is None:  # (first, last) line of each (element, level): two C-speed dicts
-            keys = [(p[3], p[4] if len(p) > 4 else "") for p in self.fields]
+        if spans is None:  # (first, last) line of each (element, level): C-speed dicts
+            keys = list(zip(self.elements, self.levels, strict=True))
             n = len(keys)
             spans = (
                 dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True)),
                 dict(zip(keys, range(n), strict=True)),
+                keys,
             )
-            object.__setattr__(self, "_spans", (spans, keys))
-        else:
-            spans, keys = spans
+            object.__setattr__(self, "_spans", spans)
         first = spans[0].get((element, level))
         if first is None:
             return []
         last = spans[1][(element, level)]
+        keys = spans[2]
         ids = (
             [first]
             if first == last
             else [i for i in range(first, last + 1) if keys[i] == (element, level)]
         )
-        if window is not None and ids:
+        if window is not None:
             text = window.render() if text is None else text
-            ids = [i for i in ids if self._window_is(i, window, text)]
+            ids = [
+                i for i in ids if self.windows[i] == text or parse_window(self.windows[i]) == window
+            ]
         return [self._record(i) for i in ids]
-
-    def _window_is(self, i: int, window: Window, text: str) -> bool:
-        parts = self.fields[i]
-        w = parts[5] if len(parts) > 5 else ""
-        return w == text or parse_window(w) == window
 
     @property
     def last_offset(self) -> int:
-        return self.rows[-1][2]
+        return self.offsets[-1]
 
     def closed(self, last_length: int) -> Inventory:
-        return Inventory(self.url, self.rows, self.fields, self.dates, last_length)
+        return dataclasses.replace(self, last_length=last_length)
 
 
 def scan_index(text: str, url: str = "<index>") -> Inventory:
     """Split and validate an inventory (syntax, dates, message order); build no record.
 
-    The common inventory (one record per message, numbers and offsets increasing) is checked
-    a column at a time; anything else takes the line-by-line path, which names the fault."""
-    fields = [line.split(":", 6) for line in text.splitlines() if line]
-    try:
-        heads = [p[0] for p in fields]
-        if "." in "".join(heads) or min(map(len, fields), default=0) < 4:
-            raise ValueError  # sub-messages or short lines: line by line
-        numbers = list(map(int, heads))
-        offsets = [int(p[1]) for p in fields]
-        if not (
-            offsets
-            and offsets[0] >= 0
-            and all(map(operator.lt, offsets, offsets[1:]))
-            and all(map(operator.lt, numbers, numbers[1:]))
-        ):
-            raise ValueError
-        rows = tuple(zip(numbers, [None] * len(numbers), offsets, strict=True))
-    except ValueError:
-        fields, rows = _scan_lines(text, url)
+    The common inventory (every line with as many fields, one record per message, numbers
+    and offsets increasing) is split and checked a column at a time, at C speed; anything
+    else takes the line-by-line path, which names the fault."""
+    lines = text.splitlines()
+    if "" in lines:
+        lines = [ln for ln in lines if ln]
+    columns = _columns(lines)
+    if columns is None:
+        columns = _scan_lines(text, url)
+    numbers, subs, offsets, date_texts, elements, levels, windows, extras = columns
     dates = {}
-    for d in {p[2] for p in fields}:
-        line = next(i for i, p in enumerate(fields, start=1) if p[2] == d)
-        dates[d] = _date(d, line, url)
-    return Inventory(url, rows, tuple(fields), dates)
+    for d in set(date_texts):
+        dates[d] = _date(d, date_texts.index(d) + 1, url)
+    return Inventory(
+        url, numbers, subs, offsets, date_texts, elements, levels, windows, extras, dates
+    )
 
 
-def _scan_lines(text: str, url: str) -> tuple[list[list[str]], tuple[Any, ...]]:
-    fields = []
+def _columns(lines: list[str]) -> tuple[Any, ...] | None:
+    """The columns of a regular inventory, or None to go line by line."""
+    counts = set(map(str.count, lines, itertools.repeat(":")))
+    if len(counts) != 1:
+        return None
+    k = counts.pop() + 1
+    n = len(lines)
+    if k < 4 or n == 0:
+        return None
+    flat = ":".join(lines).split(":")
+    heads, offs = flat[0::k], flat[1::k]
+    if not ("".join(heads).isdigit() and "".join(offs).isdigit()):
+        return None  # sub-messages ("2.1"), signs, blanks: line by line
+    numbers = list(map(int, heads))
+    offsets = list(map(int, offs))
+    if not (
+        all(map(operator.lt, offsets, offsets[1:])) and all(map(operator.lt, numbers, numbers[1:]))
+    ):
+        return None
+    blank = [""] * n
+    extras = (
+        blank if k <= 6 else flat[6::k] if k == 7
+        else [":".join(t) for t in zip(*(flat[j::k] for j in range(6, k)), strict=True)]
+    )  # fmt: skip
+    return (
+        numbers,
+        None,
+        offsets,
+        flat[2::k],
+        flat[3::k],
+        flat[4::k] if k > 4 else blank,
+        flat[5::k] if k > 5 else blank,
+        extras,
+    )
+
+
+def _scan_lines(text: str, url: str) -> tuple[Any, ...]:
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(8))
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         parts = line.split(":", 6)
@@ -321,12 +352,14 @@ def _scan_lines(text: str, url: str) -> tuple[list[list[str]], tuple[Any, ...]]:
             raise InvalidIndexError(
                 url, f"line {n} is not a wgrib2 inventory line: {line[:80]!r}"
             ) from None
-        fields.append(parts)
         rows.append((num, sub, off))
+        parts += [""] * (7 - len(parts))
+        for column, value in zip(columns, (num, sub, off, *parts[2:]), strict=True):
+            column.append(value)
     if not rows:
         raise InvalidIndexError(url, "empty index")
     _validate_order(rows, url)
-    return fields, tuple(rows)
+    return columns
 
 
 def _date(text: str, line: int, url: str) -> datetime | None:
@@ -361,7 +394,7 @@ def check_init(records: Sequence[IndexRecord], init: datetime, url: str = "<inde
     if isinstance(records, Inventory):  # one check per distinct date, not per record
         wrong = {d for d, date in records.dates.items() if date is not None and date != want}
         if wrong:
-            first = next(i for i, parts in enumerate(records.fields) if parts[2] in wrong)
+            first = next(i for i, d in enumerate(records.date_texts) if d in wrong)
             check_init([records[first]], init, url)
         return
     for rec in records:
