@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolkit import storage
-from toolkit.virtual.grib.errors import InvalidIndexError, MissingDataFileError
-from toolkit.virtual.grib.fetch import object_url
+from toolkit.virtual.grib.errors import InvalidIndexError
+from toolkit.virtual.grib.fetch import read_header
 from toolkit.virtual.grib.index import check_init, scan_index, with_byte_ranges
-from toolkit.virtual.grib.message import INDICATOR_SIZE
 from toolkit.virtual.refs import SourceFileCoord, VirtualRef
 from toolkit.virtual.source import GribCoord, GribSource, as_datetime, as_timedelta
 
@@ -83,7 +82,8 @@ def fetch(source: GribSource, c: GribCoord, size: int) -> Fetched:
     )
     index = bytes(storage.get(source.store, f"{key}.idx").data)
     last = _last_offset(index)
-    return Fetched(key, size, index, last, _header(source, key, last, size))
+    header = b"" if last is None else read_header(source.store, key, last, size, f"{key}.idx")
+    return Fetched(key, size, index, last, header)
 
 
 def _last_offset(index: bytes) -> int | None:
@@ -91,18 +91,6 @@ def _last_offset(index: bytes) -> int | None:
         return int(index.rstrip().rsplit(b"\n", 1)[-1].split(b":", 2)[1])
     except (IndexError, ValueError):
         return None  # the full parse says what is wrong
-
-
-def _header(source: GribSource, key: str, last: int | None, size: int) -> bytes:
-    if last is None or not 0 <= last < size:
-        return b""
-    try:
-        return bytes(storage.get_range(source.store, key, last, min(INDICATOR_SIZE, size - last)))
-    except storage.NotFound:
-        url = object_url(source.store, key)
-        raise MissingDataFileError(
-            url, f"index {key}.idx exists but the data file does not"
-        ) from None
 
 
 def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef]:
@@ -118,7 +106,9 @@ def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef
     inventory = scan_index(text, f"{url}.idx")
     header = got.header
     if inventory.last_offset != got.last:  # the raw last line was not the last record
-        header = _header(source, got.key, inventory.last_offset, got.size)
+        header = read_header(
+            source.store, got.key, inventory.last_offset, got.size, f"{got.key}.idx"
+        )
     closed = with_byte_ranges(inventory, url, got.size, header)
     check_init(closed, as_datetime(c.init_time), url)
     fields = source.catalog.match(closed, c.file_type, as_timedelta(c.lead_time), c.member, url=url)

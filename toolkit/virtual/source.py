@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "GribCoord",
     "GribSource",
-    "coord",
     "expected_cells",
+    "file_coord",
     "probe_loc",
     "probe_var",
     "variables_of",
@@ -106,21 +106,6 @@ def variables_of(source: GribSource, file_type: str, lead: Any) -> tuple[str, ..
     return tuple(dict.fromkeys(f.variable.name for f in fields))
 
 
-def coord(
-    source: GribSource,
-    init: np.datetime64,
-    lead: np.timedelta64,
-    member: Member,
-    file_type: str,
-    names: tuple[str, ...],
-) -> GribCoord:
-    """One file's coord; `names` (its variables) depend only on its (file type, lead)."""
-    when = (np.datetime64(init, "ns"), as_datetime(init))
-    return file_coord(
-        source, when, (np.timedelta64(lead, "ns"), as_timedelta(lead)), member, file_type, names
-    )
-
-
 def file_coord(
     source: GribSource,
     init: tuple[np.datetime64, datetime],
@@ -129,7 +114,8 @@ def file_coord(
     file_type: str,
     names: tuple[str, ...],
 ) -> GribCoord:
-    """`coord` with the init and lead given both ways (label, Python time), converted once."""
+    """One file's coord, its init and lead given both ways (label, Python time) so a plan
+    converts each once; `names` (its variables) depend only on its (file type, lead)."""
     key = source.catalog.data_key(init[1], lead[1], file_type, member)
     return GribCoord(
         init[0],

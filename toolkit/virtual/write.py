@@ -165,12 +165,6 @@ def filter_already_present(
     return [c for c, k in probes if k is None or not present[(k.variable, k.index)]]
 
 
-def ingested_through(job: Job, session: Any) -> Any:
-    t = job.template
-    n = committed_extent(session, t) or 0
-    return t.coords[t.append_dim][n - 1] if n else None
-
-
 def expected_of(job: Job, c: SourceFileCoord) -> list[tuple[str, dict[str, Any]]]:
     """Every (variable, out_loc) chunk file `c` should fill, for completeness validation."""
     return expected_cells(job.dataset.source, job.template, c)  # type: ignore[arg-type]

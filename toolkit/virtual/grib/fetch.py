@@ -28,6 +28,23 @@ def read_index(store: storage.Store, key: str) -> Inventory:
     return scan_index(text, url)
 
 
+def read_header(
+    store: storage.Store, data_key: str, offset: int, file_size: int, index_key: str
+) -> bytes:
+    """The (up to) 16 bytes of the data file at `offset`, where its index says the last message
+    starts; empty when that is at or past the end (the stale check then refuses the file)."""
+    if not 0 <= offset < file_size:
+        return b""
+    try:
+        return bytes(
+            storage.get_range(store, data_key, offset, min(INDICATOR_SIZE, file_size - offset))
+        )
+    except storage.NotFound:
+        raise MissingDataFileError(
+            object_url(store, data_key), f"index {index_key} exists but the data file does not"
+        ) from None
+
+
 def locate(
     store: storage.Store,
     data_key: str,
@@ -51,15 +68,7 @@ def locate(
             raise MissingDataFileError(
                 url, f"index {index_key} exists but the data file does not"
             ) from None
-    last = last_offset(records)
-    header = b""
-    if last < file_size:
-        try:
-            header = storage.get_range(store, data_key, last, min(INDICATOR_SIZE, file_size - last))
-        except storage.NotFound:
-            raise MissingDataFileError(
-                url, f"index {index_key} exists but the data file does not"
-            ) from None
+    header = read_header(store, data_key, last_offset(records), file_size, index_key)
     return with_byte_ranges(records, url, file_size, header)
 
 
