@@ -138,7 +138,8 @@ def virtual_config(dataset: Dataset) -> R.VirtualConfig:
         containers.append(R.s3_container(s.home, region=s.home_region))
     if not s.home or store.url.rstrip("/") != s.home.rstrip("/"):
         containers.append(R.container_for(store))
-    return R.VirtualConfig(containers, R.manifest_append_dim_split(dataset.append_dim, s.split))
+    split = None if s.split is None else R.manifest_append_dim_split(dataset.append_dim, s.split)
+    return R.VirtualConfig(containers, split)
 
 
 # ----------------------------------------------------------------------------- the filter

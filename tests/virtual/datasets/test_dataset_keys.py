@@ -155,3 +155,13 @@ def test_a_region_plans_exactly_the_files_whose_init_is_inside(start, end):
     want = [c.key for c in whole if in_region(c.init_time, s, e)]
     assert [c.key for c in file_tasks(SMALL_HRRR, s, e)] == want
     assert len(whole) == 4 * 49 + 20 * 19  # long cycles 48 h, the other hours 18 h
+
+
+def test_split_none_keeps_one_manifest_per_array():
+    import dataclasses
+
+    from toolkit.virtual.dataset import RepoSettings
+
+    one = dataclasses.replace(GFS, settings=RepoSettings(split=None, home=GFS.settings.home))
+    assert virtual_config(one).splitting is None
+    assert virtual_config(GFS).splitting is not None
