@@ -113,7 +113,9 @@ def floor(j: Job) -> dict[str, Any]:
             name, lv = hit
             loc = dict(c.out_loc(), **({"level": lv} if lv is not None else {}))
             ck = chunk_key(geom, name, loc)
-            by_var.setdefault(name, []).append((ck.index, c.get_url(), e.offset, end - e.offset, None))
+            by_var.setdefault(name, []).append(
+                (ck.index, c.get_url(), e.offset, end - e.offset, None)
+            )
             refs += 1
     for name, specs in by_var.items():
         R.set_virtual_refs(session, name, specs)

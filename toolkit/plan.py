@@ -6,11 +6,11 @@ A job builds a `Plan` without importing dask; `toolkit.engine.run` compiles it i
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.tasks import StableTasks, StripeMode
+from toolkit.tasks import StableTasks, StripeMode, TaskList
 
 __all__ = [
     "AUTO",
@@ -113,7 +113,7 @@ class Gate:
     """
 
     observe: Callable[[], Iterable[str]]
-    want: tuple[str, ...] | None = None
+    want: Collection[str] | None = None  # a tuple, or a lazy view (made when checked)
     explain: Callable[[Any], Mapping[str, str]] | None = None
     excuse: bool = True
 
@@ -151,7 +151,7 @@ class Stage:
     """
 
     name: str
-    tasks: StableTasks[Any]
+    tasks: TaskList[Any]
     service: Callable[..., Any]
     gate: Gate | None = None
     workers: int | str | None = None  # None: a node per task; N or AUTO: stripe nodes

@@ -9,13 +9,14 @@ lengths, whose stripes overlap and leave tasks unclaimed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "StableTasks",
     "Task",
+    "TaskList",
     "block_bounds",
     "remaining",
     "stable",
@@ -30,8 +31,21 @@ class Task(Protocol):
 
 
 T = TypeVar("T", bound=Task)
+T_co = TypeVar("T_co", covariant=True)
 
 StripeMode = Literal["strided", "contiguous"]
+
+
+class TaskList(Protocol[T_co]):
+    """What a stage's task list must be: a fixed-order, duplicate-free sequence whose slices are
+    blocks, and a digest of what it names. `StableTasks` holds objects; a columnar list (e.g.
+    `toolkit.virtual.filetable.FileTable`) holds positions and makes its tasks when iterated."""
+
+    @property
+    def digest(self) -> str: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[T_co]: ...
+    def __getitem__(self, i: slice, /) -> Sequence[T_co]: ...
 
 
 @dataclass(frozen=True)
@@ -85,14 +99,17 @@ def block_bounds(n: int, index: int, count: int) -> tuple[int, int]:
 
 def stripe[T: Task](
     tasks: Sequence[T], index: int, count: int, mode: StripeMode = "strided"
-) -> list[T]:
-    """Worker `index`'s share of the stable list: strided (i::n) or a contiguous block."""
+) -> Sequence[T]:
+    """Worker `index`'s share of the stable list: strided (i::n) or a contiguous block.
+
+    A slice of `tasks`: a columnar list (`TaskList`) gives a columnar block, which its worker
+    turns into tasks, so a block ships as a few arrays rather than an object per task."""
     if mode == "strided":
         block_bounds(len(tasks), index, count)  # validates index/count
-        return list(tasks[index::count])
+        return tasks[index::count]
     if mode == "contiguous":
         start, stop = block_bounds(len(tasks), index, count)
-        return list(tasks[start:stop])
+        return tasks[start:stop]
     raise ValueError(f"stripe mode must be 'strided' or 'contiguous', not {mode!r}")
 
 

@@ -33,6 +33,7 @@ from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
+from toolkit.virtual.filetable import Keys
 from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent, sync_dims_to
 from toolkit.virtual.read import discover
@@ -346,13 +347,11 @@ def backfill_plan(
     read, are excused with their reason -- unless `strict`, where they fail the gate."""
     branch = temp_branch(job)
     job = job.region(job.start, job.end, branch=branch, processing_mode="backfill")
-    coords = stable(job.files())
-    if not coords:
+    coords = job.table()  # columns: blocks ship as arrays, their workers make the coords
+    if not len(coords):
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
-    append_dim = job.template.append_dim
-    last = canon(published_through) if published_through is not None else None
-    wanted = tuple(c.key for c in coords if last is None or canon(c.out_loc()[append_dim]) <= last)
+    wanted = Keys(coords.through(published_through))
     if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one commit node: one commit, no race.

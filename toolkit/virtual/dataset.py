@@ -20,12 +20,8 @@ from toolkit.virtual.refs import canon
 from toolkit.virtual.source import (
     GribCoord,
     GribSource,
-    as_datetime,
-    as_timedelta,
-    file_coord,
     probe_loc,
     probe_var,
-    variables_of,
 )
 from toolkit.virtual.template import Template
 
@@ -38,9 +34,9 @@ __all__ = [
     "LatestCycles",
     "RepoSettings",
     "ShortCycles",
-    "file_tasks",
     "in_region",
     "probe",
+    "region_bounds",
     "with_source",
 ]
 
@@ -51,6 +47,9 @@ class AllLeads:
 
     def __call__(self, init: np.datetime64, leads: np.ndarray) -> np.ndarray:
         return leads
+
+    def mask(self, inits: np.ndarray, leads: np.ndarray) -> np.ndarray:
+        return np.ones((len(inits), len(leads)), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,13 @@ class ShortCycles:
         if hour % self.every_hours == 0:
             return leads
         return leads[leads <= np.timedelta64(self.max_lead_hours, "h")]
+
+    def mask(self, inits: np.ndarray, leads: np.ndarray) -> np.ndarray:
+        """bool[init, lead] for many inits at once (what `__call__` says of each)."""
+        hours = np.asarray(inits).astype("datetime64[h]").astype("int64") % 24
+        long = hours % self.every_hours == 0
+        short = np.asarray(leads) <= np.timedelta64(self.max_lead_hours, "h")
+        return long[:, None] | short[None, :]
 
 
 @dataclass(frozen=True)
@@ -120,36 +126,7 @@ def in_region(label: Any, start: Any, end: Any) -> bool:
     return (start is None or c >= canon(start)) and (end is None or c < canon(end))
 
 
-def file_tasks(dataset: Dataset, start: Any = None, end: Any = None) -> list[GribCoord]:
-    """Every file the template expects in [start, end), in append-dim order (pure).
-
-    A file's variables depend only on its (file type, lead): matched against the catalog once
-    per pair, not once per file; each init's and lead's conversions are made once, not once
-    per file (most of a plan's time otherwise).
-    """
-    t, src = dataset.template, dataset.source
-    labels = t.coords[t.append_dim]
-    all_leads = t.coords["lead_time"]
-    lo, hi = _region(labels, start, end)
-    names: dict[tuple[str, Any], tuple[str, ...]] = {}
-    leads: dict[Any, tuple[np.timedelta64, Any]] = {}
-    out: list[GribCoord] = []
-    for init in labels[lo:hi]:
-        when = (np.datetime64(init, "ns"), as_datetime(init))
-        for lead in dataset.leads(init, all_leads):
-            if lead not in leads:
-                leads[lead] = (np.timedelta64(lead, "ns"), as_timedelta(lead))
-            for m in src.members:
-                for ft in src.file_types:
-                    pair = (ft, lead)
-                    if pair not in names:
-                        names[pair] = variables_of(src, ft, lead)
-                    if names[pair]:
-                        out.append(file_coord(src, when, leads[lead], m, ft, names[pair]))
-    return out
-
-
-def _region(labels: np.ndarray, start: Any, end: Any) -> tuple[int, int]:
+def region_bounds(labels: np.ndarray, start: Any, end: Any) -> tuple[int, int]:
     """[lo, hi) positions of the labels in [start, end): a binary search on a sorted time axis,
     a scan otherwise."""
     if np.issubdtype(labels.dtype, np.datetime64):

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolkit.virtual import repo as R
-from toolkit.virtual.dataset import Dataset, file_tasks, in_region, probe
+from toolkit.virtual.dataset import Dataset, in_region, probe
+from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
 from toolkit.virtual.read import discover, fetch, refs_from
 from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_key
@@ -124,6 +125,10 @@ class Job:
     def files(self) -> list[Any]:
         """Every file the template expects in the job's region (pure)."""
         return file_tasks(self.dataset, self.start, self.end)
+
+    def table(self) -> FileTable:
+        """The same files as columns: the task list of a backfill at archive scale (pure)."""
+        return file_table(self.dataset, self.start, self.end)
 
     def in_region(self, label: Any) -> bool:
         return in_region(label, self.start, self.end)

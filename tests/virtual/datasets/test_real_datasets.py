@@ -18,9 +18,10 @@ import zarr
 
 from toolkit import storage
 from toolkit.virtual import repo as R
-from toolkit.virtual.dataset import file_tasks, probe
+from toolkit.virtual.dataset import probe
 from toolkit.virtual.datasets import DATASETS, gefs, gfs, hrrr
 from toolkit.virtual.datasets.common import NOAA_REGION, carried
+from toolkit.virtual.filetable import file_tasks
 from toolkit.virtual.grib.index import parse_index
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.read import discover, file_refs
