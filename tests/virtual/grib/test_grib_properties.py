@@ -8,7 +8,7 @@ import struct
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from toolkit.virtual.grib.errors import (
@@ -255,3 +255,42 @@ def test_windows_in_minutes_round_trip(a: int, b: int, step: str) -> None:
     whole_hours = window.end % H == timedelta(0) and window.start % H == timedelta(0)
     if text != "anl":
         assert text.split()[1] == ("hour" if whole_hours else "min")
+
+
+_regularish = st.lists(
+    st.tuples(
+        st.sampled_from(["1", "2", "3", "10", "2.1", "", "-4", "+5"]),
+        st.sampled_from(["0", "100", "200", "99", "", "1e3"]),
+        st.lists(_field, min_size=3, max_size=6).map(":".join),
+        st.sampled_from([":", ""]),
+    ).map(lambda t: f"{t[0]}:{t[1]}:{t[2]}{t[3]}"),
+    min_size=1,
+    max_size=6,
+).map("\n".join)
+
+
+@example("1:0:d:a:b:c:\n2:5:d:a:b:c:7:8:\n3:9:d:b:")  # a digit field where a line should start
+@example("1:0:d:a:b:c:\n2:5:d:a:b:c::7:d:a:b:c:\n4\n5:9:d:a:b:c:")  # an empty one, a bare line
+@given(
+    st.one_of(
+        _regularish,
+        _regularish.map(lambda s: s + "\n"),
+        _regularish.map(lambda s: s.replace("\n", "\n\n", 1)),
+        st.lists(_line).map("\n".join),
+    )
+)
+def test_the_column_fast_path_accepts_only_what_the_line_path_reads_the_same(text: str) -> None:
+    """The fast path splits the whole text once: whatever it accepts, the line-by-line path
+    (which names every fault) must read to the very same columns."""
+    from toolkit.virtual.grib.index import Inventory, _columns, _scan_lines
+
+    def records(columns: tuple) -> list[IndexRecord]:
+        *head, date_texts, elements, levels, windows, extras = columns
+        if head[1] is not None and all(s is None for s in head[1]):
+            head[1] = None  # no sub-messages: both spellings
+        dates = {d: d for d in date_texts}  # compared as text: reading them is not the point
+        return list(Inventory(URL, *head, date_texts, elements, levels, windows, extras, dates))
+
+    fast = _columns(text)
+    if fast is not None:
+        assert records(fast) == records(_scan_lines(text, URL))

@@ -17,13 +17,13 @@ than gribberish's parser, which builds every entry). On top of the syntax it che
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import numpy as np
 
 from toolkit.virtual.grib.errors import InvalidIndexError, SubMessageError
 from toolkit.virtual.grib.message import check_message_at
@@ -283,12 +283,9 @@ def scan_index(text: str, url: str = "<index>") -> Inventory:
     """Split and validate an inventory (syntax, dates, message order); build no record.
 
     The common inventory (every line with as many fields, one record per message, numbers
-    and offsets increasing) is split and checked a column at a time, at C speed; anything
+    and offsets increasing) is split once and checked a column at a time, at C speed; anything
     else takes the line-by-line path, which names the fault."""
-    lines = text.splitlines()
-    if "" in lines:
-        lines = [ln for ln in lines if ln]
-    columns = _columns(lines)
+    columns = _columns(text)
     if columns is None:
         columns = _scan_lines(text, url)
     numbers, subs, offsets, date_texts, elements, levels, windows, extras = columns
@@ -300,38 +297,51 @@ def scan_index(text: str, url: str = "<index>") -> Inventory:
     )
 
 
-def _columns(lines: list[str]) -> tuple[Any, ...] | None:
-    """The columns of a regular inventory, or None to go line by line."""
-    counts = set(map(str.count, lines, itertools.repeat(":")))
-    if len(counts) != 1:
+def _columns(text: str) -> tuple[Any, ...] | None:
+    """The columns of a regular inventory, or None to go line by line.
+
+    Regular: every line `number:offset:date:element:level:window[:extra...]` with as many
+    fields, ended by ":" or not (wgrib2 writes both), digits for number and offset, both
+    strictly increasing. The text is split on ":" once with its lines left joined, so line i+1
+    starts with the field `\n<number>` at stride i*c. The checks prove that of every line
+    before any column is trusted: all n-1 newlines are in the n heads, no head is empty, and
+    the heads hold n digit runs, so each head after the first is exactly `\n<digits>`."""
+    body = text[:-1] if text.endswith("\n") else text
+    if not body or "\r" in body:
         return None
-    k = counts.pop() + 1
-    n = len(lines)
-    if k < 4 or n == 0:
+    if not body.endswith(":"):
+        body = body.replace("\n", ":\n") + ":"  # GEFS: "...:anl:ENS=+1", no closing ":"
+    first = body.find("\n")
+    c = body.count(":", 0, first if first >= 0 else len(body))  # fields a line
+    flat = body.split(":")
+    n, ragged = divmod(len(flat) - 1, c) if c >= 6 else (0, 1)
+    if ragged or not n:
         return None
-    flat = ":".join(lines).split(":")
-    heads, offs = flat[0::k], flat[1::k]
-    if not ("".join(heads).isdigit() and "".join(offs).isdigit()):
-        return None  # sub-messages ("2.1"), signs, blanks: line by line
-    numbers = list(map(int, heads))
-    offsets = list(map(int, offs))
+    heads, offs = flat[0:-1:c], flat[1::c]
+    joined = "".join(heads)
     if not (
-        all(map(operator.lt, offsets, offsets[1:])) and all(map(operator.lt, numbers, numbers[1:]))
+        joined.count("\n") == body.count("\n") == n - 1
+        and all(heads)
+        and joined.replace("\n", "").isdigit()
+        and "".join(offs).isdigit()
     ):
+        return None  # sub-messages ("2.1"), signs, blanks, ragged lines: line by line
+    numbers = np.fromstring(" ".join(heads), dtype=np.int64, sep=" ")  # digits, checked above
+    offsets = np.fromstring(" ".join(offs), dtype=np.int64, sep=" ")
+    if len(numbers) != n or not ((np.diff(numbers) > 0).all() and (np.diff(offsets) > 0).all()):
         return None
-    blank = [""] * n
     extras = (
-        blank if k <= 6 else flat[6::k] if k == 7
-        else [":".join(t) for t in zip(*(flat[j::k] for j in range(6, k)), strict=True)]
+        [""] * n if c == 6 else flat[6::c] if c == 7
+        else [":".join(t) for t in zip(*(flat[j::c] for j in range(6, c)), strict=True)]
     )  # fmt: skip
     return (
-        numbers,
+        numbers.tolist(),
         None,
-        offsets,
-        flat[2::k],
-        flat[3::k],
-        flat[4::k] if k > 4 else blank,
-        flat[5::k] if k > 5 else blank,
+        offsets.tolist(),
+        flat[2::c],
+        flat[3::c],
+        flat[4::c],
+        flat[5::c],
         extras,
     )
 
