@@ -379,9 +379,10 @@ def _date(text: str, line: int, url: str) -> datetime | None:
     if date == "d=":
         return None
     try:
-        if not date.startswith("d=") or len(date) != 12:
+        if not date.startswith("d=") or len(date) != 12 or not (date.isascii() and date[2:].isdigit()):
             raise ValueError
-        return datetime.strptime(date[2:], "%Y%m%d%H").replace(tzinfo=UTC)
+        d = date[2:]
+        return datetime(int(d[:4]), int(d[4:6]), int(d[6:8]), int(d[8:]), tzinfo=UTC)
     except ValueError:
         raise InvalidIndexError(
             url, f"line {line}: reference date {date!r} is not d=YYYYMMDDHH"

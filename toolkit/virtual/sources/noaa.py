@@ -51,6 +51,11 @@ class GribVariable:
         tuple[str, tuple[float, ...]], ...
     ] = ()  # (file type, levels), lower priority
 
+    def __hash__(self) -> int:
+        """By name: equal variables share it, and a match hashes a field per record (the
+        generated hash would walk `levels`, dozens of floats, every time)."""
+        return hash(self.name)
+
     def __post_init__(self) -> None:
         if self.step_type not in ("instant", "accum", "avg", "max", "min"):
             raise ValueError(f"{self.name}: unknown step type {self.step_type!r}")
@@ -103,6 +108,9 @@ class Field:
 
     variable: GribVariable
     level: float | None = None
+
+    def __hash__(self) -> int:
+        return hash((self.variable.name, self.level))
 
     @property
     def key(self) -> tuple[str, float | None]:
