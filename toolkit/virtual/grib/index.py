@@ -17,6 +17,7 @@ than gribberish's parser, which builds every entry). On top of the syntax it che
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -326,24 +327,35 @@ def _columns(text: str) -> tuple[Any, ...] | None:
         and "".join(offs).isdigit()
     ):
         return None  # sub-messages ("2.1"), signs, blanks, ragged lines: line by line
-    numbers = np.fromstring(" ".join(heads), dtype=np.int64, sep=" ")  # digits, checked above
-    offsets = np.fromstring(" ".join(offs), dtype=np.int64, sep=" ")
-    if len(numbers) != n or not ((np.diff(numbers) > 0).all() and (np.diff(offsets) > 0).all()):
-        return None
+    if n < 64:  # numpy's fixed cost outweighs its speed on a short index
+        numbers, offsets = list(map(int, heads)), list(map(int, offs))
+        if not (_increasing(numbers) and _increasing(offsets)):
+            return None
+    else:
+        # `joined` is "1\n2\n...": whitespace-separated digit runs, one per line
+        num = np.fromstring(joined, dtype=np.int64, sep=" ")
+        off = np.fromstring(" ".join(offs), dtype=np.int64, sep=" ")
+        if len(num) != n or not ((num[1:] > num[:-1]).all() and (off[1:] > off[:-1]).all()):
+            return None
+        numbers, offsets = num.tolist(), off.tolist()
     extras = (
         [""] * n if c == 6 else flat[6::c] if c == 7
         else [":".join(t) for t in zip(*(flat[j::c] for j in range(6, c)), strict=True)]
     )  # fmt: skip
     return (
-        numbers.tolist(),
+        numbers,
         None,
-        offsets.tolist(),
+        offsets,
         flat[2::c],
         flat[3::c],
         flat[4::c],
         flat[5::c],
         extras,
     )
+
+
+def _increasing(xs: list[int]) -> bool:
+    return all(map(operator.lt, xs, xs[1:]))
 
 
 def _scan_lines(text: str, url: str) -> tuple[Any, ...]:
@@ -379,7 +391,11 @@ def _date(text: str, line: int, url: str) -> datetime | None:
     if date == "d=":
         return None
     try:
-        if not date.startswith("d=") or len(date) != 12 or not (date.isascii() and date[2:].isdigit()):
+        if (
+            not date.startswith("d=")
+            or len(date) != 12
+            or not (date.isascii() and date[2:].isdigit())
+        ):
             raise ValueError
         d = date[2:]
         return datetime(int(d[:4]), int(d[4:6]), int(d[6:8]), int(d[8:]), tzinfo=UTC)
