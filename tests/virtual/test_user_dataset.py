@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
+from toolkit.virtual import open_dataset
 from toolkit.virtual.datasets import build
-from toolkit.virtual.reader import open_dataset
 from toolkit.virtual.simulate import SimArchive, expected_values
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "virtual.md"
@@ -105,3 +105,18 @@ def test_a_bad_dataset_name_is_one_line_exit_2_and_creates_nothing(user, tmp_pat
     assert res.exit_code == 2, res.output
     assert says in res.output and "Traceback" not in res.output
     assert not repo.exists()
+
+
+def test_open_dataset_is_one_import_away_and_the_pure_modules_stay_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, toolkit.virtual.filetable, toolkit.virtual.dataset\n"
+        "heavy = [m for m in ('xarray', 'icechunk', 'dask') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from toolkit.virtual import open_dataset\n"
+        "assert open_dataset.__module__ == 'toolkit.virtual.reader'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.virtual.test_backfill import START, sim
@@ -36,10 +38,43 @@ def test_complete_archive_validates_and_each_sample_is_a_node(world):
     # 4 cycles x 3 leads x (4 instant + 3 temperature levels) + precipitation at leads 3, 6
     assert sum(comp.expected.values()) == len(comp.present) == 4 * 3 * 7 + 4 * 2
     assert comp.expected[(comp.positions[0], "temperature")] == 9
-    assert len(report.samples) == 12  # 14 // 6 variables = 2 per variable: first and last
-    assert report.decode_report.stage("decode").tasks == 12
-    assert report.decode_report.stage("decode").written == 12  # one node per sample
+    # the newest cycle only (its 6 variables, leads 0, 3 and 6, then spread to the 14 asked)
+    assert len(report.samples) == 14
+    assert all("init_time=2025-08-01T18:00:00" in s.cell for s in report.samples)
+    assert {s.variable for s in report.samples} == set(ds.template.variables)
+    assert report.decode_report.stage("decode").tasks == 14
+    assert report.decode_report.stage("decode").written == 14  # one node per sample
     assert all(s.ok and s.finite == 1.0 for s in report.samples)
+    wider = validate(ds, sample=40, positions=2)
+    assert len(wider.samples) == 40 and {s.cell.split(",")[0] for s in wider.samples} == {
+        f"{v}@init_time=2025-08-01T{h}:00:00" for v in ds.template.variables for h in ("12", "18")
+    }
+    swept = validate(ds, sample=0, positions="all", max_positions=3)
+    assert {s.cell.split(",")[0].split("=")[1] for s in swept.samples} == {
+        "2025-08-01T00:00:00",
+        "2025-08-01T06:00:00",
+        "2025-08-01T18:00:00",
+    }  # spread over the four: the newest, the oldest and one between
+
+
+def test_a_variable_decoding_entirely_to_nan_fails_unless_the_dataset_allows_it(world):
+    import dataclasses
+
+    _, archive, files, ds = world
+    archive.publish(files, all_nan=["wind_v_10m"])
+    backfill(ds, start=START, workers=2, executor="sync")
+    report = validate(ds, sample=0)
+    assert report.completeness.ok and all(s.ok for s in report.samples)  # every chunk decodes
+    (line,) = report.failures
+    assert line.startswith("decode wind_v_10m: all 1 sampled chunk(s) decode entirely to NaN")
+    assert "allow_all_nan_vars" in line
+
+    allowed = dataclasses.replace(
+        ds, dataset=dataclasses.replace(ds.dataset, allow_all_nan_vars=("wind_v_10m",))
+    )
+    assert validate(allowed, sample=0).ok
+    with pytest.raises(ValueError, match=r"allow_all_nan_vars names \['wind_v_100m'\]"):
+        dataclasses.replace(ds.dataset, allow_all_nan_vars=("wind_v_100m",))
 
 
 def test_gaps_are_named_and_the_newest_position_may_be_partial(world):
@@ -72,8 +107,10 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
     storage.put(archive.store, key, np.random.default_rng(0).bytes(size))
     report = validate(ds, sample=12)
     assert report.completeness.ok  # the refs are all there ...
+    newest = "init_time=2025-08-01T18:00:00,lead_time=6h"
     bad = [s for s in report.samples if not s.ok]
-    assert len(bad) == 6 and all("lead_time=6h" in s.cell for s in bad)  # ... but do not decode
+    assert bad == [s for s in report.samples if newest in s.cell]  # ... but do not decode
+    assert len(bad) == 4  # the newest position's last lead, sampled over 4 of its variables
     res = CliRunner().invoke(
         app,
         [
@@ -89,8 +126,52 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
         ],
     )
     assert res.exit_code == 1, res.output
-    assert "FAIL decode temperature_2m@init_time=2025-08-01T18:00:00,lead_time=6h" in res.output
-    assert "decode health: 12 sample(s), 6 failed" in res.output
+    assert res.output.count("FAIL decode ") == 4
+    assert f"@{newest} (its source byte range): no GRIB message starts at offset 0" in res.output
+    assert "decode health: 12 sample(s), 4 failed" in res.output
+    cli = ["virtual", "validate", "sim-gfs", "--repo", str(tmp_path / "repo")]
+    cli += ["--source", str(tmp_path / "src")]
+    older = CliRunner().invoke(app, [*cli, "--positions", "all", "--max-positions", "2"])
+    assert older.exit_code == 1 and "failed" in older.output  # the newest is always in a sweep
+    for bad, why in (
+        (["--positions", "0"], "positions must be an int >= 1 or 'all', not 0"),
+        (["--positions", "newest"], "--positions must be a count >= 1 or 'all', not 'newest'"),
+        (["--positions", "all", "--max-positions", "0"], "max_positions must be >= 1, not 0"),
+    ):
+        res = CliRunner().invoke(app, [*cli, *bad])
+        assert res.exit_code == 2 and why in res.output, res.output
+        assert "Traceback" not in res.output
+
+
+def test_one_nan_chunk_among_finite_ones_is_not_a_failure(world):
+    _, archive, files, ds = world
+    archive.publish(files[:-1])
+    archive.publish(files[-1:], all_nan=["wind_v_10m"])  # the newest cycle's last lead
+    backfill(ds, start=START, workers=2, executor="sync")
+    report = validate(ds, sample=40)  # the newest cycle's every cell: 3 of wind_v_10m
+    nan = [s for s in report.samples if s.variable == "wind_v_10m" and s.finite == 0.0]
+    assert len(nan) == 1 and report.ok, report.failures
+
+
+@pytest.mark.timeout(60)
+def test_a_zeroed_message_body_is_named_without_reaching_the_decoder(world):
+    """gribberish 1.9 never returns on a message whose sections are zeros; validation walks
+    the sections of each sampled chunk's bytes first and names the file instead."""
+    from toolkit.virtual.grib.message import scan_messages
+
+    _, archive, files, ds = world
+    archive.publish(files)
+    backfill(ds, start=START, workers=2, executor="sync")
+    key = archive.data_key(files[-1])
+    data = bytearray(storage.get(archive.store, key).data)
+    for span in scan_messages(bytes(data)):  # keep each indicator, zero the sections
+        data[span.offset + 16 : span.offset + span.length - 4] = bytes(span.length - 20)
+    storage.put(archive.store, key, bytes(data))
+    report = validate(ds, sample=12)
+    bad = [s for s in report.samples if not s.ok]
+    assert bad and all("lead_time=6h" in s.cell for s in bad)
+    assert all("bad section 0 of length 0 at byte 16" in s.reason for s in bad)
+    assert "(its source byte range)" in bad[0].reason
 
 
 def test_empty_store_never_passes(world):
@@ -100,15 +181,66 @@ def test_empty_store_never_passes(world):
     assert not report.ok and "nothing to validate" in report.failures[0]
 
 
-def test_pick_samples_takes_first_and_last_of_each_variable():
-    cells = [Cell(v, (("t", i),)) for v in ("a", "b") for i in range(10)]
-    got = pick_samples(cells, 6)
-    assert [(c.variable, c.loc[0][1]) for c in got] == [
-        ("a", 0),
-        ("a", 4),
-        ("a", 9),
-        ("b", 0),
-        ("b", 4),
-        ("b", 9),
-    ]
-    assert pick_samples(cells, 1)[0].loc[0][1] == 0 and pick_samples([], 5) == []
+LEAD = np.timedelta64(1, "h")
+
+
+@st.composite
+def grids(draw):
+    """Present cells of a forecast: positions x leads x members x variables (some with
+    levels), with some cells absent."""
+    n_pos, n_lead = draw(st.integers(1, 5)), draw(st.integers(1, 7))
+    members = draw(st.sampled_from([[None], ["0", "1"], [str(m) for m in range(7)]]))
+    variables = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
+    levels = {v: draw(st.sampled_from([[None], [10.0, 20.0, 30.0]])) for v in variables}
+    cells = []
+    for p in range(n_pos):
+        for q in range(n_lead):
+            for m in members:
+                for v in variables:
+                    for lv in levels[v]:
+                        loc = {
+                            "init_time": np.datetime64("2025-01-01", "ns") + p * 6 * LEAD,
+                            "lead_time": (q * LEAD).astype("timedelta64[ns]"),
+                        }
+                        if m is not None:
+                            loc["ensemble_member"] = m
+                        if lv is not None:
+                            loc["level"] = lv
+                        cells.append(Cell(v, tuple(sorted(loc.items()))))
+    keep = draw(st.lists(st.booleans(), min_size=len(cells), max_size=len(cells)))
+    present = [c for c, k in zip(cells, keep, strict=True) if k] or cells[-1:]
+    return present, draw(st.integers(1, 3)), draw(st.integers(0, 60))
+
+
+@settings(max_examples=150, deadline=None)
+@given(grids())
+def test_samples_cover_the_newest_positions_every_variable_lead_edge_and_member(grid):
+    present, positions, n = grid
+    got = pick_samples(present, n, positions=positions)
+    loc = lambda c, d: dict(c.loc).get(d)  # noqa: E731
+    newest = sorted({loc(c, "init_time") for c in present})[-positions:]
+    assert got and {loc(c, "init_time") for c in got} <= set(newest)
+    assert len({c.key for c in got}) == len(got)  # no chunk decoded twice
+    for pos in newest:
+        here = [c for c in present if loc(c, "init_time") == pos]
+        mine = [c for c in got if loc(c, "init_time") == pos]
+        assert {c.variable for c in here} == {c.variable for c in mine}  # each variable
+        leads = sorted({loc(c, "lead_time") for c in here})
+        sampled = {loc(c, "lead_time") for c in mine}
+        assert leads[0] in sampled and leads[-1] in sampled  # the first and the last lead
+        assert len(leads) < 3 or any(leads[0] < x < leads[-1] for x in sampled)  # an interior
+        assert {loc(c, "ensemble_member") for c in here} == {
+            loc(c, "ensemble_member") for c in mine
+        }  # every member
+        members = len({loc(c, "ensemble_member") for c in here})
+        variables = len({c.variable for c in here})
+    total = sum(1 for c in present if loc(c, "init_time") in newest)
+    assert len(got) >= min(n, total)  # the budget is used when there is that much
+    assert len(got) <= max(n, positions * (variables + 3 + members))
+
+
+def test_positions_must_be_a_count_or_all():
+    cells = [Cell("a", (("init_time", np.datetime64("2025-01-01", "ns")),))]
+    with pytest.raises(ValueError, match="positions must be an int >= 1 or 'all', not 0"):
+        pick_samples(cells, positions=0)
+    assert pick_samples([], 5) == []

@@ -1,1 +1,19 @@
-"""toolkit.virtual."""
+"""Virtual GRIB2 datasets: Icechunk repos of byte-range references, decoded at read time.
+
+`toolkit.virtual.open_dataset(repo)` opens one with xarray in one line. It is imported on first
+use, so the pure modules stay light to import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["open_dataset"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "open_dataset":
+        from toolkit.virtual.reader import open_dataset
+
+        return open_dataset
+    raise AttributeError(f"module 'toolkit.virtual' has no attribute {name!r}")

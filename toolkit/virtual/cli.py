@@ -116,6 +116,15 @@ def _errors() -> Any:
     )
 
 
+def _positions(text: str) -> int | str:
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--positions must be a count >= 1 or 'all', not {text!r}") from None
+
+
 def _label(text: str | None) -> Any:
     import numpy as np
 
@@ -379,7 +388,20 @@ def validate(
     source: SourceUrl = None,
     start: Annotated[str | None, typer.Option(help="First append-dim label to check.")] = None,
     end: Annotated[str | None, typer.Option(help="Exclusive end label.")] = None,
-    sample: Annotated[int, typer.Option(help="Cells to decode (each a graph node).")] = 16,
+    sample: Annotated[
+        int,
+        typer.Option(
+            help="Cells to decode (each a graph node), at least every variable's first, "
+            "interior and last lead and every member at each sampled position."
+        ),
+    ] = 16,
+    positions: Annotated[
+        str,
+        typer.Option(help="Newest positions with data to sample, or 'all' (an offline sweep)."),
+    ] = "1",
+    max_positions: Annotated[
+        int | None, typer.Option(help="With --positions all: at most this many, spread evenly.")
+    ] = None,
     min_present: Annotated[
         str, typer.Option(help="Comma-separated fractions, newest position first; last 1.0.")
     ] = "1.0",
@@ -410,6 +432,8 @@ def validate(
                 start=_label(start),
                 end=_label(end),
                 sample=sample,
+                positions=_positions(positions),
+                max_positions=max_positions,
                 min_present_fraction=fractions,
                 cluster=where,
                 executor=executor,

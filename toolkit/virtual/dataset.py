@@ -115,6 +115,17 @@ class Dataset:
     window: Any = None  # fire time -> (start, end): LatestCycles or any picklable callable
     leads: Any = field(default_factory=AllLeads)  # (init, template leads) -> published leads
     title: str = ""
+    # variables whose sampled chunks may all decode to NaN (e.g. a field masked everywhere at
+    # lead 0); they still fail on decode errors
+    allow_all_nan_vars: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.allow_all_nan_vars) - set(self.template.variables))
+        if unknown:
+            raise ValueError(
+                f"dataset {self.name!r}: allow_all_nan_vars names {unknown}, which it does not "
+                f"have (its variables: {', '.join(self.template.variables)})"
+            )
 
     @property
     def append_dim(self) -> str:

@@ -64,6 +64,7 @@ def grib_forecast(
     known_missing: Sequence[KnownMissing] = (),
     title: str = "",
     store_options: Mapping[str, Any] | None = None,
+    allow_all_nan_vars: Sequence[str] = (),
 ) -> Dataset:
     """A forecast archive: one file per (init, lead[, member][, file type]) at `key`.
 
@@ -72,6 +73,7 @@ def grib_forecast(
     region, endpoint, anonymous). `grid` is the grid's coordinates in the order the messages
     scan them (e.g. latitude then longitude); inits run `first_init` .. `end` (exclusive)
     every `every_hours`. An update fire takes the `update_cycles` newest cycles.
+    `allow_all_nan_vars` names variables validation lets decode entirely to NaN.
     """
     check_inits(name, first_init, end, every_hours, (every_hours,))
     members = tuple(members)
@@ -112,4 +114,5 @@ def grib_forecast(
         RepoSettings(split),
         LatestCycles(update_cycles, every_hours),
         title=title or name,
+        allow_all_nan_vars=tuple(allow_all_nan_vars),
     )

@@ -508,6 +508,20 @@ def exists_many(session: Any, keys: Sequence[str], concurrency: int = 256) -> li
     return _await(run()) if keys else []
 
 
+def chunk_bytes(session: Any, key: str) -> bytes | None:
+    """A chunk's stored bytes, undecoded: for a virtual chunk, the source's byte range as the
+    manifest names it (None if the manifest has no such chunk)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    store = session.store
+
+    async def run() -> bytes | None:
+        buf = await store.get(key, prototype=default_buffer_prototype())
+        return None if buf is None else buf.to_bytes()
+
+    return _await(run())
+
+
 def commit(
     session: Any,
     message: str,

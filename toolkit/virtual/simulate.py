@@ -193,8 +193,10 @@ def encode_message(
     window: Window,
     member: Member,
     level: float | None,
+    missing: bool = False,
 ) -> bytes:
-    """One GRIB2 message (ecCodes) on the simulator's grid."""
+    """One GRIB2 message (ecCodes) on the simulator's grid; `missing`: every point masked by
+    the bitmap (a reader decodes it entirely to NaN)."""
     import eccodes
 
     p = _PARAMS[var.name]
@@ -252,6 +254,9 @@ def encode_message(
                 ("numberOfForecastsInEnsemble", 31),
             ]
         keys += [("packingType", "grid_simple"), ("decimalScaleFactor", 2)]
+        if missing:
+            keys += [("bitmapPresent", 1), ("missingValue", 9999.0)]
+            values = np.full(values.shape, 9999.0)
         for key, value in keys:
             eccodes.codes_set(h, key, value)
         eccodes.codes_set_values(h, np.ascontiguousarray(values, dtype=np.float64).ravel())
@@ -315,8 +320,10 @@ class SimArchive:
         drop: Iterable[tuple[str, float | None]] = (),
         submessages: bool = False,
         generation: int = 0,
+        all_nan: Iterable[str] = (),
     ) -> tuple[bytes, str]:
-        """(GRIB bytes, .idx text) of one file."""
+        """(GRIB bytes, .idx text) of one file; the variables in `all_nan` masked everywhere."""
+        masked = set(all_nan)
         dropped = set(drop)
         fields = [
             fld for fld in self.source.fields(self.file_type, f.lead) if fld.key not in dropped
@@ -328,7 +335,9 @@ class SimArchive:
             window = var.window(lead)
             assert window is not None
             values = expected_values(var.name, f.init, lead, f.member, fld.level, generation)
-            data = encode_message(var, values, f.init, window, f.member, fld.level)
+            data = encode_message(
+                var, values, f.init, window, f.member, fld.level, var.name in masked
+            )
             rec = IndexRecord(
                 number=0,
                 submessage=None,
@@ -364,8 +373,10 @@ class SimArchive:
         *,
         drop: Iterable[tuple[str, float | None]] = (),
         submessages: bool = False,
+        all_nan: Iterable[str] = (),
     ) -> list[SimFile]:
-        """Write data then index for each file (all files when None); returns what it wrote."""
+        """Write data then index for each file (all files when None); returns what it wrote.
+        `all_nan`: variables whose messages are masked everywhere (decode to NaN)."""
         targets = (
             self.files()
             if files is None
@@ -375,7 +386,7 @@ class SimArchive:
         )
         drop = tuple(drop)
         for f in targets:
-            data, index = self.encode(f, drop=drop, submessages=submessages)
+            data, index = self.encode(f, drop=drop, submessages=submessages, all_nan=all_nan)
             storage.put(self.store, self.data_key(f), data)
             storage.put(self.store, self.index_key(f), index.encode())
         return targets

@@ -25,8 +25,10 @@ from toolkit.engine import run
 from toolkit.plan import Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
+from toolkit.virtual.grib.message import sections
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import canon, chunk_key
+from toolkit.virtual.template import Template
 from toolkit.virtual.write import Job, expected_of
 
 __all__ = [
@@ -163,67 +165,170 @@ class SampleResult:
     cell: str
     ok: bool
     reason: str = ""
-    finite: float = 0.0  # fraction of finite values
+    finite: float = 0.0  # fraction of finite values; 0.0: the chunk decodes entirely to NaN
     low: float = math.nan
     high: float = math.nan
+    variable: str = ""
 
 
 @dataclass(frozen=True)
 class Decode:
-    """One sample = one node: open main as a reader does and decode one chunk."""
+    """One sample = one node: open main as a reader does and decode one chunk.
+
+    The chunk's bytes (the source range its ref names) are first walked section by section:
+    a message whose sections do not add up is named without being handed to the decoder,
+    which loops forever on some (gribberish 1.9 on a zeroed body)."""
 
     repo: R.RepoRef
     branch: str
     valid_range: tuple[tuple[str, tuple[float, float]], ...] = ()
+    template: Template | None = None
 
     def __call__(self, cell: Cell) -> tuple[SampleResult, ...]:
         import xarray as xr
 
+        var = cell.variable
         try:
             session = R.readonly(self.repo.open(), self.branch)
+            if self.template is not None:
+                self.check_structure(session, cell)
             ds = xr.open_zarr(session.store, consolidated=False, chunks=None)
-            values = np.asarray(ds[cell.variable].sel(dict(cell.loc)).values, dtype="float64")
+            values = np.asarray(ds[var].sel(dict(cell.loc)).values, dtype="float64")
         except Exception as err:  # any failure to read or decode is the finding
-            return (SampleResult(cell.key, False, f"{type(err).__name__}: {err}"[:500]),)
+            return (
+                SampleResult(cell.key, False, f"{type(err).__name__}: {err}"[:500], variable=var),
+            )
         finite = np.isfinite(values)
-        if not finite.any():
-            return (SampleResult(cell.key, False, "decodes entirely to NaN/inf"),)
+        if not finite.any():  # judged per variable, over all its samples (`all_nan_failures`)
+            return (SampleResult(cell.key, True, "decodes entirely to NaN/inf", variable=var),)
         low, high = float(values[finite].min()), float(values[finite].max())
         frac = float(finite.mean())
-        bounds = dict(self.valid_range).get(cell.variable)
+        bounds = dict(self.valid_range).get(var)
         if bounds is not None and (low < bounds[0] or high > bounds[1]):
-            return (
-                SampleResult(
-                    cell.key,
-                    False,
-                    f"values [{low:g}, {high:g}] outside the valid range [{bounds[0]:g}, "
-                    f"{bounds[1]:g}]",
-                    frac,
-                    low,
-                    high,
-                ),
+            why = (
+                f"values [{low:g}, {high:g}] outside the valid range [{bounds[0]:g}, {bounds[1]:g}]"
             )
-        return (SampleResult(cell.key, True, "", frac, low, high),)
+            return (SampleResult(cell.key, False, why, frac, low, high, var),)
+        return (SampleResult(cell.key, True, "", frac, low, high, var),)
+
+    def check_structure(self, session: Any, cell: Cell) -> None:
+        assert self.template is not None
+        geom = self.template.geometry(committed_extent(session, self.template) or 0)
+        ck = chunk_key(geom, cell.variable, dict(cell.loc))
+        data = None if ck is None else R.chunk_bytes(session, ck.key)
+        if data is not None:
+            sections(data, f"{cell.key} (its source byte range)")
 
 
 def _concat(parts: list[tuple[SampleResult, ...]]) -> tuple[SampleResult, ...]:
     return tuple(r for p in parts for r in p)
 
 
-def pick_samples(present: Sequence[Cell], n: int) -> list[Cell]:
-    """Up to `n` cells: per variable its first and last present cell, then evenly between."""
-    by_var: dict[str, list[Cell]] = {}
-    for c in present:
-        by_var.setdefault(c.variable, []).append(c)
-    if not by_var or n < 1:
-        return []
-    per = max(1, n // len(by_var))
-    out: list[Cell] = []
-    for cells in by_var.values():
-        k = min(per, len(cells))
-        idx = sorted({round(i * (len(cells) - 1) / max(1, k - 1)) for i in range(k)})
-        out += [cells[i] for i in idx]
+def all_nan_failures(samples: Sequence[SampleResult], allowed: Sequence[str] = ()) -> list[str]:
+    """A variable fails when every chunk sampled of it decodes entirely to NaN, unless
+    `allowed` (the dataset's `allow_all_nan_vars`) names it."""
+    by_var: dict[str, list[SampleResult]] = {}
+    for r in samples:
+        by_var.setdefault(r.variable, []).append(r)
+    out = []
+    for var, rs in by_var.items():
+        if var not in allowed and all(r.ok and r.finite == 0.0 for r in rs):
+            out.append(
+                f"decode {var}: all {len(rs)} sampled chunk(s) decode entirely to NaN "
+                f"(e.g. {rs[0].cell}); if that is expected, list it in allow_all_nan_vars"
+            )
     return out
+
+
+def _spread[X](items: Sequence[X], k: int) -> list[X]:
+    """Up to `k` of `items`: the first, the last, then evenly between."""
+    if k < 1 or not items:
+        return []
+    m = min(k, len(items))
+    idx = sorted({round(i * (len(items) - 1) / max(1, m - 1)) for i in range(m)})
+    return [items[i] for i in idx]
+
+
+def _label(cell: Cell, dim: str) -> Any:
+    return canon(dict(cell.loc).get(dim))
+
+
+def _order(label: Any) -> tuple[int, Any]:
+    """Sorts canonical labels of one dim: times by their nanoseconds, anything else as text."""
+    return (0, label[1]) if isinstance(label, tuple) else (1, str(label))
+
+
+def _check_positions(positions: int | str, max_positions: int | None) -> None:
+    if not (positions == "all" or (isinstance(positions, int) and positions >= 1)):
+        raise ValueError(f"positions must be an int >= 1 or 'all', not {positions!r}")
+    if max_positions is not None and max_positions < 1:
+        raise ValueError(f"max_positions must be >= 1, not {max_positions}")
+
+
+def pick_samples(
+    present: Sequence[Cell],
+    n: int = 0,
+    *,
+    append_dim: str = "init_time",
+    positions: int | str = 1,
+    max_positions: int | None = None,
+    lead_dim: str = "lead_time",
+    member_dim: str = "ensemble_member",
+) -> list[Cell]:
+    """The cells decode health decodes, newest positions first.
+
+    At each of the `positions` newest positions with data ("all": every one, evenly capped to
+    `max_positions`): every variable once, their leads rotating over the position's first,
+    interior and last lead and their members over every ensemble member; then a cell for any
+    of those leads or members still unsampled (so at most variables + 3 + members cells a
+    position); past that, up to `n` cells in all, spread evenly over those positions' cells.
+    """
+    by_pos: dict[Any, list[Cell]] = {}
+    for c in present:
+        by_pos.setdefault(_label(c, append_dim), []).append(c)
+    newest = sorted(by_pos, key=_order, reverse=True)
+    _check_positions(positions, max_positions)
+    if positions == "all":
+        chosen = _spread(newest, max_positions or len(newest))
+    else:
+        chosen = newest[: int(positions)]
+    out: dict[str, Cell] = {}
+    for pos in chosen:
+        cells = by_pos[pos]
+        leads = _spread(sorted({_label(c, lead_dim) for c in cells}, key=_order), 3)
+        members = sorted({_label(c, member_dim) for c in cells}, key=_order)
+        mine: list[Cell] = []
+
+        def best(pool: list[Cell], lead: Any, member: Any, k: int) -> Cell:
+            """A cell of `pool` at `lead` and `member` if there is one, else at either."""
+            for want in ((lead, member), (lead, None), (None, member)):
+                fit = [
+                    c
+                    for c in pool
+                    if (want[0] is None or _label(c, lead_dim) == want[0])
+                    and (want[1] is None or _label(c, member_dim) == want[1])
+                ]
+                if fit:
+                    return fit[k % len(fit)]  # rotate through levels, when there are any
+            return pool[k % len(pool)]
+
+        by_var: dict[str, list[Cell]] = {}
+        for c in cells:
+            by_var.setdefault(c.variable, []).append(c)
+        for k, pool in enumerate(by_var.values()):
+            mine.append(best(pool, leads[k % len(leads)], members[k % len(members)], k))
+        for dim, wanted in ((lead_dim, leads), (member_dim, members)):
+            have = {_label(c, dim) for c in mine}
+            for label in wanted:
+                if label not in have:
+                    mine.append(next(c for c in cells if _label(c, dim) == label))
+        for c in mine:
+            out.setdefault(c.key, c)
+    if n > len(out):
+        rest = [c for pos in chosen for c in by_pos[pos] if c.key not in out]
+        for c in _spread(rest, n - len(out)):
+            out.setdefault(c.key, c)
+    return list(out.values())
 
 
 def _valid_ranges(job: Job) -> tuple[tuple[str, tuple[float, float]], ...]:
@@ -242,7 +347,7 @@ def decode_plan(job: Job, samples: Sequence[Cell], branch: str = "main") -> Plan
             Stage(
                 "decode",
                 stable(samples),
-                Decode(job.repo, branch, _valid_ranges(job)),
+                Decode(job.repo, branch, _valid_ranges(job), job.template),
                 combine=_concat,
                 retries=0,
             ),
@@ -276,10 +381,13 @@ class ValidationReport:
     samples: tuple[SampleResult, ...] = ()
     decode_report: Report | None = field(default=None, compare=False)
 
+    allow_all_nan: tuple[str, ...] = ()
+
     @property
     def failures(self) -> list[str]:
         out = list(self.completeness.failures)
         out += [f"decode {s.cell}: {s.reason}" for s in self.samples if not s.ok]
+        out += all_nan_failures(self.samples, self.allow_all_nan)
         if not self.samples and self.completeness.positions:
             out.append("no sample decoded")
         return out
@@ -295,20 +403,32 @@ def validate(
     start: Any = None,
     end: Any = None,
     sample: int = 16,
+    positions: int | str = 1,
+    max_positions: int | None = None,
     branch: str = "main",
     min_present_fraction: Sequence[float] = (1.0,),
     cluster: Any = None,
     executor: str = "sync",
     progress: Callable[[str, int, int], None] | None = None,
 ) -> ValidationReport:
-    """Completeness over [start, end), then decode health on up to `sample` present cells."""
+    """Completeness over [start, end), then decode health at the `positions` newest positions
+    with data (`pick_samples`: every variable, first/interior/last leads, every member; up to
+    `sample` cells when that is more)."""
+    _check_positions(positions, max_positions)  # before any work
     comp = completeness(
         job, start=start, end=end, branch=branch, min_present_fraction=min_present_fraction
     )
-    samples = pick_samples(comp.present, sample)
+    samples = pick_samples(
+        comp.present,
+        sample,
+        append_dim=job.template.append_dim,
+        positions=positions,
+        max_positions=max_positions,
+    )
+    allowed = job.dataset.allow_all_nan_vars
     if not samples:
-        return ValidationReport(comp)
+        return ValidationReport(comp, allow_all_nan=allowed)
     report, results = decode_health(
         job, samples, branch=branch, cluster=cluster, executor=executor, progress=progress
     )
-    return ValidationReport(comp, results, report)
+    return ValidationReport(comp, results, report, allowed)
