@@ -126,8 +126,13 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
         ],
     )
     assert res.exit_code == 1, res.output
-    assert res.output.count("FAIL decode ") == 4
-    assert f"@{newest} (its source byte range): no GRIB message starts at offset 0" in res.output
+    failed = [ln for ln in res.output.splitlines() if ln.startswith("FAIL decode ")]
+    assert len(failed) == 4 and all(f"@{newest}" in ln for ln in failed), res.output
+    # what the bytes are is named (or Icechunk's refusal of a re-uploaded object, when the put
+    # landed in a later second than the original)
+    changed = "the checksum of the object owning the virtual chunk has changed"
+    assert all("no GRIB message starts at offset 0" in ln or changed in ln for ln in failed)
+
     assert "decode health: 12 sample(s), 4 failed" in res.output
     cli = ["virtual", "validate", "sim-gfs", "--repo", str(tmp_path / "repo")]
     cli += ["--source", str(tmp_path / "src")]
@@ -141,6 +146,23 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
         res = CliRunner().invoke(app, [*cli, *bad])
         assert res.exit_code == 2 and why in res.output, res.output
         assert "Traceback" not in res.output
+
+
+def test_a_source_object_changed_since_its_refs_is_one_line_naming_it(world):
+    """Icechunk refuses a ref whose object changed after it was written; the finding is one
+    line naming the object, without Icechunk's multi-line context or Rust frames."""
+    import os
+
+    _, archive, files, ds = world
+    archive.publish(files)
+    backfill(ds, start=START, workers=2, executor="sync")
+    path = archive.store.local_path / archive.data_key(files[-1])
+    st = os.stat(path)
+    os.utime(path, (st.st_atime + 10, st.st_mtime + 10))  # a later upload of the same bytes
+    bad = [s for s in validate(ds, sample=12).samples if not s.ok]
+    assert bad and all("\n" not in s.reason and "at icechunk" not in s.reason for s in bad)
+    assert all(s.reason.startswith("StorageError: the checksum of the object") for s in bad)
+    assert all(archive.data_url(files[-1]) in s.reason for s in bad)
 
 
 def test_one_nan_chunk_among_finite_ones_is_not_a_failure(world):
@@ -157,6 +179,8 @@ def test_one_nan_chunk_among_finite_ones_is_not_a_failure(world):
 def test_a_zeroed_message_body_is_named_without_reaching_the_decoder(world):
     """gribberish 1.9 never returns on a message whose sections are zeros; validation walks
     the sections of each sampled chunk's bytes first and names the file instead."""
+    import os
+
     from toolkit.virtual.grib.message import scan_messages
 
     _, archive, files, ds = world
@@ -166,7 +190,10 @@ def test_a_zeroed_message_body_is_named_without_reaching_the_decoder(world):
     data = bytearray(storage.get(archive.store, key).data)
     for span in scan_messages(bytes(data)):  # keep each indicator, zero the sections
         data[span.offset + 16 : span.offset + span.length - 4] = bytes(span.length - 20)
+    path = archive.store.local_path / key
+    was = os.stat(path)
     storage.put(archive.store, key, bytes(data))
+    os.utime(path, ns=(was.st_atime_ns, was.st_mtime_ns))  # as if corrupted where it sits
     report = validate(ds, sample=12)
     bad = [s for s in report.samples if not s.ok]
     assert bad and all("lead_time=6h" in s.cell for s in bad)

@@ -195,9 +195,7 @@ class Decode:
             ds = xr.open_zarr(session.store, consolidated=False, chunks=None)
             values = np.asarray(ds[var].sel(dict(cell.loc)).values, dtype="float64")
         except Exception as err:  # any failure to read or decode is the finding
-            return (
-                SampleResult(cell.key, False, f"{type(err).__name__}: {err}"[:500], variable=var),
-            )
+            return (SampleResult(cell.key, False, _one_line(err), variable=var),)
         finite = np.isfinite(values)
         if not finite.any():  # judged per variable, over all its samples (`all_nan_failures`)
             return (SampleResult(cell.key, True, "decodes entirely to NaN/inf", variable=var),)
@@ -218,6 +216,13 @@ class Decode:
         data = None if ck is None else R.chunk_bytes(session, ck.key)
         if data is not None:
             sections(data, f"{cell.key} (its source byte range)")
+
+
+def _one_line(err: Exception) -> str:
+    """An error as one line: Icechunk's span its cause over several, with Rust frames."""
+    lines = [ln.strip(" \t│×├─▶╰|") for ln in str(err).splitlines()]
+    text = "; ".join(ln for ln in lines if ln and not ln.startswith(("at ", "in ")))
+    return f"{type(err).__name__}: {text}"[:400]
 
 
 def _concat(parts: list[tuple[SampleResult, ...]]) -> tuple[SampleResult, ...]:

@@ -361,7 +361,8 @@ def _increasing(xs: list[int]) -> bool:
 def _scan_lines(text: str, url: str) -> tuple[Any, ...]:
     columns: tuple[list[Any], ...] = tuple([] for _ in range(8))
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # wgrib2's lines: "\n", or "\r\n"
+        line = line.removesuffix("\r")
         parts = line.split(":", 6)
         try:
             head, dot, tail = parts[0].partition(".")
