@@ -8,7 +8,7 @@ import struct
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolkit.virtual.grib.errors import (
@@ -269,8 +269,11 @@ _regularish = st.lists(
 ).map("\n".join)
 
 
+@settings(max_examples=400)
 @example("1:0:d:a:b:c:\n2:5:d:a:b:c:7:8:\n3:9:d:b:")  # a digit field where a line should start
 @example("1:0:d:a:b:c:\n2:5:d:a:b:c::7:d:a:b:c:\n4\n5:9:d:a:b:c:")  # an empty one, a bare line
+@example("1:0:::::::\n:0:::::::")  # a line without its number
+@example("1:0::::\n1:0::::\n1:0::::\n1:::::\n1:0::::0")  # a line without its offset
 @given(
     st.one_of(
         _regularish,

@@ -323,11 +323,14 @@ def _columns(text: str) -> tuple[Any, ...] | None:
     if not (
         joined.count("\n") == body.count("\n") == n - 1
         and all(heads)
+        and all(offs)
         and joined.replace("\n", "").isdigit()
         and "".join(offs).isdigit()
     ):
         return None  # sub-messages ("2.1"), signs, blanks, ragged lines: line by line
     if n < 64:  # numpy's fixed cost outweighs its speed on a short index
+        if not all(h[:1] == "\n" and h[1:].isdigit() for h in heads[1:]):
+            return None  # (the long path's digit-run count proves the same)
         numbers, offsets = list(map(int, heads)), list(map(int, offs))
         if not (_increasing(numbers) and _increasing(offsets)):
             return None
