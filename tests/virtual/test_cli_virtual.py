@@ -215,3 +215,57 @@ def test_backfill_names_unpublished_and_skipped_files_and_strict_fails_on_them(t
     assert f"{archive.data_url(files[6])}: skipped:" in res.stderr
     res = runner.invoke(app, [*base[:-2], "--workers", "-3"])
     assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_replica_flag_writes_the_same_dataset_to_every_repo(tmp_path):
+    """`--replica URL` (repeatable) on backfill and update: each replica is committed before
+    the primary and ends holding the dataset the primary holds."""
+    import xarray as xr
+
+    from toolkit.virtual import open_dataset
+
+    src = storage.open_store(str(tmp_path / "src"))
+    archive = make_archive(
+        src,
+        kind="gfs",
+        leads=[0, 3, 6],
+        publish=False,
+        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
+    )
+    files = archive.files()
+    archive.publish(files[:6])
+    repos = [str(tmp_path / name) for name in ("primary", "copy-a", "copy-b")]
+    common = ["--repo", repos[0], "--source", str(tmp_path / "src")]
+    common += ["--replica", repos[1], "--replica", repos[2]]
+    res = runner.invoke(
+        app,
+        [
+            "virtual",
+            "backfill",
+            "sim-gfs",
+            *common,
+            "--start",
+            "2025-08-01T00",
+            "--executor",
+            "sync",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    archive.publish(files[6:])
+    res = runner.invoke(
+        app,
+        ["virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18:00"],
+    )
+    assert res.exit_code == 0, res.output
+    primary = open_dataset(repos[0]).load()
+    assert primary["init_time"].size == 4  # the update grew it to the newest cycle
+    for replica in repos[1:]:
+        xr.testing.assert_identical(open_dataset(replica).load(), primary)
+    for bad in (["--replica", repos[0]], ["--replica", repos[1], "--replica", repos[1]]):
+        res = runner.invoke(
+            app,
+            ["virtual", "update", "sim-gfs", "--repo", repos[0], "--source", str(tmp_path / "src"),
+             *bad, "--fire-time", "2025-08-01T18:00"],
+        )  # fmt: skip
+        assert res.exit_code == 2 and "each replica must be another repo" in res.output
+        assert "Traceback" not in res.output

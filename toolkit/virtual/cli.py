@@ -35,6 +35,14 @@ SourceUrl = Annotated[
         "bucket, read anonymously; sim-gfs has none and needs it.",
     ),
 ]
+Replicas = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--replica",
+        help="Another repo written with the same refs, committed before the primary "
+        "(repeatable). The primary (--repo) defines what is committed.",
+    ),
+]
 Anonymous = Annotated[
     bool, typer.Option("--anonymous", help="Read an s3:// --source without credentials.")
 ]
@@ -68,15 +76,24 @@ def _dataset(
     allow_http: bool,
     path_style: bool,
     anonymous: bool = False,
+    replicas: list[str] | None = None,
 ) -> Any:
-    """The job writing dataset `name` (known, or `module:NAME`) into `repo`; `source` (a
-    mirror, a local copy) replaces its bucket."""
+    """The job writing dataset `name` (known, or `module:NAME`) into `repo` (and its
+    `replicas`); `source` (a mirror, a local copy) replaces its bucket."""
     from toolkit.virtual import repo as R
     from toolkit.virtual.datasets import build
     from toolkit.virtual.write import Job
 
     store = None if source is None else _open(source, endpoint, allow_http, path_style, anonymous)
-    return Job(build(name, store), R.RepoRef(_open(repo, endpoint, allow_http, path_style)))
+    urls = list(replicas or ())
+    if repo in urls or len(set(urls)) != len(urls):
+        raise ValueError(
+            f"--replica {', '.join(urls)}: each replica must be another repo than --repo "
+            f"{repo} and than every other replica"
+        )
+    refs = tuple(R.RepoRef(_open(u, endpoint, allow_http, path_style)) for u in urls)
+    primary = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
+    return Job(build(name, store), primary, replicas=refs)
 
 
 def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
@@ -185,6 +202,7 @@ def backfill(
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
+    replica: Replicas = None,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
 ) -> None:
@@ -194,7 +212,7 @@ def backfill(
     from toolkit.virtual.backfill import backfill as run_backfill
 
     with _errors(), session(ctx, cluster, performance_report, ship) as where:
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         with progress_bars() as bars:
             report = run_backfill(
                 ds,
@@ -261,6 +279,7 @@ def update(
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
+    replica: Replicas = None,
 ) -> None:
     """One operational fire: refresh metadata, commit whole files to main as they publish."""
     import time
@@ -276,7 +295,7 @@ def update(
                 f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
                 "has passed: one sweep only"
             )
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         report = run_update(
             ds,
             fire_time=fire,
