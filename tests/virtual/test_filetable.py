@@ -155,3 +155,25 @@ def test_indexing_one_file_and_from_the_end():
     assert table[0] == coords[0] and table[-1] == coords[-1] and table[5] == coords[5]
     with pytest.raises(IndexError, match=f"file {len(table)} of a table of {len(table)}"):
         table[len(table)]
+
+
+def test_another_key_layout_of_the_same_files_digests_differently(tmp_path):
+    from toolkit.virtual.define import grib_forecast, variable
+
+    def layout(key: str):
+        return grib_forecast(
+            "mine",
+            source=str(tmp_path),
+            key=key,
+            variables=[variable("temperature_2m", "TMP", "2 m above ground")],
+            grid={"latitude": np.arange(3.0), "longitude": np.arange(4.0)},
+            first_init=datetime(2025, 8, 1),
+            end=datetime(2025, 8, 2),
+            every_hours=6,
+            leads_hours=[0, 3],
+        )
+
+    a = file_table(layout("{init:%Y%m%d%H}/f{lead:03d}.grib2"))
+    b = file_table(layout("{init:%Y%m%d}/{init:%H}/f{lead:03d}.grib2"))
+    assert (a.init == b.init).all() and (a.lead == b.lead).all()  # the same positions ...
+    assert a.digest != b.digest  # ... named by other URLs: other tasks

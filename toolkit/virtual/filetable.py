@@ -124,7 +124,7 @@ class FileTable(Sequence[GribCoord]):
     @cached_property
     def digest(self) -> str:
         """The hash of what the table names: the dataset, its source's store, the labels and
-        positions of every file (equal tables hash equal in every process)."""
+        positions of every file, the key layout (equal tables hash equal in every process)."""
         t, src = self.dataset.template, self.dataset.source
         h = hashlib.sha256(f"{self.dataset.name}\0{src.store.url}\0{src.file_types}".encode())
         h.update(repr(src.members).encode())
@@ -139,6 +139,8 @@ class FileTable(Sequence[GribCoord]):
                 else np.ascontiguousarray(region).tobytes()
             )
         h.update(np.asarray(t.coords["lead_time"]).tobytes())
+        if len(self):  # the key layout too: the first and the last file's URL
+            h.update(f"\0{self[0].key}\0{self[-1].key}".encode())
         return h.hexdigest()
 
     @property
