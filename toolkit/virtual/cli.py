@@ -85,6 +85,7 @@ def _dataset(
     from toolkit.virtual.write import Job
 
     store = None if source is None else _open(source, endpoint, allow_http, path_style, anonymous)
+    dataset = build(name, store)  # a bad name fails here, before any repo path is made
     urls = list(replicas or ())
     if repo in urls or len(set(urls)) != len(urls):
         raise ValueError(
@@ -93,7 +94,7 @@ def _dataset(
         )
     refs = tuple(R.RepoRef(_open(u, endpoint, allow_http, path_style)) for u in urls)
     primary = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
-    return Job(build(name, store), primary, replicas=refs)
+    return Job(dataset, primary, replicas=refs)
 
 
 def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
