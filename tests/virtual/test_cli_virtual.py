@@ -13,15 +13,19 @@ from toolkit.virtual.simulate import make_archive
 runner = CliRunner()
 
 
-def test_backfill_update_inspect(tmp_path):
-    src = storage.open_store(str(tmp_path / "src"))
-    archive = make_archive(
-        src,
+def four_cycles(tmp_path):
+    """A simulated GFS archive at `tmp_path`/src: 4 cycles x leads 0, 3, 6, none published."""
+    return make_archive(
+        storage.open_store(str(tmp_path / "src")),
         kind="gfs",
         leads=[0, 3, 6],
         publish=False,
         inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
     )
+
+
+def test_backfill_update_inspect(tmp_path):
+    archive = four_cycles(tmp_path)
     archive.publish(archive.files()[:6])
     common = ["--repo", str(tmp_path / "repo"), "--source", str(tmp_path / "src")]
     res = runner.invoke(
@@ -177,14 +181,7 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
 
 
 def test_backfill_names_unpublished_and_skipped_files_and_strict_fails_on_them(tmp_path):
-    src = storage.open_store(str(tmp_path / "src"))
-    archive = make_archive(
-        src,
-        kind="gfs",
-        leads=[0, 3, 6],
-        publish=False,
-        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
-    )
+    archive = four_cycles(tmp_path)
     files = archive.files()
     archive.publish(files[:4] + files[5:9])  # files[4] is not listed: a hole mid-region
     archive.truncate(files[6])
@@ -224,14 +221,7 @@ def test_replica_flag_writes_the_same_dataset_to_every_repo(tmp_path):
 
     from toolkit.virtual import open_dataset
 
-    src = storage.open_store(str(tmp_path / "src"))
-    archive = make_archive(
-        src,
-        kind="gfs",
-        leads=[0, 3, 6],
-        publish=False,
-        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
-    )
+    archive = four_cycles(tmp_path)
     files = archive.files()
     archive.publish(files[:6])
     repos = [str(tmp_path / name) for name in ("primary", "copy-a", "copy-b")]

@@ -270,6 +270,17 @@ def _check_positions(positions: int | str, max_positions: int | None) -> None:
         raise ValueError(f"max_positions must be >= 1, not {max_positions}")
 
 
+def _best(pool: list[Cell], want: dict[str, Any], k: int) -> Cell:
+    """A cell of `pool` at every label of `want` (dim -> label) if there is one, else at any one
+    of them, else any; the k-th of the fits, so successive picks rotate through levels."""
+    (d1, l1), (d2, l2) = want.items()
+    for need in (((d1, l1), (d2, l2)), ((d1, l1),), ((d2, l2),)):
+        fit = [c for c in pool if all(_label(c, d) == lb for d, lb in need)]
+        if fit:
+            return fit[k % len(fit)]
+    return pool[k % len(pool)]
+
+
 def pick_samples(
     present: Sequence[Cell],
     n: int = 0,
@@ -304,24 +315,12 @@ def pick_samples(
         members = sorted({_label(c, member_dim) for c in cells}, key=_order)
         mine: list[Cell] = []
 
-        def best(pool: list[Cell], lead: Any, member: Any, k: int) -> Cell:
-            """A cell of `pool` at `lead` and `member` if there is one, else at either."""
-            for want in ((lead, member), (lead, None), (None, member)):
-                fit = [
-                    c
-                    for c in pool
-                    if (want[0] is None or _label(c, lead_dim) == want[0])
-                    and (want[1] is None or _label(c, member_dim) == want[1])
-                ]
-                if fit:
-                    return fit[k % len(fit)]  # rotate through levels, when there are any
-            return pool[k % len(pool)]
-
         by_var: dict[str, list[Cell]] = {}
         for c in cells:
             by_var.setdefault(c.variable, []).append(c)
         for k, pool in enumerate(by_var.values()):
-            mine.append(best(pool, leads[k % len(leads)], members[k % len(members)], k))
+            want = {lead_dim: leads[k % len(leads)], member_dim: members[k % len(members)]}
+            mine.append(_best(pool, want, k))
         for dim, wanted in ((lead_dim, leads), (member_dim, members)):
             have = {_label(c, dim) for c in mine}
             for label in wanted:
