@@ -31,13 +31,13 @@ def test_complete_archive_validates_and_each_sample_is_a_node(world):
     _, archive, files, ds = world
     archive.publish(files)
     backfill(ds, start=START, workers=2, executor="sync")
-    report = validate(ds, sample=14)
+    report = validate(ds, start=START, sample=14)
     assert report.ok, report.failures
     comp = report.completeness
     assert len(comp.positions) == 4 and not comp.missing
     # 4 cycles x 3 leads x (4 instant + 3 temperature levels) + precipitation at leads 3, 6
-    assert sum(comp.expected.values()) == len(comp.present) == 4 * 3 * 7 + 4 * 2
-    assert comp.expected[(comp.positions[0], "temperature")] == 9
+    assert comp.expected_files == 12 and len(comp.files[comp.positions[0]]) == 3
+    assert len(comp.present) == 4 * 3 * 7 + 4 * 2
     # the newest cycle only (its 6 variables, leads 0, 3 and 6, then spread to the 14 asked)
     assert len(report.samples) == 14
     assert all("init_time=2025-08-01T18:00:00" in s.cell for s in report.samples)
@@ -45,11 +45,11 @@ def test_complete_archive_validates_and_each_sample_is_a_node(world):
     assert report.decode_report.stage("decode").tasks == 14
     assert report.decode_report.stage("decode").written == 14  # one node per sample
     assert all(s.ok and s.finite == 1.0 for s in report.samples)
-    wider = validate(ds, sample=40, positions=2)
+    wider = validate(ds, start=START, sample=40, positions=2)
     assert len(wider.samples) == 40 and {s.cell.split(",")[0] for s in wider.samples} == {
         f"{v}@init_time=2025-08-01T{h}:00:00" for v in ds.template.variables for h in ("12", "18")
     }
-    swept = validate(ds, sample=0, positions="all", max_positions=3)
+    swept = validate(ds, start=START, sample=0, positions="all", max_positions=3)
     assert {s.cell.split(",")[0].split("=")[1] for s in swept.samples} == {
         "2025-08-01T00:00:00",
         "2025-08-01T06:00:00",
@@ -63,7 +63,7 @@ def test_a_variable_decoding_entirely_to_nan_fails_unless_the_dataset_allows_it(
     _, archive, files, ds = world
     archive.publish(files, all_nan=["wind_v_10m"])
     backfill(ds, start=START, workers=2, executor="sync")
-    report = validate(ds, sample=0)
+    report = validate(ds, start=START, sample=0)
     assert report.completeness.ok and all(s.ok for s in report.samples)  # every chunk decodes
     (line,) = report.failures
     assert line.startswith("decode wind_v_10m: all 1 sampled chunk(s) decode entirely to NaN")
@@ -72,30 +72,62 @@ def test_a_variable_decoding_entirely_to_nan_fails_unless_the_dataset_allows_it(
     allowed = dataclasses.replace(
         ds, dataset=dataclasses.replace(ds.dataset, allow_all_nan_vars=("wind_v_10m",))
     )
-    assert validate(allowed, sample=0).ok
+    assert validate(allowed, start=START, sample=0).ok
     with pytest.raises(ValueError, match=r"allow_all_nan_vars names \['wind_v_100m'\]"):
         dataclasses.replace(ds.dataset, allow_all_nan_vars=("wind_v_100m",))
 
 
-def test_gaps_are_named_and_the_newest_position_may_be_partial(world):
+def test_gaps_are_named_by_file_and_the_newest_position_may_be_partial(world):
     _, archive, files, ds = world
     archive.publish(files[:11])  # the newest cycle lacks its last lead
     archive.truncate(files[4])  # an interior file the backfill will skip
     backfill(ds, start=START, workers=2, executor="sync")
-    comp = completeness(ds)
-    assert not comp.ok
+    comp = completeness(ds, start=START)
+    assert not comp.ok and comp.expected_files == 12
+    assert comp.missing_files == [archive.data_url(files[4]), archive.data_url(files[11])]
     gaps = "\n".join(comp.failures)
-    assert "init_time=2025-08-01T06:00:00 temperature_2m: 2/3 cells" in gaps
-    assert "temperature_2m@init_time=2025-08-01T06:00:00,lead_time=3h" in gaps
-    assert "init_time=2025-08-01T18:00:00 temperature: 6/9 cells" in gaps
+    assert "init_time=2025-08-01T06:00:00: 2/3 files have refs (need 100%)" in gaps
+    assert f"missing {archive.data_url(files[4])} (8 cell(s): " in gaps
+    assert "init_time=2025-08-01T18:00:00: 2/3 files have refs" in gaps
     assert "2025-08-01T00" not in gaps and "2025-08-01T12" not in gaps
-    loose = completeness(ds, min_present_fraction=(0.5, 1.0))
-    assert all("T06" in line for line in loose.failures)  # only the interior gap remains
+    loose = completeness(ds, start=START, min_present_fraction=(0.5, 1.0))
+    assert [line.split(":")[0] for line in loose.failures] == ["init_time=2025-08-01T06"]
     archive.publish(files[4])
     backfill(ds, start=START, workers=2, executor="sync")
-    assert completeness(ds, min_present_fraction=(0.5, 1.0)).ok
+    assert completeness(ds, start=START, min_present_fraction=(0.5, 1.0)).ok
     with pytest.raises(ValueError, match=r"must end with 1\.0"):
-        completeness(ds, min_present_fraction=(1.0, 0.5))
+        completeness(ds, start=START, min_present_fraction=(1.0, 0.5))
+
+
+def test_the_window_defaults_to_the_fire_and_must_hold_every_tier(world):
+    """With no window, a fire's update window is checked (3 cycles back from it), not the
+    whole archive; a window with fewer positions than tiers fails rather than passing."""
+    _, archive, files, ds = world
+    archive.publish(files[:9])  # 00, 06, 12; the 18z cycle is not published
+    backfill(ds, start=START, workers=2, executor="sync")
+    fire = np.datetime64("2025-08-01T18:30", "ns")
+    comp = completeness(ds, fire_time=fire)
+    assert [str(p)[:13] for p in comp.positions] == ["2025-08-01T06", "2025-08-01T12"]
+    assert [str(p)[:13] for p in comp.skipped_positions] == ["2025-08-01T18"]  # past the extent
+    assert comp.ok
+    three = completeness(ds, fire_time=fire, min_present_fraction=(0.0, 0.5, 1.0))
+    (line,) = three.failures
+    assert "holds 2 init_time position(s) with files to check, fewer than the 3" in line
+    assert "widen the window" in line
+
+
+def test_include_and_exclude_must_not_split_a_source_file(world):
+    _, archive, files, ds = world
+    archive.publish(files)
+    backfill(ds, start=START, workers=2, executor="sync")
+    every = completeness(ds, start=START, include_vars=list(ds.template.variables))
+    assert every.ok and every.expected_files == 12
+    none = completeness(ds, start=START, exclude_vars=list(ds.template.variables))
+    assert none.expected_files == 0 and "nothing to validate" in none.failures[0]
+    with pytest.raises(ValueError, match=r"split source file .*f000: it carries temperature_2m"):
+        completeness(ds, start=START, include_vars=["temperature_2m"])
+    with pytest.raises(ValueError, match=r"has no variable nope"):
+        completeness(ds, start=START, exclude_vars=["nope"])
 
 
 def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
@@ -105,7 +137,7 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
     key = archive.data_key(files[-1])  # the newest file: every variable's last sample
     size = storage.head(archive.store, key).size
     storage.put(archive.store, key, np.random.default_rng(0).bytes(size))
-    report = validate(ds, sample=12)
+    report = validate(ds, start=START, sample=12)
     assert report.completeness.ok  # the refs are all there ...
     newest = "init_time=2025-08-01T18:00:00,lead_time=6h"
     bad = [s for s in report.samples if not s.ok]
@@ -123,6 +155,8 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
             str(tmp_path / "src"),
             "--sample",
             "12",
+            "--start",
+            "2025-08-01T00",
         ],
     )
     assert res.exit_code == 1, res.output
@@ -135,7 +169,7 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
 
     assert "decode health: 12 sample(s), 4 failed" in res.output
     cli = ["virtual", "validate", "sim-gfs", "--repo", str(tmp_path / "repo")]
-    cli += ["--source", str(tmp_path / "src")]
+    cli += ["--source", str(tmp_path / "src"), "--start", "2025-08-01T00"]
     older = CliRunner().invoke(app, [*cli, "--positions", "all", "--max-positions", "2"])
     assert older.exit_code == 1 and "failed" in older.output  # the newest is always in a sweep
     for bad, why in (
@@ -159,7 +193,7 @@ def test_a_source_object_changed_since_its_refs_is_one_line_naming_it(world):
     path = archive.store.local_path / archive.data_key(files[-1])
     st = os.stat(path)
     os.utime(path, (st.st_atime + 10, st.st_mtime + 10))  # a later upload of the same bytes
-    bad = [s for s in validate(ds, sample=12).samples if not s.ok]
+    bad = [s for s in validate(ds, start=START, sample=12).samples if not s.ok]
     assert bad and all("\n" not in s.reason and "at icechunk" not in s.reason for s in bad)
     assert all(s.reason.startswith("StorageError: the checksum of the object") for s in bad)
     assert all(archive.data_url(files[-1]) in s.reason for s in bad)
@@ -170,7 +204,7 @@ def test_one_nan_chunk_among_finite_ones_is_not_a_failure(world):
     archive.publish(files[:-1])
     archive.publish(files[-1:], all_nan=["wind_v_10m"])  # the newest cycle's last lead
     backfill(ds, start=START, workers=2, executor="sync")
-    report = validate(ds, sample=40)  # the newest cycle's every cell: 3 of wind_v_10m
+    report = validate(ds, start=START, sample=40)  # the newest cycle's every cell: 3 of wind_v_10m
     nan = [s for s in report.samples if s.variable == "wind_v_10m" and s.finite == 0.0]
     assert len(nan) == 1 and report.ok, report.failures
 
@@ -194,7 +228,7 @@ def test_a_zeroed_message_body_is_named_without_reaching_the_decoder(world):
     was = os.stat(path)
     storage.put(archive.store, key, bytes(data))
     os.utime(path, ns=(was.st_atime_ns, was.st_mtime_ns))  # as if corrupted where it sits
-    report = validate(ds, sample=12)
+    report = validate(ds, start=START, sample=12)
     bad = [s for s in report.samples if not s.ok]
     assert bad and all("lead_time=6h" in s.cell for s in bad)
     assert all("bad section 0 of length 0 at byte 16" in s.reason for s in bad)
@@ -204,7 +238,7 @@ def test_a_zeroed_message_body_is_named_without_reaching_the_decoder(world):
 def test_empty_store_never_passes(world):
     _, _, _, ds = world
     ensure_repo(ds)
-    report = validate(ds)
+    report = validate(ds, start=START)
     assert not report.ok and "nothing to validate" in report.failures[0]
 
 

@@ -46,6 +46,32 @@ Replicas = Annotated[
 Anonymous = Annotated[
     bool, typer.Option("--anonymous", help="Read an s3:// --source without credentials.")
 ]
+Sample = Annotated[
+    int,
+    typer.Option(
+        help="Cells to decode (each a graph node), at least every variable's first, "
+        "interior and last lead and every member at each sampled position."
+    ),
+]
+MinPresent = Annotated[
+    str | None,
+    typer.Option(
+        help="Completeness tiers: comma-separated fractions of expected files, newest "
+        "position first; the last must be 1.0. Default: the dataset's."
+    ),
+]
+IncludeVars = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--include-var",
+        help="Check only the source files carrying these variables (repeatable; the choice "
+        "must not split a file).",
+    ),
+]
+ExcludeVars = Annotated[
+    list[str] | None,
+    typer.Option("--exclude-var", help="Leave out the files carrying these (repeatable)."),
+]
 
 
 def _open(
@@ -251,6 +277,7 @@ def backfill(
 
 @app.command()
 def update(
+    ctx: typer.Context,
     dataset: Dataset,
     repo: RepoUrl,
     source: SourceUrl = None,
@@ -281,8 +308,39 @@ def update(
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
     replica: Replicas = None,
+    give_up_after: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Fires in a row a published file may be skipped as unreadable before it is "
+            "given up as missing for good (retried when its object changes; 0: never).",
+        ),
+    ] = 3,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--validate/--no-validate",
+            help="After the commits, validate the fire's window (completeness, data currency, "
+            "replicas, decode health); exit 1 naming every failure.",
+        ),
+    ] = True,
+    validation_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Validation's own time bound, from when it starts (it runs even when the "
+            "poll deadline has passed); checks it stops are named, and fail.",
+        ),
+    ] = 60.0,
+    sample: Sample = 16,
+    min_present: MinPresent = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="Dask scheduler address for the decode samples.")
+    ] = None,
+    executor: Annotated[str, typer.Option(help="dask or sync (decode samples)")] = "sync",
 ) -> None:
-    """One operational fire: refresh metadata, commit whole files to main as they publish."""
+    """One operational fire: refresh metadata, commit whole files to main as they publish,
+    then validate what the window holds. Exit 0 only when every check passes."""
     import time
 
     from toolkit.console import err_console, print_report
@@ -291,6 +349,7 @@ def update(
     with _errors():
         fire = _label(fire_time or "now")
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
+        tiers = _tiers(min_present)
         if anchor + deadline <= time.time():
             err_console.print(
                 f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
@@ -303,13 +362,39 @@ def update(
             scheduled_at=anchor,
             deadline_seconds=deadline,
             lease_wait=lease_wait,
+            give_up_after=give_up_after,
         )
-    print_report(report)
-    result = report.stage("update").result
-    for s in result.skipped:
-        err_console.print(f"skipped {s.url}: {s.reason}")
-    if result.pending:
-        err_console.print(f"{len(result.pending)} file(s) not yet published roll to the next fire")
+        print_report(report)
+        result = report.stage("update").result
+        for s in result.skipped:
+            err_console.print(f"skipped {s.url}: {s.reason}", highlight=False, markup=False)
+        if result.pending:
+            err_console.print(
+                f"{len(result.pending)} file(s) not yet published roll to the next fire"
+            )
+        given_up = [s.line() for s in result.given_up]
+        if not check:
+            for line in given_up:
+                err_console.print(f"FAIL {line}", highlight=False, markup=False)
+            if given_up:
+                from toolkit.virtual.validate import ValidationFailed
+
+                raise ValidationFailed(f"{len(given_up)} file(s) missing for good")
+            return
+        from toolkit.console import session
+
+        with session(ctx, cluster) as where:
+            found = _run_validation(
+                ds,
+                fire_time=fire,
+                sample=sample,
+                min_present_fraction=tiers,
+                deadline=time.time() + validation_seconds,
+                extra=given_up,
+                cluster=where,
+                executor=executor,
+            )
+        _report_validation(found)
 
 
 def _epoch(text: str) -> float:
@@ -406,15 +491,19 @@ def validate(
     dataset: Dataset,
     repo: RepoUrl,
     source: SourceUrl = None,
-    start: Annotated[str | None, typer.Option(help="First append-dim label to check.")] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(help="First append-dim label to check. Default: the update window's."),
+    ] = None,
     end: Annotated[str | None, typer.Option(help="Exclusive end label.")] = None,
-    sample: Annotated[
-        int,
+    fire_time: Annotated[
+        str | None,
         typer.Option(
-            help="Cells to decode (each a graph node), at least every variable's first, "
-            "interior and last lead and every member at each sampled position."
+            help="Validate the update window of this fire (UTC), with data currency. "
+            "Default, when neither --start nor --end is given: now."
         ),
-    ] = 16,
+    ] = None,
+    sample: Sample = 16,
     positions: Annotated[
         str,
         typer.Option(help="Newest positions with data to sample, or 'all' (an offline sweep)."),
@@ -422,9 +511,10 @@ def validate(
     max_positions: Annotated[
         int | None, typer.Option(help="With --positions all: at most this many, spread evenly.")
     ] = None,
-    min_present: Annotated[
-        str, typer.Option(help="Comma-separated fractions, newest position first; last 1.0.")
-    ] = "1.0",
+    min_present: MinPresent = None,
+    include_var: IncludeVars = None,
+    exclude_var: ExcludeVars = None,
+    replica: Replicas = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     executor: Annotated[str, typer.Option(help="dask or sync")] = "sync",
     endpoint: Endpoint = None,
@@ -434,40 +524,70 @@ def validate(
     performance_report: PerformanceReport = None,
     ship: Ship = False,
 ) -> None:
-    """Manifest completeness per append-dim position, then decode health on a sample.
+    """Completeness per append-dim position, data currency, replicas, then decode health.
 
-    Exit 1 naming every gap and every sample that fails to decode to plausible values.
+    Exit 1 naming every gap, every stale or diverging repo and every sample that fails to
+    decode to plausible values.
     """
-    from toolkit.console import err_console, out, progress_bars, session
-    from toolkit.virtual.validate import ValidationFailed
-    from toolkit.virtual.validate import validate as run_validate
+    from toolkit.console import session
 
     with _errors(), session(ctx, cluster, performance_report, ship) as where:
         _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous)
-        fractions = tuple(float(x) for x in min_present.split(",") if x.strip())
-        with progress_bars() as bars:
-            report = run_validate(
-                ds,
-                start=_label(start),
-                end=_label(end),
-                sample=sample,
-                positions=_positions(positions),
-                max_positions=max_positions,
-                min_present_fraction=fractions,
-                cluster=where,
-                executor=executor,
-                progress=bars,
-            )
-        comp = report.completeness
-        out.print(
-            f"completeness: {len(comp.positions)} position(s) checked, "
-            f"{sum(comp.expected.values())} cells expected, {len(comp.present)} present; "
-            f"{len(comp.skipped_positions)} position(s) past the committed extent skipped"
+        for url in replica or ():
+            _existing_repo(url, endpoint, allow_http, path_style)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
+        found = _run_validation(
+            ds,
+            start=_label(start),
+            end=_label(end),
+            fire_time=_label(fire_time),
+            sample=sample,
+            positions=_positions(positions),
+            max_positions=max_positions,
+            min_present_fraction=_tiers(min_present),
+            include_vars=tuple(include_var or ()),
+            exclude_vars=tuple(exclude_var or ()),
+            cluster=where,
+            executor=executor,
         )
-        bad = [s for s in report.samples if not s.ok]
-        out.print(f"decode health: {len(report.samples)} sample(s), {len(bad)} failed")
-        for line in report.failures:
-            err_console.print(f"FAIL {line}", highlight=False, markup=False)
-        if not report.ok:
-            raise ValidationFailed(f"{len(report.failures)} validation failure(s)")
+        _report_validation(found)
+
+
+def _tiers(text: str | None) -> tuple[float, ...] | None:
+    from toolkit.virtual.dataset import check_tiers
+
+    if text is None:
+        return None
+    return check_tiers([x for x in text.split(",") if x.strip()], "--min-present")
+
+
+def _run_validation(ds: Any, **kwargs: Any) -> Any:
+    from toolkit.console import progress_bars
+    from toolkit.virtual.validate import validate as run_validate
+
+    with progress_bars() as bars:
+        return run_validate(ds, progress=bars, **kwargs)
+
+
+def _report_validation(found: Any) -> None:
+    """Print what each check saw, then every failure; raise (exit 1) if any."""
+    from toolkit.console import err_console, out
+    from toolkit.virtual.completeness import label_text
+    from toolkit.virtual.validate import ValidationFailed
+
+    comp = found.completeness
+    skipped = ", ".join(label_text(p) for p in comp.skipped_positions)
+    out.print(
+        f"completeness: {len(comp.positions)} position(s) checked, {comp.expected_files} "
+        f"files expected, {len(comp.missing_files)} missing; "
+        f"{len(comp.skipped_positions)} position(s) past the committed extent skipped"
+        + (f" ({skipped})" if skipped else ""),
+        highlight=False,
+    )
+    bad = [s for s in found.samples if s.finished and not s.ok]
+    out.print(f"decode health: {len(found.samples)} sample(s), {len(bad)} failed", highlight=False)
+    for line in found.failures:
+        err_console.print(f"FAIL {line}", highlight=False, markup=False, soft_wrap=True)
+    if not found.ok:
+        raise ValidationFailed(f"{len(found.failures)} validation failure(s)")
+    out.print("validation passed", highlight=False)

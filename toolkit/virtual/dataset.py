@@ -34,6 +34,7 @@ __all__ = [
     "LatestCycles",
     "RepoSettings",
     "ShortCycles",
+    "check_tiers",
     "in_region",
     "probe",
     "region_bounds",
@@ -118,8 +119,15 @@ class Dataset:
     # variables whose sampled chunks may all decode to NaN (e.g. a field masked everywhere at
     # lead 0); they still fail on decode errors
     allow_all_nan_vars: tuple[str, ...] = ()
+    # completeness tiers: the fraction of expected files each append-dim position must hold,
+    # newest position first; older positions are held to the last, which must be 1.0
+    min_present_fraction: tuple[float, ...] = (1.0,)
+    # data currency: the newest position with data is at most this old at a fire (None: the
+    # update window's span, e.g. 3 cycles of 6 h = 18 h)
+    expected_latency: np.timedelta64 | None = None
 
     def __post_init__(self) -> None:
+        check_tiers(self.min_present_fraction, f"dataset {self.name!r}: min_present_fraction")
         unknown = sorted(set(self.allow_all_nan_vars) - set(self.template.variables))
         if unknown:
             raise ValueError(
@@ -130,6 +138,28 @@ class Dataset:
     @property
     def append_dim(self) -> str:
         return self.template.append_dim
+
+    @property
+    def latency(self) -> np.timedelta64 | None:
+        """How old the newest position with data may be at a fire (see `expected_latency`)."""
+        if self.expected_latency is not None:
+            return np.timedelta64(self.expected_latency, "ns")
+        w = self.window
+        if isinstance(w, LatestCycles):
+            return np.timedelta64(w.cycles * w.every_hours, "h").astype("timedelta64[ns]")
+        return None
+
+
+def check_tiers(tiers: Any, what: str = "min_present_fraction") -> tuple[float, ...]:
+    """Completeness tiers as floats: each in [0, 1], at least one, the last 1.0 (it holds for
+    every older position, which is either complete or has a gap)."""
+    try:
+        out = tuple(float(x) for x in tiers)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} {tiers!r} must be fractions, e.g. (0.5, 1.0)") from None
+    if not out or out[-1] != 1.0 or any(not 0.0 <= x <= 1.0 for x in out):
+        raise ValueError(f"{what} {out} must end with 1.0, each in [0, 1]")
+    return out
 
 
 def in_region(label: Any, start: Any, end: Any) -> bool:

@@ -450,6 +450,27 @@ def chunk_coordinates(session: Any, array: str) -> list[tuple[int, ...]]:
     return sorted(_await(run()))
 
 
+def chunk_refs(
+    session: Any, array: str, append_range: tuple[int, int] | None = None
+) -> dict[tuple[int, ...], tuple[str, int, int]]:
+    """Every ref `array` holds (chunk index -> location, offset, length), read back from the
+    manifests; with `append_range` (lo, hi), only chunks whose first index is in [lo, hi)."""
+    lo, hi = append_range if append_range is not None else (0, None)
+
+    async def run() -> dict[tuple[int, ...], tuple[str, int, int]]:
+        out: dict[tuple[int, ...], tuple[str, int, int]] = {}
+        batches = session.store.array_chunk_iterator("/" + array.lstrip("/"))
+        async for coords, _kinds, paths, offsets, lengths, _inline in batches:
+            for i, path in enumerate(paths):
+                index = tuple(int(x) for x in coords[i])
+                if index and (index[0] < lo or (hi is not None and index[0] >= hi)):
+                    continue
+                out[index] = (path, int(offsets[i]), int(lengths[i]))
+        return out
+
+    return _await(run())
+
+
 def virtual_locations(session: Any) -> set[str]:
     """Every source location the session's manifests point at."""
     return set(session.all_virtual_chunk_locations())

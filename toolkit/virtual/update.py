@@ -14,9 +14,11 @@ from typing import Any
 
 from toolkit.plan import Report, StageReport
 from toolkit.virtual import repo as R
+from toolkit.virtual import skips
 from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease
+from toolkit.virtual.read import discover
 from toolkit.virtual.write import (
     Job,
     RunResult,
@@ -49,6 +51,7 @@ def update(
     grace_seconds: float = 5.0,
     lease_wait: float = 0.0,
     lease_ttl: float = 60.0,
+    give_up_after: int = 3,
 ) -> Report:
     """One fire: refresh metadata, then poll-and-commit the window until done or the deadline.
 
@@ -56,7 +59,12 @@ def update(
     commit). Another live update of this or a newer fire holding it makes this one wait up to
     `lease_wait` seconds, then raise `LeaseHeld` (the CLI exits 1 saying another update is
     running). Each commit records the holder as `writer` in its metadata.
+
+    A file skipped (published but unreadable) in `give_up_after` fires in a row is given up:
+    not fetched again until its source object changes, and listed in the result's
+    `given_up` as missing for good (0: retry forever). See `toolkit.virtual.skips`.
     """
+    skips.given_up({}, give_up_after)  # a bad count fails before any work
     t0 = time.time()
     scheduled_at = t0 if scheduled_at is None else scheduled_at
     poll_deadline = scheduled_at + deadline_seconds - grace_seconds
@@ -101,6 +109,9 @@ def update(
         result = RunResult()
         coords = fire.files()
         todo = filter_already_present(fire, coords, session)
+        strikes = skips.load(job.repo.store)
+        held = _held_back(fire, todo, skips.given_up(strikes, give_up_after))
+        todo = [c for c in todo if c.key not in held]
         for batch in process_virtual_refs(fire, todo, result.skipped, lease.renew):
             lease.check()
             result.commits.append(commit_batch(fire, batch, metadata={"writer": lease.holder}))
@@ -108,6 +119,13 @@ def update(
             result.refs += sum(len(r) for _, r in batch)
         seen = set(result.ingested) | {s.url for s in result.skipped}
         result.pending = [c.key for c in todo if c.key not in seen]
+        strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)
+        lease.check()  # the skip counts are the lease holder's to write, like the commits
+        skips.save(job.repo.store, strikes)
+        mine = {c.key for c in coords}
+        result.given_up = [
+            s for url, s in skips.given_up(strikes, give_up_after).items() if url in mine
+        ]
     finally:
         lease.release()
     stage = StageReport(
@@ -119,6 +137,25 @@ def update(
         result=result,
     )
     return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
+
+
+def _held_back(job: Job, todo: list[Any], out: dict[str, skips.Strike]) -> set[str]:
+    """The given-up files of `todo` whose source object is unchanged since it was skipped."""
+    mine = [c for c in todo if c.key in out]
+    if not mine:
+        return set()
+    listed = {c.key: (size, modified) for c, size, modified in discover(job.dataset.source, mine)}
+    return {
+        c.key
+        for c in mine
+        if c.key in listed and not skips.retried(out[c.key], *listed[c.key])
+    }
+
+
+def _fire_label(fire_time: Any) -> str:
+    import numpy as np
+
+    return str(np.datetime64(fire_time, "s"))
 
 
 def _fire_order(fire_time: Any) -> float:

@@ -1,35 +1,43 @@
-"""Validation of a virtual dataset: manifest completeness, then decode health on a sample.
+"""Validation of a virtual dataset: does what an update committed hold, read and keep up?
 
-Completeness re-runs the dataset's own coord generation over a window and probes the manifest
-for every cell each source file should fill (`write.expected_of`), grouped per append-dim
-position and variable, so a gap is named (position, variable, the missing cells) rather than
-counted. Manifest probes only: no source byte is read. Positions past the store's committed
-extent are skipped (the source may not have published them); an interior gap fails.
+Four checks over one window (by default the dataset's update window at the fire), against one
+pinned snapshot of main, so each sees the same commits:
 
-Decode health decodes a bounded sample of the cells that are present, each sample its own
-graph node (a Plan stage with one task per sample), through xarray/zarr and gribberish's codec
-exactly as a reader would, and checks the values are finite somewhere and inside the variable's
-valid range. A ref to a file that was re-uploaded or corrupted fails here.
+- completeness (`toolkit.virtual.completeness`): the fraction of expected source files each
+  append-dim position holds, tiered newest first; manifest probes only;
+- data currency: the newest position with data is no older than the dataset's expected
+  latency at the fire (a source that stopped publishing fails instead of passing quietly);
+- replicas: each replica's main holds the same refs for the window as the primary's (a replica
+  one commit ahead, as replicas commit first, passes);
+- decode health: a bounded sample of the present cells, newest positions first (`pick_samples`),
+  each sample a graph node (a gated Plan stage), decoded through xarray and gribberish's codec
+  exactly as a reader would: finite somewhere, inside the variable's valid range.
+
+Validation has its own time bound (`deadline`): a check not started by then, and each sample
+not decoded by then, is named as unfinished, which fails (nothing unchecked passes).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from toolkit.engine import run
-from toolkit.plan import Plan, Report, Stage
+from toolkit.plan import Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual import repo as R
+from toolkit.virtual.completeness import Cell, Completeness, completeness, label_text, window_of
+from toolkit.virtual.dataset import region_bounds
 from toolkit.virtual.grib.message import sections
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import canon, chunk_key
 from toolkit.virtual.template import Template
-from toolkit.virtual.write import Job, expected_of
+from toolkit.virtual.write import Job
 
 __all__ = [
     "Cell",
@@ -38,123 +46,16 @@ __all__ = [
     "ValidationFailed",
     "ValidationReport",
     "completeness",
+    "currency_failures",
     "decode_health",
+    "pick_samples",
+    "replica_failures",
     "validate",
 ]
 
 
 class ValidationFailed(RuntimeError):
     """A completeness gap or a sample that does not decode to plausible values."""
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One chunk: a variable at a label for every non-grid dim (sorted (dim, label) pairs)."""
-
-    variable: str
-    loc: tuple[tuple[str, Any], ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.variable}@" + ",".join(f"{d}={_text(v)}" for d, v in self.loc)
-
-
-def _text(label: Any) -> str:
-    if isinstance(label, np.datetime64):
-        return str(np.datetime64(label, "s"))
-    if isinstance(label, np.timedelta64):
-        return f"{int(np.timedelta64(label, 's').astype('int64')) // 3600}h"
-    return str(label)
-
-
-@dataclass(frozen=True)
-class Completeness:
-    """Per (position, variable): expected and present cell counts, and the missing cells."""
-
-    append_dim: str
-    positions: tuple[Any, ...]  # checked, oldest first
-    expected: dict[tuple[Any, str], int]
-    missing: dict[tuple[Any, str], tuple[Cell, ...]]
-    present: tuple[Cell, ...]
-    skipped_positions: tuple[Any, ...] = ()  # past the committed extent
-    failures: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-
-def completeness(
-    job: Job,
-    *,
-    start: Any = None,
-    end: Any = None,
-    branch: str = "main",
-    min_present_fraction: Sequence[float] = (1.0,),
-) -> Completeness:
-    """Probe every expected cell of the files in [start, end) and name the gaps.
-
-    `min_present_fraction` is indexed newest position first; older positions use its last
-    value, which must be 1.0 (an old position is either complete or has a gap).
-    """
-    tiers = tuple(float(x) for x in min_present_fraction)
-    if not tiers or tiers[-1] != 1.0 or any(not 0.0 <= x <= 1.0 for x in tiers):
-        raise ValueError(f"min_present_fraction {tiers} must end with 1.0, each in [0, 1]")
-    t = job.template
-    region = job.region(start, end)
-    session = R.readonly(job.repo.open(fresh=True), branch)
-    extent = committed_extent(session, t) or 0
-    geom = t.geometry(extent)
-    cells: list[tuple[Any, Cell, tuple[str, tuple[int, ...]]]] = []
-    skipped: set[Any] = set()
-    for coord in region.files():
-        pos = coord.out_loc()[t.append_dim]
-        for var, loc in expected_of(job, coord):
-            ck = chunk_key(geom, var, loc)
-            if ck is None:  # the label is past the committed extent: not published yet
-                skipped.add(canon(pos))
-                continue
-            cells.append((pos, Cell(var, tuple(sorted(loc.items()))), (ck.variable, ck.index)))
-    present_flags = R.chunks_present(session, [k for _, _, k in cells])
-    expected: dict[tuple[Any, str], int] = {}
-    missing: dict[tuple[Any, str], list[Cell]] = {}
-    present: list[Cell] = []
-    for (pos, cell, _), here in zip(cells, present_flags, strict=True):
-        group = (pos, cell.variable)
-        expected[group] = expected.get(group, 0) + 1
-        if here:
-            present.append(cell)
-        else:
-            missing.setdefault(group, []).append(cell)
-    positions = sorted({pos for pos, _ in expected}, key=canon)
-    failures = []
-    if not positions:
-        failures.append(
-            f"no {t.append_dim} position in [{start}, {end}) is within the store's extent "
-            f"({extent}): nothing to validate"
-        )
-    for age, pos in enumerate(reversed(positions)):
-        need = tiers[min(age, len(tiers) - 1)]
-        for (p, var), n in sorted(expected.items(), key=lambda kv: kv[0][1]):
-            if canon(p) != canon(pos):
-                continue
-            gone = missing.get((p, var), [])
-            have = n - len(gone)
-            if have < math.ceil(need * n - 1e-9):
-                shown = ", ".join(c.key for c in gone[:5]) + (" ..." if len(gone) > 5 else "")
-                failures.append(
-                    f"{t.append_dim}={_text(pos)} {var}: {have}/{n} cells have refs "
-                    f"(need {need:.0%}); missing {shown}"
-                )
-    return Completeness(
-        t.append_dim,
-        tuple(positions),
-        expected,
-        {k: tuple(v) for k, v in missing.items()},
-        tuple(present),
-        tuple(sorted(skipped)),
-        tuple(failures),
-    )
 
 
 # ----------------------------------------------------------------------------- decode health
@@ -169,30 +70,37 @@ class SampleResult:
     low: float = math.nan
     high: float = math.nan
     variable: str = ""
+    finished: bool = True  # False: the validation bound passed before this sample's turn
 
 
 @dataclass(frozen=True)
 class Decode:
-    """One sample = one node: open main as a reader does and decode one chunk.
+    """One sample = one node: open the pinned snapshot as a reader does, decode one chunk.
 
     The chunk's bytes (the source range its ref names) are first walked section by section:
     a message whose sections do not add up is named without being handed to the decoder,
-    which loops forever on some (gribberish 1.9 on a zeroed body)."""
+    which loops forever on some (gribberish 1.9 on a zeroed body). A node that starts after
+    `deadline` (epoch seconds) decodes nothing and says so."""
 
     repo: R.RepoRef
     branch: str
     valid_range: tuple[tuple[str, tuple[float, float]], ...] = ()
     template: Template | None = None
+    snapshot: str | None = None
+    deadline: float | None = None
 
     def __call__(self, cell: Cell) -> tuple[SampleResult, ...]:
-        import xarray as xr
+        from toolkit.virtual.reader import open_dataset
 
         var = cell.variable
+        if self.deadline is not None and time.time() >= self.deadline:
+            return (SampleResult(cell.key, False, "not decoded", variable=var, finished=False),)
         try:
-            session = R.readonly(self.repo.open(), self.branch)
             if self.template is not None:
-                self.check_structure(session, cell)
-            ds = xr.open_zarr(session.store, consolidated=False, chunks=None)
+                self.check_structure(cell)
+            ds = open_dataset(
+                self.repo.store, branch=self.branch, snapshot=self.snapshot, chunks=None
+            )
             values = np.asarray(ds[var].sel(dict(cell.loc)).values, dtype="float64")
         except Exception as err:  # any failure to read or decode is the finding
             return (SampleResult(cell.key, False, _one_line(err), variable=var),)
@@ -209,8 +117,9 @@ class Decode:
             return (SampleResult(cell.key, False, why, frac, low, high, var),)
         return (SampleResult(cell.key, True, "", frac, low, high, var),)
 
-    def check_structure(self, session: Any, cell: Cell) -> None:
+    def check_structure(self, cell: Cell) -> None:
         assert self.template is not None
+        session = R.readonly(self.repo.open(), self.branch, self.snapshot)
         geom = self.template.geometry(committed_extent(session, self.template) or 0)
         ck = chunk_key(geom, cell.variable, dict(cell.loc))
         data = None if ck is None else R.chunk_bytes(session, ck.key)
@@ -344,16 +253,50 @@ def _valid_ranges(job: Job) -> tuple[tuple[str, tuple[float, float]], ...]:
     return tuple(out)
 
 
-def decode_plan(job: Job, samples: Sequence[Cell], branch: str = "main") -> Plan:
+@dataclass(frozen=True)
+class SampledRefs:
+    """The decode gate's observation: which sampled cells have a ref in the pinned snapshot
+    (what must exist for a sample to mean anything), probed in the manifest, not reported."""
+
+    job: Job
+    cells: tuple[Cell, ...]
+    branch: str
+    snapshot: str | None
+
+    def __call__(self) -> list[str]:
+        t = self.job.template
+        session = R.readonly(self.job.repo.open(fresh=True), self.branch, self.snapshot)
+        geom = t.geometry(committed_extent(session, t) or 0)
+        keys = [(c, chunk_key(geom, c.variable, dict(c.loc))) for c in self.cells]
+        probed = [(c, k) for c, k in keys if k is not None]
+        here = R.chunks_present(session, [(k.variable, k.index) for _, k in probed])
+        return [c.key for (c, _), ok in zip(probed, here, strict=True) if ok]
+
+
+def decode_plan(
+    job: Job,
+    samples: Sequence[Cell],
+    branch: str = "main",
+    *,
+    snapshot: str | None = None,
+    deadline: float | None = None,
+) -> Plan:
+    cells = tuple(samples)
     return Plan(
         f"virtual-validate-{job.repo.url}",
         (
             Stage(
                 "decode",
-                stable(samples),
-                Decode(job.repo, branch, _valid_ranges(job), job.template),
+                stable(cells),
+                Decode(job.repo, branch, _valid_ranges(job), job.template, snapshot, deadline),
+                gate=Gate(
+                    SampledRefs(job, cells, branch, snapshot),
+                    want=tuple(c.key for c in cells),
+                    excuse=False,
+                ),
                 combine=_concat,
                 retries=0,
+                resume=False,  # a sample's ref existing is the gate's concern, not "done"
             ),
         ),
     )
@@ -364,6 +307,8 @@ def decode_health(
     samples: Sequence[Cell],
     *,
     branch: str = "main",
+    snapshot: str | None = None,
+    deadline: float | None = None,
     cluster: Any = None,
     executor: str = "sync",
     progress: Callable[[str, int, int], None] | None = None,
@@ -371,7 +316,7 @@ def decode_health(
     if not samples:
         raise ValidationFailed("no references present to sample: decode health cannot pass")
     report = run(
-        decode_plan(job, samples, branch),
+        decode_plan(job, samples, branch, snapshot=snapshot, deadline=deadline),
         cluster=cluster,
         executor=executor,  # type: ignore[arg-type]
         progress=progress,
@@ -379,21 +324,125 @@ def decode_health(
     return report, tuple(report.stage("decode").result or ())
 
 
+# ----------------------------------------------------------------------------- currency, replicas
+
+
+def currency_failures(
+    job: Job, comp: Completeness, fire_time: Any, latency: Any = None
+) -> list[str]:
+    """The newest position with data must be at most the dataset's latency old at the fire."""
+    limit = job.dataset.latency if latency is None else np.timedelta64(latency, "ns")
+    dim = job.template.append_dim
+    if limit is None or fire_time is None:
+        return []
+    labels = [dict(c.loc).get(dim) for c in comp.present]
+    times = [np.datetime64(x, "ns") for x in labels if isinstance(x, np.datetime64)]
+    fire = np.datetime64(fire_time, "ns")
+    hours = f"{limit / np.timedelta64(1, 'h'):g} h"
+    if not times:
+        return [
+            f"data currency: no {dim} in the window has data at the fire "
+            f"{label_text(np.datetime64(fire, 's'))} (expected within {hours}): "
+            "is the source publishing?"
+        ]
+    newest = max(times)
+    age = fire - newest
+    if age > limit:
+        return [
+            f"data currency: the newest {dim} with data, {label_text(newest)}, is "
+            f"{age / np.timedelta64(1, 'h'):g} h old at the fire "
+            f"{label_text(np.datetime64(fire, 's'))}, more than the expected {hours}: the "
+            "source may have stopped publishing"
+        ]
+    return []
+
+
+def _window_refs(
+    session: Any, job: Job, lo: int, hi: int
+) -> dict[tuple[str, tuple[int, ...]], Any]:
+    out: dict[tuple[str, tuple[int, ...]], Any] = {}
+    for name in job.template.variables:
+        for index, ref in R.chunk_refs(session, name, (lo, hi)).items():
+            out[(name, index)] = ref
+    return out
+
+
+def replica_failures(job: Job, start: Any, end: Any, *, snapshot: str | None = None) -> list[str]:
+    """Each replica's main against the primary's (at `snapshot`): the same refs (location,
+    offset, length) for every chunk of the window. A replica one commit ahead -- it commits
+    first, so a primary commit that failed leaves it there -- passes when its parent matches."""
+    t = job.template
+    lo, hi = region_bounds(t.coords[t.append_dim], start, end)
+    primary = _window_refs(R.readonly(job.repo.open(fresh=True), "main", snapshot), job, lo, hi)
+    out = []
+    for rep in job.replicas:
+        try:
+            repo = rep.open(fresh=True)
+        except Exception as err:
+            out.append(f"replica {rep.url}: cannot be opened ({_one_line(err)})")
+            continue
+        heads = [c.id for c in R.history(repo, "main", limit=2)]
+        diffs: list[str] = []
+        for i, snap in enumerate(heads):
+            got = _window_refs(R.readonly(repo, "main", snap), job, lo, hi)
+            if got == primary:
+                diffs = []
+                break
+            if i == 0:
+                diffs = _ref_diffs(primary, got)
+        if diffs:
+            out.append(
+                f"replica {rep.url}: {len(diffs)} chunk ref(s) of the window differ from the "
+                f"primary {job.repo.url}'s (e.g. {'; '.join(diffs[:3])}); re-run the window's "
+                "backfill into the replica with --overwrite-chunks"
+            )
+    return out
+
+
+def _ref_diffs(primary: dict[Any, Any], replica: dict[Any, Any]) -> list[str]:
+    out = []
+    for key in sorted(set(primary) | set(replica)):
+        a, b = primary.get(key), replica.get(key)
+        if a != b:
+            out.append(f"{key[0]}{list(key[1])}: primary {_ref(a)}, replica {_ref(b)}")
+    return out
+
+
+def _ref(r: Any) -> str:
+    return "no ref" if r is None else f"{r[0]} @{r[1]}+{r[2]}"
+
+
+# ----------------------------------------------------------------------------- the whole check
+
+
 @dataclass(frozen=True)
 class ValidationReport:
     completeness: Completeness
     samples: tuple[SampleResult, ...] = ()
     decode_report: Report | None = field(default=None, compare=False)
-
     allow_all_nan: tuple[str, ...] = ()
+    currency: tuple[str, ...] = ()
+    replicas: tuple[str, ...] = ()
+    unfinished: tuple[str, ...] = ()  # checks the time bound stopped before they ran
+    extra: tuple[str, ...] = ()  # the caller's own findings (an update's given-up files)
+    snapshot: str | None = None
 
     @property
     def failures(self) -> list[str]:
         out = list(self.completeness.failures)
-        out += [f"decode {s.cell}: {s.reason}" for s in self.samples if not s.ok]
-        out += all_nan_failures(self.samples, self.allow_all_nan)
-        if not self.samples and self.completeness.positions:
+        out += list(self.currency) + list(self.replicas)
+        out += [f"decode {s.cell}: {s.reason}" for s in self.samples if s.finished and not s.ok]
+        late = [s.cell for s in self.samples if not s.finished]
+        if late:
+            out.append(
+                f"decode health unfinished: {len(late)} of {len(self.samples)} sample(s) not "
+                f"decoded within the validation time bound (e.g. {late[0]})"
+            )
+        out += all_nan_failures([s for s in self.samples if s.finished], self.allow_all_nan)
+        if not self.samples and self.completeness.positions and "decode" not in self.unfinished:
             out.append("no sample decoded")
+        out += [f"{name}: not run, the validation time bound passed" for name in self.unfinished]
+        out += list(self.extra)
         return out
 
     @property
@@ -406,22 +455,58 @@ def validate(
     *,
     start: Any = None,
     end: Any = None,
+    fire_time: Any = None,
     sample: int = 16,
     positions: int | str = 1,
     max_positions: int | None = None,
     branch: str = "main",
-    min_present_fraction: Sequence[float] = (1.0,),
+    min_present_fraction: Sequence[float] | None = None,
+    include_vars: Collection[str] = (),
+    exclude_vars: Collection[str] = (),
+    deadline: float | None = None,
+    extra: Sequence[str] = (),
     cluster: Any = None,
     executor: str = "sync",
     progress: Callable[[str, int, int], None] | None = None,
 ) -> ValidationReport:
-    """Completeness over [start, end), then decode health at the `positions` newest positions
-    with data (`pick_samples`: every variable, first/interior/last leads, every member; up to
-    `sample` cells when that is more)."""
+    """Completeness, data currency, replicas, then decode health, over one pinned snapshot.
+
+    The window is [start, end), or with neither the dataset's update window at `fire_time`
+    (default: now). Data currency runs when the window is the fire's (`fire_time` given, or
+    no window given). Decode health samples the `positions` newest positions with data
+    (`pick_samples`: every variable, first/interior/last leads, every member; up to `sample`
+    cells when that is more). `deadline` (epoch seconds) bounds the whole: what it stops is
+    named in `unfinished`, and fails.
+    """
     _check_positions(positions, max_positions)  # before any work
+    operational = fire_time is not None or (start is None and end is None)
+    if operational and fire_time is None:
+        fire_time = np.datetime64("now", "s")
+    start, end = window_of(job, start, end, fire_time)
+    repo = job.repo.open(fresh=True)
+    snapshot = R.snapshot_of(repo, branch)
+    unfinished: list[str] = []
+
+    def late() -> bool:
+        return deadline is not None and time.time() >= deadline
+
     comp = completeness(
-        job, start=start, end=end, branch=branch, min_present_fraction=min_present_fraction
-    )
+        job,
+        start=start,
+        end=end,
+        snapshot=snapshot,
+        min_present_fraction=min_present_fraction,
+        include_vars=include_vars,
+        exclude_vars=exclude_vars,
+        session=R.readonly(repo, branch, snapshot),
+    )  # always runs, however late: the cheapest and most basic check
+    currency = currency_failures(job, comp, fire_time) if operational else []
+    replicas: list[str] = []
+    if job.replicas:
+        if late():
+            unfinished.append("replica check")
+        else:
+            replicas = replica_failures(job, start, end, snapshot=snapshot)
     samples = pick_samples(
         comp.present,
         sample,
@@ -429,10 +514,26 @@ def validate(
         positions=positions,
         max_positions=max_positions,
     )
-    allowed = job.dataset.allow_all_nan_vars
-    if not samples:
-        return ValidationReport(comp, allow_all_nan=allowed)
-    report, results = decode_health(
-        job, samples, branch=branch, cluster=cluster, executor=executor, progress=progress
+    found = ValidationReport(
+        comp,
+        allow_all_nan=job.dataset.allow_all_nan_vars,
+        currency=tuple(currency),
+        replicas=tuple(replicas),
+        extra=tuple(extra),
+        snapshot=snapshot,
     )
-    return ValidationReport(comp, results, report, allowed)
+    if samples and late():
+        unfinished.append("decode")
+    if not samples or unfinished[-1:] == ["decode"]:
+        return replace(found, unfinished=tuple(unfinished))
+    report, results = decode_health(
+        job,
+        samples,
+        branch=branch,
+        snapshot=snapshot,
+        deadline=deadline,
+        cluster=cluster,
+        executor=executor,
+        progress=progress,
+    )
+    return replace(found, samples=results, decode_report=report, unfinished=tuple(unfinished))

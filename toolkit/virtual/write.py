@@ -77,8 +77,13 @@ def step(name: str, *details: Any) -> None:
 
 @dataclass(frozen=True)
 class Skipped:
+    """A published file that could not be read, and why; `size`/`modified` as listed (an
+    update gives a file up after N fires, until the object changes)."""
+
     url: str
     reason: str
+    size: int | None = None
+    modified: Any = None
 
 
 @dataclass
@@ -88,6 +93,7 @@ class RunResult:
     pending: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     refs: int = 0
+    given_up: list[Any] = field(default_factory=list)  # an update's files missing for good
 
 
 @dataclass(frozen=True, eq=False)
@@ -230,13 +236,13 @@ def process_virtual_refs(
         with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:
             # GETs overlap in the pool; parsing stays in this thread as each file arrives
             fetched = pool.map(lambda a: fetch_or_skip(job, a[0], a[1]), available)
-            for (c, _, modified), got in zip(available, fetched, strict=True):
+            for (c, size, modified), got in zip(available, fetched, strict=True):
                 res = refs_or_skip(job, c, got, modified)
                 done.add(c.key)
                 if on_file is not None:
                     on_file(finished + len(done))
                 if isinstance(res, Skipped):
-                    skipped.append(res)
+                    skipped.append(dataclasses.replace(res, size=size, modified=modified))
                 else:
                     batch.append((c, res))
         finished += len(done)

@@ -374,10 +374,13 @@ def test_gfs_levels_over_two_file_types_are_expected_once_each(tmp_path):
     comp = completeness(ds, start=INIT64, end=INIT64 + np.timedelta64(1, "ns"))
     at7 = [
         cell
-        for cells_ in comp.missing.values()
+        for by_file in comp.missing.values()
+        for cells_ in by_file.values()
         for cell in cells_
         if dict(cell.loc)["lead_time"] == lead
     ]
+    pgrb2b = next(c for c in files if c.file_type == "pgrb2b")
+    assert pgrb2b.get_url() in comp.missing_files and pgrb2.get_url() not in comp.missing_files
     assert {(c.variable, dict(c.loc).get("level")) for c in at7} == {
         (v, loc.get("level")) for v, loc in cells["pgrb2b"]
     }
