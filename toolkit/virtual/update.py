@@ -146,9 +146,7 @@ def _held_back(job: Job, todo: list[Any], out: dict[str, skips.Strike]) -> set[s
         return set()
     listed = {c.key: (size, modified) for c, size, modified in discover(job.dataset.source, mine)}
     return {
-        c.key
-        for c in mine
-        if c.key in listed and not skips.retried(out[c.key], *listed[c.key])
+        c.key for c in mine if c.key in listed and not skips.retried(out[c.key], *listed[c.key])
     }
 
 
