@@ -84,7 +84,7 @@ def test_validation_runs_once_past_the_deadline_and_names_what_its_bound_stopped
 
 def test_data_currency_fails_a_fire_whose_source_stopped_publishing(tmp_path):
     src, repo = storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "r"))
-    archive, files, _ = sim(src, repo)  # four cycles of 2025-08-01 published
+    sim(src, repo)  # four cycles of 2025-08-01 published
     ds = Job(sim_gfs(src, inits=8), R.RepoRef(repo))  # the template runs a day further
     backfill(ds, start=START, end=np.datetime64("2025-08-02T00", "ns"), workers=2, executor="sync")
     on_time = validate(ds, fire_time=np.datetime64("2025-08-01T19", "ns"), sample=0)
@@ -161,7 +161,10 @@ def test_replicas_are_checked_against_the_primary_one_commit_of_slack(world):
     res = runner.invoke(app, check)
     assert res.exit_code == 1, res.output
     said = res.output.replace("\n", "")
-    assert f"FAIL replica file://{repos[1]}: 15 chunk ref(s) of the window differ" in said and "differ from the primary" in said
+    assert (
+        f"FAIL replica file://{repos[1]}: 15 chunk ref(s) of the window differ" in said
+        and "differ from the primary" in said
+    )
     assert "primary no ref, replica file://" in said
     res = runner.invoke(app, [*check[:-2], "--replica", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "no Icechunk repo at" in res.output
@@ -182,7 +185,9 @@ def test_strikes_count_distinct_fires_in_a_row_and_an_ingest_clears_them(events,
         for label in (f"fire-{i}", f"fire-{i}"):  # each fire runs twice (a replacement pod)
             skipped = [Skipped(url, "bad")] if what == "skip" else []
             strikes = skips.tally(strikes, label, skipped, [url] if what == "ingest" else [])
-        runs[url] = runs.get(url, 0) + 1 if what == "skip" else 0 if what == "ingest" else runs.get(url, 0)
+        runs[url] = (
+            runs.get(url, 0) + 1 if what == "skip" else 0 if what == "ingest" else runs.get(url, 0)
+        )
     assert {u: len(s.fires) for u, s in strikes.items()} == {u: n for u, n in runs.items() if n}
     assert set(skips.given_up(strikes, after)) == {u for u, n in runs.items() if n >= after}
     assert skips.given_up(strikes, 0) == {}
