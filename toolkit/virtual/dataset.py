@@ -127,7 +127,10 @@ class Dataset:
     expected_latency: np.timedelta64 | None = None
 
     def __post_init__(self) -> None:
-        check_tiers(self.min_present_fraction, f"dataset {self.name!r}: min_present_fraction")
+        tiers = check_tiers(
+            self.min_present_fraction, f"dataset {self.name!r}: min_present_fraction"
+        )
+        object.__setattr__(self, "min_present_fraction", tiers)
         unknown = sorted(set(self.allow_all_nan_vars) - set(self.template.variables))
         if unknown:
             raise ValueError(

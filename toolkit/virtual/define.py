@@ -65,6 +65,8 @@ def grib_forecast(
     title: str = "",
     store_options: Mapping[str, Any] | None = None,
     allow_all_nan_vars: Sequence[str] = (),
+    min_present_fraction: Sequence[float] = (1.0,),
+    expected_latency_hours: float | None = None,
 ) -> Dataset:
     """A forecast archive: one file per (init, lead[, member][, file type]) at `key`.
 
@@ -73,7 +75,9 @@ def grib_forecast(
     region, endpoint, anonymous). `grid` is the grid's coordinates in the order the messages
     scan them (e.g. latitude then longitude); inits run `first_init` .. `end` (exclusive)
     every `every_hours`. An update fire takes the `update_cycles` newest cycles.
-    `allow_all_nan_vars` names variables validation lets decode entirely to NaN.
+    `allow_all_nan_vars` names variables validation lets decode entirely to NaN;
+    `min_present_fraction` are its completeness tiers (newest position first, the last 1.0);
+    `expected_latency_hours` how old the newest data may be at a fire (default: the window).
     """
     check_inits(name, first_init, end, every_hours, (every_hours,))
     members = tuple(members)
@@ -115,4 +119,8 @@ def grib_forecast(
         LatestCycles(update_cycles, every_hours),
         title=title or name,
         allow_all_nan_vars=tuple(allow_all_nan_vars),
+        min_present_fraction=tuple(min_present_fraction),
+        expected_latency=None
+        if expected_latency_hours is None
+        else np.timedelta64(int(expected_latency_hours * 3600), "s").astype("timedelta64[ns]"),
     )

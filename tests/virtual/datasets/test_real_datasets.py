@@ -27,6 +27,7 @@ from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.read import discover, file_refs
 from toolkit.virtual.refs import chunk_key
 from toolkit.virtual.source import GribCoord
+from toolkit.virtual.validate import completeness
 from toolkit.virtual.write import (
     Job,
     ensure_repo,
@@ -343,7 +344,6 @@ def test_gfs_levels_over_two_file_types_are_expected_once_each(tmp_path):
     """GFS pgrb2 + pgrb2b: each isobaric level is expected from the one file that carries it,
     so validation counts every (variable, level) once; ingesting only pgrb2 names exactly the
     pgrb2b levels as the gap."""
-    from toolkit.virtual.validate import completeness
 
     ds = small(gfs, tmp_path, source_file_types=("pgrb2", "pgrb2b"))
     lead = np.timedelta64(7, "h").astype("timedelta64[ns]")
@@ -386,3 +386,38 @@ def test_gfs_levels_over_two_file_types_are_expected_once_each(tmp_path):
     }
     present7 = [c for c in comp.present if dict(c.loc)["lead_time"] == lead]
     assert len(present7) == len(cells["pgrb2"])
+
+
+def test_gefs_half_degree_files_get_the_half_degree_template(tmp_path):
+    """GEFS pgrb2a/pgrb2b are 0.5° files: their own 361 x 720 template (90 to -90, 0 to 359.5),
+    leads to 840 h on the 00 UTC cycle only; the real inventories ingest into it."""
+    ds = small(gefs, tmp_path, source_file_types=("pgrb2a", "pgrb2b"))
+    t = ds.template
+    assert (t.coords["latitude"].size, t.coords["longitude"].size) == (361, 720)
+    assert t.coords["latitude"][[0, -1]].tolist() == [90.0, -90.0]
+    assert t.coords["longitude"][[0, -1]].tolist() == [0.0, 359.5]
+    assert t.chunks("temperature")[-2:] == (361, 720)
+    long = np.timedelta64(432, "h").astype("timedelta64[ns]")
+    files = ds.files()
+    with_432 = {str(c.init_time)[11:13] for c in files if c.lead_time == long}
+    assert with_432 == {"00"}  # the 35-day run is the 00 UTC cycle's
+    placed = []
+    for lead, ft, name in ((432, "pgrb2a", "gec00.t00z.pgrb2a.0p50.f432.idx"),
+                           (3, "pgrb2b", "gec00.t00z.pgrb2b.0p50.f003.idx")):  # fmt: skip
+        lead64 = np.timedelta64(lead, "h").astype("timedelta64[ns]")
+        (c,) = [
+            c for c in files
+            if c.init_time == INIT64 and c.lead_time == lead64 and c.member == 0
+            and c.file_type == ft
+        ]  # fmt: skip
+        lay_out(store_of(ds), c.get_url()[len(store_of(ds).url) + 1 :], name)
+        placed.append(c)
+    ensure_repo(ds)
+    result = run(ds.region(INIT64, INIT64 + np.timedelta64(1, "ns")))
+    assert sorted(result.ingested) == sorted(c.key for c in placed) and not result.skipped
+    x = xr.open_zarr(R.readonly(ds.repo.open(fresh=True)).store, consolidated=False)
+    assert (x.sizes["latitude"], x.sizes["longitude"]) == (361, 720)
+    comp = completeness(ds, start=INIT64, end=INIT64 + np.timedelta64(1, "ns"))
+    assert not set(comp.missing_files) & {c.get_url() for c in placed}  # both wholly present
+    with pytest.raises(ValueError, match=r"mix the 0\.5° grid \(pgrb2a\) with the 0\.25° one"):
+        gefs(source_file_types=("pgrb2s", "pgrb2a"))

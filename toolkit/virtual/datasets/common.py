@@ -63,6 +63,14 @@ def latlon_0p25() -> dict[str, np.ndarray]:
     }
 
 
+def latlon_0p50() -> dict[str, np.ndarray]:
+    """The NCEP global 0.5° grid as the GRIB messages scan it: 90 -> -90, 0 -> 359.5."""
+    return {
+        "latitude": 90.0 - 0.5 * np.arange(361, dtype="float64"),
+        "longitude": 0.5 * np.arange(720, dtype="float64"),
+    }
+
+
 def latlon_crs_attrs() -> dict[str, Any]:
     return {
         "grid_mapping_name": "latitude_longitude",
@@ -181,9 +189,15 @@ def forecast(
     members: tuple[Member, ...] = (None,),
     member_labels: tuple[Any, ...] | None = None,
     leads: Any = None,
-    update_cycles: int = 2,
+    update_cycles: int = 3,
+    publish_hours: int = 6,
 ) -> Dataset:
     """A NOAA forecast on its NODD bucket (or `source_store`: a mirror, a local copy).
+
+    An update fire takes the `update_cycles` newest cycles and validates them: the newest
+    cycle with refs may still be publishing (tier 0.0), every older one must be whole, and the
+    newest cycle with data may be one cycle plus `publish_hours` (the provider's time to a
+    cycle's first files) old at the fire.
 
     `append_dim_end` (exclusive) defaults to the cycle after the current one, resolved here
     once, so every copy of the dataset shipped to workers agrees on the template.
@@ -224,4 +238,6 @@ def forecast(
         LatestCycles(update_cycles, init_freq_hours),
         leads or AllLeads(),
         title,
+        min_present_fraction=(0.0, 1.0),
+        expected_latency=np.timedelta64(init_freq_hours + publish_hours, "h"),
     )

@@ -76,4 +76,5 @@ def hrrr(
         # operational commit rewrites ~19 arrays x 49k refs ~ 1M refs.
         split=1000,
         leads=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
+        publish_hours=2,  # a cycle's first files land about an hour after its init
     )
