@@ -30,3 +30,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         ]
         assert widgets, "no live progress bar was drawn"
         assert (tmp_path / "quickstart-report.html").exists()
+    if path.stem == "virtual":
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "validation passed" in text
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no map was drawn"

@@ -83,7 +83,7 @@ def test_backfill_update_inspect(tmp_path):
     assert "rebase attempts" in res.output and "temperature_2m" in res.output
     res = runner.invoke(app, ["virtual", "backfill", "nope", *common, "--start", "2025-08-01"])
     assert res.exit_code == 2 and "unknown dataset 'nope'" in res.output
-    assert "gefs, gfs, hrrr, sim-gfs" in res.output
+    assert "gefs, gfs, hrrr, hrrr-analysis, sim-gfs, sim-hrrr-analysis" in res.output
     res = runner.invoke(
         app,
         [
@@ -111,7 +111,11 @@ def test_datasets_lists_the_registry_one_line_each():
     assert "s3://noaa-hrrr-bdp-pds" in by_name["hrrr"] and "HRRR" in by_name["hrrr"]
     assert "s3://noaa-gfs-bdp-pds" in by_name["gfs"]
     assert "s3://noaa-gefs-pds" in by_name["gefs"]
-    assert "pass --source" in by_name["sim-gfs"]
+    assert "pass --source" in by_name["sim-gfs"] and "pass --source" in by_name["sim-hrrr-analysis"]
+    assert (
+        "s3://noaa-hrrr-bdp-pds" in by_name["hrrr-analysis"]
+        and "analysis" in by_name["hrrr-analysis"]
+    )
 
 
 def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
@@ -173,7 +177,12 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
     x = xr.open_zarr(session.store, consolidated=False)
     assert x["init_time"].values[-1] == np.datetime64(init, "ns")  # ends at the backfilled cycle
     res = runner.invoke(app, ["virtual", "validate", "gfs", *common, *window, "--sample", "0"])
+    assert res.exit_code == 1  # gfs's tiers (0.0, 1.0) need two positions: one is refused
+    assert "fewer than the 2 completeness tiers (0.0, 1.0)" in res.output.replace("\n", "")
+    validate = ["virtual", "validate", "gfs", *common, *window, "--min-present", "1.0"]
+    res = runner.invoke(app, [*validate, "--sample", "0"])
     assert res.exit_code == 1  # 207 leads of the cycle are not in the mirror
+    assert "init_time=2025-08-01T00:00:00: 2/209 files have refs (need 100%)" in res.output
     gaps = "\n".join(ln for ln in res.output.splitlines() if not ln.startswith("FAIL decode"))
     assert "lead_time=1h" in gaps and "lead_time=7h" not in gaps
     # the mirror's bodies are zeros after each header: named, never handed to the decoder

@@ -10,7 +10,7 @@ user datasets are values built by small functions (`toolkit.virtual.datasets`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllLeads",
+    "Analysis",
     "Dataset",
     "LatestCycles",
     "RepoSettings",
@@ -38,7 +39,9 @@ __all__ = [
     "in_region",
     "probe",
     "region_bounds",
+    "source_leads",
     "with_source",
+    "withheld",
 ]
 
 
@@ -73,6 +76,67 @@ class ShortCycles:
         long = hours % self.every_hours == 0
         short = np.asarray(leads) <= np.timedelta64(self.max_lead_hours, "h")
         return long[:, None] | short[None, :]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """An analysis dataset: the append dim is valid time (`valid_dim`), with no lead dim.
+
+    Position T takes each instant variable from lead 0 of init T, and each statistic (an
+    accumulation, an average: absent at lead 0) from lead `stat_lead_hours` of the init that
+    many hours before T. An update withholds a statistics file while its position's lead-0
+    file is still pending (`withheld`), so a position appears only with its lead-0 fields and
+    readers never see a ragged leading edge.
+    """
+
+    stat_lead_hours: int = 1
+    valid_dim: str = "time"
+
+    def __post_init__(self) -> None:
+        if self.stat_lead_hours < 1:
+            raise ValueError(f"stat_lead_hours must be >= 1, not {self.stat_lead_hours}")
+
+    @property
+    def leads(self) -> np.ndarray:
+        """The source leads the dataset reads: 0 and the statistics' lead."""
+        return np.array([0, self.stat_lead_hours], dtype="timedelta64[h]").astype("timedelta64[ns]")
+
+    def takes(self, step_type: str, lead: Any) -> bool:
+        """Whether a variable of `step_type` is read from a file at `lead`."""
+        at_zero = np.timedelta64(lead, "ns") == np.timedelta64(0, "ns")
+        return at_zero if step_type == "instant" else not at_zero
+
+    def mask(self, inits: np.ndarray, leads: np.ndarray) -> np.ndarray:
+        return np.ones((len(inits), len(leads)), dtype=bool)
+
+
+def source_leads(dataset: Dataset) -> np.ndarray:
+    """The lead times the dataset's files are at: the template's, or an analysis' own."""
+    if isinstance(dataset.leads, Analysis):
+        return dataset.leads.leads
+    return np.asarray(dataset.template.coords["lead_time"])
+
+
+def withheld(dataset: Dataset, available: Sequence[Any], pending: Sequence[Any]) -> set[str]:
+    """Keys of `available` files to defer this tick: an analysis' statistics files whose
+    position's lead-0 file is pending and not among them. Forecasts withhold nothing (their
+    newest init is normally partial)."""
+    rule = dataset.leads
+    if not isinstance(rule, Analysis):
+        return set()
+    zero = np.timedelta64(0, "ns")
+    here = {c.key for c in available}
+    waiting = {
+        canon(c.out_loc()[rule.valid_dim])
+        for c in pending
+        if np.timedelta64(c.lead_time, "ns") == zero and c.key not in here
+    }
+    return {
+        c.key
+        for c in available
+        if np.timedelta64(c.lead_time, "ns") != zero
+        and canon(c.out_loc()[rule.valid_dim]) in waiting
+    }
 
 
 @dataclass(frozen=True)

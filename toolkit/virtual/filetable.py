@@ -19,7 +19,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from toolkit.virtual.dataset import Dataset, region_bounds
+from toolkit.virtual.dataset import Analysis, Dataset, region_bounds, source_leads
 from toolkit.virtual.refs import canon
 from toolkit.virtual.source import GribCoord, as_datetime, as_timedelta, file_coord, variables_of
 
@@ -37,15 +37,31 @@ def published_mask(rule: Callable[..., Any], inits: np.ndarray, leads: np.ndarra
     return out
 
 
+def names_of(dataset: Dataset, file_type: str, lead: Any) -> tuple[str, ...]:
+    """The variables the dataset reads from a file of `file_type` at `lead`: all it carries,
+    or for an analysis those its rule takes from that lead."""
+    names = variables_of(dataset.source, file_type, lead)
+    rule = dataset.leads
+    if isinstance(rule, Analysis):
+        t = dataset.template
+        names = tuple(
+            n for n in names if n in t.variables and rule.takes(t.variables[n].step_type, lead)
+        )
+    return names
+
+
 def file_table(dataset: Dataset, start: Any = None, end: Any = None) -> FileTable:
-    """Every file the template expects in [start, end), as columns, in append-dim order."""
+    """Every file the template expects in [start, end), as columns, in append-dim order.
+
+    For an analysis the `init` column holds valid-time positions; a file's init is its
+    position's label less its lead."""
     t, src = dataset.template, dataset.source
-    labels, leads = t.coords[t.append_dim], t.coords["lead_time"]
+    labels, leads = t.coords[t.append_dim], source_leads(dataset)
     lo, hi = region_bounds(labels, start, end)
     published = published_mask(dataset.leads, labels[lo:hi], leads)
     # a file's variables depend only on its (lead, file type): the catalog is asked once a pair
     carries = np.array(
-        [[bool(variables_of(src, ft, lead)) for ft in src.file_types] for lead in leads],
+        [[bool(names_of(dataset, ft, lead)) for ft in src.file_types] for lead in leads],
         dtype=bool,
     ).reshape(len(leads), len(src.file_types))
     cube = published[:, :, None, None] & carries[None, :, None, :]
@@ -97,8 +113,10 @@ class FileTable(Sequence[GribCoord]):
         """The coords, made here (on the worker that runs a block): each init's, lead's and
         (file type, lead)'s conversions once, not once per file."""
         t, src = self.dataset.template, self.dataset.source
-        labels, leads = t.coords[t.append_dim], t.coords["lead_time"]
-        whens: dict[int, tuple[np.datetime64, Any]] = {}
+        labels, leads = t.coords[t.append_dim], source_leads(self.dataset)
+        rule = self.dataset.leads
+        valid_dim = rule.valid_dim if isinstance(rule, Analysis) else None
+        whens: dict[int | tuple[int, int], tuple[np.datetime64, Any]] = {}
         lead_of: dict[int, tuple[np.timedelta64, Any]] = {}
         names: dict[tuple[int, int], tuple[str, ...]] = {}
         for p, q, m, f in zip(
@@ -108,14 +126,24 @@ class FileTable(Sequence[GribCoord]):
             self.file_type.tolist(),
             strict=True,
         ):
-            if p not in whens:
-                whens[p] = (np.datetime64(labels[p], "ns"), as_datetime(labels[p]))
+            at = (p, q) if valid_dim else p  # an analysis file's init is its valid time - lead
+            if at not in whens:
+                init = np.datetime64(labels[p], "ns")
+                if valid_dim:
+                    init = init - np.timedelta64(leads[q], "ns")
+                whens[at] = (init, as_datetime(init))
             if q not in lead_of:
                 lead_of[q] = (np.timedelta64(leads[q], "ns"), as_timedelta(leads[q]))
             if (f, q) not in names:
-                names[f, q] = variables_of(src, src.file_types[f], leads[q])
+                names[f, q] = names_of(self.dataset, src.file_types[f], leads[q])
             yield file_coord(
-                src, whens[p], lead_of[q], src.members[m], src.file_types[f], names[f, q]
+                src,
+                whens[at],
+                lead_of[q],
+                src.members[m],
+                src.file_types[f],
+                names[f, q],
+                valid_dim,
             )
 
     def __repr__(self) -> str:
@@ -138,7 +166,7 @@ class FileTable(Sequence[GribCoord]):
                 if region.dtype == object
                 else np.ascontiguousarray(region).tobytes()
             )
-        h.update(np.asarray(t.coords["lead_time"]).tobytes())
+        h.update(np.asarray(source_leads(self.dataset)).tobytes())
         if len(self):  # the key layout too: the first and the last file's URL
             h.update(f"\0{self[0].key}\0{self[-1].key}".encode())
         return h.hexdigest()

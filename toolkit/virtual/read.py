@@ -115,6 +115,8 @@ def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef
     base = c.out_loc()
     refs = []
     for fld, rec in fields.items():
+        if c.data_vars and fld.variable.name not in c.data_vars:
+            continue  # an analysis reads this variable from another lead's file
         loc = dict(base)
         if fld.level is not None:
             loc["level"] = fld.level

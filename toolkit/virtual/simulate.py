@@ -11,7 +11,7 @@ Create and publish::
 
     store = storage.open_store("memory://sim")           # or a path, or s3://bucket/prefix
     archive = simulate.make_archive(
-        store, kind="gefs",                                # "gfs" (no members) or "gefs"
+        store, kind="gefs",                                # "gfs", "hrrr" (no members), "gefs"
         inits=[datetime(2025, 8, 1, 0), datetime(2025, 8, 1, 6)],
         leads=[0, 3, 6],                                   # hours
         members=[0, 1, 2],                                 # gefs only: ints, "mean"
@@ -30,6 +30,7 @@ Layout (the real NODD key layout, relative to the store)::
     gfs:  gfs.20250801/06/atmos/gfs.t06z.pgrb2.0p25.f007            (+ ".idx")
     gefs: gefs.20250801/06/atmos/pgrb2sp25/gep01.t06z.pgrb2s.0p25.f007  (gec00 = member 0,
           geavg = "mean")
+    hrrr: hrrr.20250801/conus/hrrr.t06z.wrfsfcf01.grib2
 
 Each file holds, in this order, one message per field: temperature_2m (TMP, 2 m above ground),
 wind_u_10m, wind_v_10m (UGRD/VGRD, 10 m above ground), pressure_reduced_to_mean_sea_level
@@ -75,7 +76,15 @@ import numpy as np
 from toolkit import storage
 from toolkit.virtual.grib.index import IndexRecord, Window
 from toolkit.virtual.grib.message import join_fields
-from toolkit.virtual.sources.noaa import GEFS, GFS, GribVariable, Member, NoaaSource, as_lead
+from toolkit.virtual.sources.noaa import (
+    GEFS,
+    GFS,
+    HRRR,
+    GribVariable,
+    Member,
+    NoaaSource,
+    as_lead,
+)
 
 GRID_SHAPE = (32, 48)
 LAT0, LON0, STEP = 50.0, 250.0, 0.25
@@ -462,7 +471,9 @@ def sim_source(kind: str, store: storage.Store) -> tuple[NoaaSource, str]:
         return GFS(bucket=store.url, variables=sim_variables("pgrb2")), "pgrb2"
     if kind == "gefs":
         return GEFS(bucket=store.url, variables=sim_variables("pgrb2s")), "pgrb2s"
-    raise ValueError(f"simulated archive kind must be 'gfs' or 'gefs', not {kind!r}")
+    if kind == "hrrr":
+        return HRRR(bucket=store.url, variables=sim_variables("sfc")), "sfc"
+    raise ValueError(f"simulated archive kind must be 'gfs', 'gefs' or 'hrrr', not {kind!r}")
 
 
 def make_archive(
@@ -474,17 +485,18 @@ def make_archive(
     members: Sequence[Member] | None = None,
     publish: bool = True,
 ) -> SimArchive:
-    """A simulated archive of `kind` ("gfs" or "gefs") in `store`, published unless told not to."""
+    """A simulated archive of `kind` ("gfs", "gefs" or "hrrr") in `store`, published unless
+    told not to."""
     source, file_type = sim_source(kind, store)
-    if kind == "gfs" and members not in (None, [None], (None,)):
-        raise ValueError("the gfs layout has no ensemble members")
+    if kind in ("gfs", "hrrr") and members not in (None, [None], (None,)):
+        raise ValueError(f"the {kind} layout has no ensemble members")
     archive = SimArchive(
         store=store,
         source=source,
         file_type=file_type,
         inits=tuple(inits),
         leads=tuple(int(x) for x in leads),
-        members=tuple(members) if members else ((None,) if kind == "gfs" else (0,)),
+        members=tuple(members) if members else ((0,) if kind == "gefs" else (None,)),
     )
     if publish:
         archive.publish()

@@ -47,6 +47,7 @@ class GribCoord(SourceFileCoord):
     url: str = ""
     data_vars: tuple[str, ...] = ()
     member_label: Any = None  # the ensemble_member coordinate label, when it differs from member
+    valid_dim: str | None = None  # an analysis: the file fills valid time (init + lead) here
 
     def get_url(self) -> str:
         return self.url
@@ -55,7 +56,11 @@ class GribCoord(SourceFileCoord):
         return self.url + ".idx"
 
     def out_loc(self) -> dict[str, Any]:
-        loc: dict[str, Any] = {"init_time": self.init_time, "lead_time": self.lead_time}
+        loc: dict[str, Any]
+        if self.valid_dim is not None:
+            loc = {self.valid_dim: np.datetime64(self.init_time + self.lead_time, "ns")}
+        else:
+            loc = {"init_time": self.init_time, "lead_time": self.lead_time}
         if self.member is not None:
             loc["ensemble_member"] = self.member if self.member_label is None else self.member_label
         return loc
@@ -113,6 +118,7 @@ def file_coord(
     member: Member,
     file_type: str,
     names: tuple[str, ...],
+    valid_dim: str | None = None,
 ) -> GribCoord:
     """One file's coord, its init and lead given both ways (label, Python time) so a plan
     converts each once; `names` (its variables) depend only on its (file type, lead)."""
@@ -125,6 +131,7 @@ def file_coord(
         f"{source.store.url.rstrip('/')}/{key}",
         names,
         source.label_of(member),
+        valid_dim,
     )
 
 
@@ -156,7 +163,9 @@ def expected_cells(
     out: list[tuple[str, dict[str, Any]]] = []
     for fld in cat.fields(c.file_type, lead):
         var = fld.variable
-        if var.name not in template.variables or any(
+        if var.name not in template.variables or (c.data_vars and var.name not in c.data_vars):
+            continue  # not the dataset's, or (an analysis) read from another lead's file
+        if any(
             k.covers(c.file_type, var.element, var.index_level(fld.level), lead, c.member)
             for k in cat.known_missing
         ):

@@ -486,10 +486,7 @@ def validate(
     repo = job.repo.open(fresh=True)
     snapshot = R.snapshot_of(repo, branch)
     unfinished: list[str] = []
-
-    def late() -> bool:
-        return deadline is not None and time.time() >= deadline
-
+    late = lambda: deadline is not None and time.time() >= deadline  # noqa: E731
     comp = completeness(
         job,
         start=start,
@@ -522,10 +519,10 @@ def validate(
         extra=tuple(extra),
         snapshot=snapshot,
     )
-    if samples and late():
-        unfinished.append("decode")
-    if not samples or unfinished[-1:] == ["decode"]:
+    if not samples:
         return replace(found, unfinished=tuple(unfinished))
+    if late():
+        return replace(found, unfinished=(*unfinished, "decode"))
     report, results = decode_health(
         job,
         samples,

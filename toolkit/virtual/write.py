@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolkit.virtual import repo as R
-from toolkit.virtual.dataset import Dataset, in_region, probe
+from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
 from toolkit.virtual.read import discover, fetch, refs_from
@@ -231,6 +231,9 @@ def process_virtual_refs(
         if on_tick is not None:
             on_tick()
         available = discover(job.dataset.source, pending)
+        if job.processing_mode == "update":  # a backfill's branch is never read mid-way
+            held = withheld(job.dataset, [a[0] for a in available], pending)
+            available = [a for a in available if a[0].key not in held]
         batch: Batch = []
         done: set[str] = set()
         with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:

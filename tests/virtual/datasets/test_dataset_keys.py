@@ -24,17 +24,19 @@ GEFS = gefs(append_dim_end=END)
 
 
 def test_registry_builds_every_dataset_from_its_source():
-    assert set(DATASETS) == set(HOMES) == {"hrrr", "gfs", "gefs", "sim-gfs"}
+    real = {"hrrr", "hrrr-analysis", "gfs", "gefs"}
+    assert set(DATASETS) == set(HOMES) == real | {"sim-gfs", "sim-hrrr-analysis"}
     assert DATASETS["sim-gfs"] is sim_gfs
     src = storage.open_store("memory://mirror")
-    for name in ("hrrr", "gfs", "gefs"):
+    for name in sorted(real):
         ds = DATASETS[name](src)
         assert ds.name == name and ds.source.store == src
         assert ds.settings.home == HOMES[name]  # one bucket URL, declared by its source
         assert DATASETS[name]().source.store.url == HOMES[name]
         assert (DATASETS[name].__doc__ or "").strip()  # the CLI lists the first docstring line
-    with pytest.raises(ValueError, match="no bucket of its own"):
-        sim_gfs()
+    for sim in ("sim-gfs", "sim-hrrr-analysis"):
+        with pytest.raises(ValueError, match="no bucket of its own"):
+            DATASETS[sim]()
 
 
 def test_mirror_in_memory_is_refused_with_the_store_named():

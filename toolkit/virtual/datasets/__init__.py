@@ -20,24 +20,38 @@ from toolkit import storage
 from toolkit.virtual.dataset import Dataset, with_source
 from toolkit.virtual.datasets.gefs import gefs
 from toolkit.virtual.datasets.gfs import gfs
-from toolkit.virtual.datasets.hrrr import hrrr
-from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.virtual.datasets.hrrr import hrrr, hrrr_analysis
+from toolkit.virtual.datasets.sim import sim_gfs, sim_hrrr_analysis
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR
 
-__all__ = ["DATASETS", "HOMES", "build", "gefs", "gfs", "hrrr", "sim_gfs"]
+__all__ = [
+    "DATASETS",
+    "HOMES",
+    "build",
+    "gefs",
+    "gfs",
+    "hrrr",
+    "hrrr_analysis",
+    "sim_gfs",
+    "sim_hrrr_analysis",
+]
 
 DATASETS: dict[str, Callable[..., Dataset]] = {
     "hrrr": hrrr,
+    "hrrr-analysis": hrrr_analysis,
     "gfs": gfs,
     "gefs": gefs,
     "sim-gfs": sim_gfs,
+    "sim-hrrr-analysis": sim_hrrr_analysis,
 }
 
 HOMES: dict[str, str | None] = {
     "hrrr": HRRR.bucket,
+    "hrrr-analysis": HRRR.bucket,
     "gfs": GFS.bucket,
     "gefs": GEFS.bucket,
     "sim-gfs": None,
+    "sim-hrrr-analysis": None,
 }
 
 

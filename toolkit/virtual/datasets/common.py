@@ -142,6 +142,37 @@ def forecast_template(
     return Template("init_time", coords, out, grid_dims, dict(attrs or {}), coord_attrs)
 
 
+def analysis_template(
+    variables: Sequence[GribVariable],
+    file_types: Sequence[str],
+    *,
+    times: np.ndarray,
+    grid: Mapping[str, np.ndarray],
+    crs: Mapping[str, Any] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    valid_dim: str = "time",
+) -> Template:
+    """`valid_dim` (append) x [level] x grid: the forecast template without its init and lead
+    dims, each position one valid time."""
+    t = forecast_template(
+        variables, file_types, inits=times, leads=np.array([], "timedelta64[ns]"), grid=grid,
+        crs=crs, attrs=attrs,
+    )  # fmt: skip
+    coords = {(valid_dim if d == "init_time" else d): v for d, v in t.coords.items()}
+    del coords["lead_time"]
+    out = {
+        n: TemplateVar(
+            tuple(valid_dim if d == "init_time" else d for d in v.dims if d != "lead_time"),
+            v.dtype,
+            v.attrs,
+        )
+        for n, v in t.variables.items()
+    }
+    coord_attrs = {d: a for d, a in t.coord_attrs.items() if d not in ("init_time", "lead_time")}
+    coord_attrs[valid_dim] = {"long_name": "valid time (analysis)"}
+    return Template(valid_dim, coords, out, t.grid_dims, t.attrs, coord_attrs)
+
+
 def cycle_floor(t: np.datetime64, hours: int) -> np.datetime64:
     step = np.timedelta64(hours, "h").astype("timedelta64[ns]").astype("int64")
     ns = np.datetime64(t, "ns").astype("int64")

@@ -1,8 +1,12 @@
-"""HRRR CONUS surface forecast, virtual over ``s3://noaa-hrrr-bdp-pds`` (``wrfsfc`` files).
+"""HRRR CONUS surface forecast and analysis, virtual over ``s3://noaa-hrrr-bdp-pds``.
 
 The 3 km Lambert conformal grid (1059 x 1799) in projection metres, south row first as the
-GRIB messages scan it. By default the 6-hourly long cycles (00/06/12/18 UTC, leads 0-48 h);
-`init_freq_hours=1` takes every hourly cycle, whose other hours publish leads 0-18 h only.
+GRIB messages scan it (``wrfsfc`` files).
+
+- `hrrr`: the forecast. By default the 6-hourly long cycles (00/06/12/18 UTC, leads 0-48 h);
+  `init_freq_hours=1` takes every hourly cycle, whose other hours publish leads 0-18 h only.
+- `hrrr_analysis`: hourly valid times; instants from each cycle's lead 0, accumulations from
+  the previous cycle's lead 1 (`Analysis`), withheld until their hour's lead 0 has landed.
 """
 
 from __future__ import annotations
@@ -13,11 +17,22 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Dataset, ShortCycles
-from toolkit.virtual.datasets.common import EARTH_RADIUS, forecast, hour_range
+from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings, ShortCycles
+from toolkit.virtual.datasets.common import (
+    EARTH_RADIUS,
+    NOAA_REGION,
+    analysis_template,
+    carried,
+    check_inits,
+    forecast,
+    hour_range,
+    next_cycle,
+    noaa_store,
+)
+from toolkit.virtual.source import GribSource
 from toolkit.virtual.sources.noaa import HRRR
 
-__all__ = ["hrrr", "hrrr_xy"]
+__all__ = ["hrrr", "hrrr_analysis", "hrrr_xy"]
 
 NY, NX = 1059, 1799
 DX = 3000.0
@@ -77,4 +92,40 @@ def hrrr(
         split=1000,
         leads=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
         publish_hours=2,  # a cycle's first files land about an hour after its init
+    )
+
+
+def hrrr_analysis(
+    source_store: storage.Store | None = None,
+    *,
+    first_time: datetime = datetime(2020, 12, 3),
+    append_dim_end: datetime | None = None,
+) -> Dataset:
+    """HRRR CONUS 3 km hourly analysis (wrfsfc lead 0, accumulations from lead 1), virtual."""
+    catalog = HRRR()
+    end = append_dim_end or next_cycle(1)
+    check_inits("hrrr-analysis", first_time, end, 1, (1,))
+    times = np.arange(
+        np.datetime64(first_time, "ns"), np.datetime64(end, "ns"), np.timedelta64(1, "h")
+    )
+    title = "NOAA HRRR CONUS hourly analysis (virtual)"
+    template = analysis_template(
+        carried(catalog, ("sfc",)),
+        ("sfc",),
+        times=times,
+        grid=hrrr_xy(),
+        crs=lcc_crs_attrs(),
+        attrs={"title": title, "source": catalog.bucket, "file_types": ["sfc"]},
+    )
+    return Dataset(
+        "hrrr-analysis",
+        template,
+        GribSource(catalog, source_store or noaa_store(catalog.bucket), ("sfc",)),
+        # 1 ref per hour per array: 8760 hours (a year) ~ 140 KiB per manifest
+        RepoSettings(8760, home=catalog.bucket, home_region=NOAA_REGION),
+        LatestCycles(6, 1),  # the six newest hours
+        Analysis(stat_lead_hours=1),
+        title,
+        min_present_fraction=(0.5, 1.0),  # the newest hour may wait for its accumulations
+        expected_latency=np.timedelta64(3, "h"),
     )

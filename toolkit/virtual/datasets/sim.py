@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Dataset, LatestCycles, RepoSettings
-from toolkit.virtual.datasets.common import forecast_template
+from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings
+from toolkit.virtual.datasets.common import analysis_template, forecast_template
 from toolkit.virtual.source import GribSource
-from toolkit.virtual.sources.noaa import GFS
+from toolkit.virtual.sources.noaa import GFS, HRRR
 
-__all__ = ["sim_gfs"]
+__all__ = ["sim_gfs", "sim_hrrr_analysis"]
 
 
 def sim_gfs(
@@ -61,4 +61,45 @@ def sim_gfs(
         RepoSettings({"^/temperature$": split // 2 or 1, None: split}),
         LatestCycles(3, freq_hours),  # the fire's cycle and the two before it
         title="simulated GFS (virtual)",
+    )
+
+
+def sim_hrrr_analysis(
+    source_store: storage.Store | None = None,
+    *,
+    first_time: datetime = datetime(2025, 8, 1),
+    hours: int = 6,
+    split: int = 8,
+) -> Dataset:
+    """Simulated HRRR-shaped hourly analysis over toolkit.virtual.simulate's "hrrr" archive.
+
+    time (append, hourly) x [level] x latitude x longitude: instants from lead 0, the
+    accumulation from the previous hour's lead 1, withheld until its hour's lead 0 lands.
+    """
+    from toolkit.virtual.simulate import lats_lons, sim_variables
+
+    if source_store is None:
+        raise ValueError(
+            "dataset 'sim-hrrr-analysis' reads a simulator archive and has no bucket of its "
+            "own: pass its store (--source)"
+        )
+    catalog = HRRR(variables=sim_variables("sfc"))
+    lat, lon = lats_lons()
+    times = np.array([np.datetime64(first_time + timedelta(hours=h), "ns") for h in range(hours)])
+    template = analysis_template(
+        catalog.variables,
+        ("sfc",),
+        times=times,
+        grid={"latitude": lat.astype("float64"), "longitude": lon.astype("float64")},
+        attrs={"title": "simulated HRRR analysis (virtual)", "source": "toolkit.virtual.simulate"},
+    )
+    return Dataset(
+        "sim-hrrr-analysis",
+        template,
+        GribSource(catalog, source_store, ("sfc",)),
+        RepoSettings(split),
+        LatestCycles(3, 1),
+        Analysis(stat_lead_hours=1),
+        title="simulated HRRR analysis (virtual)",
+        min_present_fraction=(0.5, 1.0),
     )

@@ -1,0 +1,156 @@
+"""An analysis dataset (valid time, no lead dim): instants from lead 0, the accumulation from the
+previous hour's lead 1; an update withholds the lead-1 file until its hour's lead 0 has landed,
+so main never shows a ragged leading edge, whatever order the source publishes in."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from toolkit import storage
+from toolkit.cli import app
+from toolkit.virtual import open_dataset
+from toolkit.virtual import repo as R
+from toolkit.virtual.backfill import backfill
+from toolkit.virtual.dataset import Analysis, withheld
+from toolkit.virtual.datasets import DATASETS
+from toolkit.virtual.datasets.sim import sim_hrrr_analysis
+from toolkit.virtual.layout import committed_extent
+from toolkit.virtual.refs import chunk_key
+from toolkit.virtual.simulate import SimFile, expected_values, make_archive
+from toolkit.virtual.update import update
+from toolkit.virtual.write import Job
+
+H = timedelta(hours=1)
+T0 = datetime(2025, 8, 1)
+
+
+def hour(h: int) -> np.datetime64:
+    return np.datetime64(T0 + h * H, "ns")
+
+
+def files_of(h: int) -> tuple[SimFile, SimFile]:
+    """The two files of valid hour `h`: lead 0 of its own cycle, lead 1 of the one before."""
+    return SimFile(T0 + h * H, 0, None), SimFile(T0 + (h - 1) * H, 1, None)
+
+
+@pytest.fixture
+def world(tmp_path):
+    src = storage.open_store(str(tmp_path / "src"))
+    archive = make_archive(
+        src, kind="hrrr", inits=[T0 + k * H for k in range(-1, 6)], leads=[0, 1], publish=False
+    )
+    job = Job(sim_hrrr_analysis(src), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    return tmp_path, archive, job
+
+
+def leading_edge_whole(job: Job) -> list[str]:
+    """Every update commit on main whose newest position lacks its lead-0 field (should be
+    none; a backfill's own commits were on its branch, never main's head)."""
+    repo = job.repo.open(fresh=True)
+    t = job.template
+    bad = []
+    for commit in R.history(repo):
+        if "writer" not in commit.metadata:
+            continue
+        session = R.readonly(repo, snapshot=commit.id)
+        extent = committed_extent(session, t)
+        if not extent:
+            continue
+        edge = {"time": t.coords["time"][extent - 1]}
+        key = chunk_key(t.geometry(extent), "temperature_2m", edge)
+        if not R.chunks_present(session, [(key.variable, key.index)])[0]:
+            bad.append(commit.message)
+    return bad
+
+
+def test_analysis_values_come_from_lead_0_and_the_previous_hours_lead_1(world):
+    _, archive, job = world
+    for h in range(3):
+        archive.publish(list(files_of(h)))
+    backfill(job, start=hour(0), workers=2, executor="sync")
+    ds = open_dataset(job.repo.store)
+    assert dict(ds.sizes) == {"time": 3, "latitude": 32, "longitude": 48, "level": 3}
+    assert "lead_time" not in ds.dims and "init_time" not in ds.dims
+    for h in range(3):
+        at = ds.sel(time=hour(h))
+        want = expected_values("temperature_2m", T0 + h * H, timedelta(0), None)
+        np.testing.assert_array_equal(at["temperature_2m"].values, want.astype("float32"))
+        want = expected_values("precipitation_surface", T0 + (h - 1) * H, H, None)
+        np.testing.assert_array_equal(at["precipitation_surface"].values, want.astype("float32"))
+
+
+def test_a_statistics_file_waits_for_its_hours_lead_0(world):
+    _, archive, job = world
+    for h in range(3):
+        archive.publish(list(files_of(h)))
+    backfill(job, start=hour(0), workers=2, executor="sync")
+    zero, stat = files_of(3)
+    archive.publish(stat)  # the source publishes hour 3's accumulation first
+    fire = hour(3) + np.timedelta64(10, "m")
+    early = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
+    result = early.stage("update").result
+    assert result.ingested == [] and archive.data_url(stat) in result.pending  # withheld
+    assert committed_extent(R.readonly(job.repo.open(fresh=True)), job.template) == 3
+    archive.publish(zero)
+    late = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
+    result = late.stage("update").result
+    assert sorted(result.ingested) == sorted(archive.data_url(f) for f in (zero, stat))
+    assert len(result.commits) == 1  # together: the position appears whole
+    assert leading_edge_whole(job) == []
+    # the rule itself: only a statistics file whose hour's lead 0 is pending is held
+    coords = {c.key: c for c in job.region(hour(4), hour(5)).files()}
+    z4, s4 = (coords[archive.data_url(f)] for f in files_of(4))
+    assert withheld(job.dataset, [s4], [z4, s4]) == {s4.key}
+    assert withheld(job.dataset, [s4, z4], [z4, s4]) == set()  # both here: one commit
+    assert withheld(job.dataset, [s4], [s4]) == set()  # lead 0 already in the store
+    with pytest.raises(ValueError, match="stat_lead_hours must be >= 1"):
+        Analysis(stat_lead_hours=0)
+
+
+def test_out_of_order_publication_never_shows_a_ragged_edge(world):
+    tmp_path, archive, job = world
+    archive.publish(list(files_of(0)))
+    backfill(job, start=hour(0), workers=1, executor="sync")
+    order = [f for h in (1, 2, 3) for f in reversed(files_of(h))]  # lead 1 first, every hour
+    publisher = threading.Thread(target=lambda: [archive.publish(f) for f in order])
+    publisher.start()
+    try:
+        report = update(job, fire_time=hour(3) + np.timedelta64(5, "m"), deadline_seconds=60)
+    finally:
+        publisher.join()
+    assert sorted(report.stage("update").result.ingested) == sorted(map(archive.data_url, order))
+    assert leading_edge_whole(job) == []
+    res = CliRunner().invoke(
+        app,
+        ["virtual", "update", "sim-hrrr-analysis", "--repo", str(tmp_path / "repo"),
+         "--source", str(tmp_path / "src"), "--fire-time", "2025-08-01T03:20"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "completeness: 3 position(s) checked, 6 files expected, 0 missing" in res.output
+
+
+def test_hrrr_analysis_is_hourly_on_the_hrrr_grid():
+    ds = DATASETS["hrrr-analysis"](
+        first_time=datetime(2025, 8, 1), append_dim_end=datetime(2025, 8, 2)
+    )
+    t = ds.template
+    assert t.append_dim == "time" and t.coords["time"].size == 24
+    assert (t.coords["y"].size, t.coords["x"].size) == (1059, 1799)
+    assert "lead_time" not in t.coords
+    names = {c.key.rsplit("/", 1)[1]: c.data_vars for c in ds_files(ds, 2)}
+    assert set(names) == {"hrrr.t02z.wrfsfcf00.grib2", "hrrr.t01z.wrfsfcf01.grib2"}
+    accum = {n for n, v in t.variables.items() if v.dims and v.step_type != "instant"}
+    assert accum and set(names["hrrr.t01z.wrfsfcf01.grib2"]) == accum
+    assert not accum & set(names["hrrr.t02z.wrfsfcf00.grib2"])
+
+
+def ds_files(ds, h: int):
+    from toolkit.virtual.filetable import file_tasks
+
+    return file_tasks(ds, hour(h), hour(h) + np.timedelta64(1, "ns"))
