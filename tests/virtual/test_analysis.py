@@ -154,3 +154,23 @@ def ds_files(ds, h: int):
     from toolkit.virtual.filetable import file_tasks
 
     return file_tasks(ds, hour(h), hour(h) + np.timedelta64(1, "ns"))
+
+
+def test_variables_publishing_on_their_own_files_are_checked_apart(world):
+    """The accumulation arrives in its own (lead-1) files: `include_vars` checks exactly those,
+    `exclude_vars` the rest, each held to its own tiers."""
+    from toolkit.virtual.validate import completeness
+
+    _, archive, job = world
+    for h in range(3):
+        archive.publish(list(files_of(h)))
+    archive.publish(files_of(3)[0])  # hour 3's lead 0, not yet its accumulation
+    backfill(job, start=hour(0), workers=2, executor="sync")
+    stat = completeness(job, start=hour(0), include_vars=["precipitation_surface"])
+    assert stat.expected_files == 4 and stat.missing_files == [archive.data_url(files_of(3)[1])]
+    assert not stat.ok  # the newest hour lacks it: 0 of its 1 file, under the 0.5 tier ...
+    assert completeness(
+        job, start=hour(0), include_vars=["precipitation_surface"], min_present_fraction=(0.0, 1.0)
+    ).ok  # ... unless the newest hour may still be filling in
+    rest = completeness(job, start=hour(0), exclude_vars=["precipitation_surface"])
+    assert rest.expected_files == 4 and rest.missing_files == [] and rest.ok
