@@ -74,7 +74,7 @@ def test_xarray_written_time_series_reads_back_alike_at_every_level(tmp_path, me
 def test_float_mean_of_integers_drops_the_integer_fill(tmp_path):
     path = tmp_path / "lc.zarr"
     xarray_store(path)
-    build(str(path), levels=1, executor="sync")
+    build(str(path), method="mean", levels=1, executor="sync")  # an integer: it must say
     attrs = json.loads((path / "2x" / "lc" / "zarr.json").read_text())["attributes"]
     assert "_FillValue" not in attrs  # NaN is the nodata of a float mean, not 0
     da = xr.open_zarr(str(path), group="2x", consolidated=False)["lc"]

@@ -10,7 +10,14 @@ from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.plan import MAX_SHARD, PLAN_KEY, PlanError, PyramidPlan, plan_pyramid
+from toolkit.pyramid.plan import (
+    MAX_SHARD,
+    PLAN_KEY,
+    PlanError,
+    PyramidPlan,
+    choose_method,
+    plan_pyramid,
+)
 from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource
 from toolkit.pyramid.source import Source, open_source, read_source
 
@@ -18,37 +25,65 @@ from toolkit.pyramid.source import Source, open_source, read_source
 def plan(
     source: str | storage.Store,
     variables: list[str] | None = None,
-    method: str = "mean",
+    method: str | None = None,
     band_dim: str | None = None,
     levels: int | None = None,
     max_shard: int = MAX_SHARD,
+    force_method: bool = False,
     **options: Any,
 ) -> PyramidPlan:
-    """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only)."""
+    """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only).
+
+    `method` None chooses the operator from what the data means (`choose_method`)."""
     src = read_source(open_source(source, **options), variables)
-    return _plan(src, method, band_dim, levels, max_shard)
+    return _plan(src, method, band_dim, levels, max_shard, force_method)
 
 
 def _plan(
-    src: Source, method: str, band_dim: str | None, levels: int | None, max_shard: int = MAX_SHARD
+    src: Source,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    max_shard: int = MAX_SHARD,
+    force_method: bool = False,
 ) -> PyramidPlan:
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
+    chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
     return plan_pyramid(
         src.arrays,
         src.listings,
-        method=method,
+        method=chosen,
         band_dim=band_dim,
         levels=levels,
         max_shard=max_shard,
+        method_from=why,
     )
 
 
+RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
+
+
 def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
+    """The plan the last build recorded (None: none); one that is not JSON this toolkit wrote
+    is refused, naming the object and the way out."""
     try:
-        return json.loads(storage.get(store, PLAN_KEY).data)
+        raw = storage.get(store, PLAN_KEY).data
     except storage.NotFound:
         return None
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        doc, why = None, f"not JSON ({err})"
+    else:
+        missing = [k for k in RECORDED if not isinstance(doc, dict) or k not in doc]
+        why = f"lacks {', '.join(missing)}" if missing else ""
+    if why:
+        raise PlanError(
+            f"{store.url}/{PLAN_KEY}: not a pyramid plan this toolkit wrote ({why}); rebuild "
+            "every level with --rebuild-from 2x (it is rewritten then)"
+        )
+    return doc
 
 
 def _sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
@@ -149,7 +184,7 @@ def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None
 def build(
     source: str | storage.Store,
     variables: list[str] | None = None,
-    method: str = "mean",
+    method: str | None = None,
     band_dim: str | None = None,
     levels: int | None = None,
     cluster: Any = None,
@@ -157,12 +192,14 @@ def build(
     progress: Callable[[str, int, int], None] | None = None,
     rebuild_from: str | int | None = None,
     max_shard: int = MAX_SHARD,
+    force_method: bool = False,
     **options: Any,
 ) -> Report:
-    """Build (or resume) every level, gate by gate; then add the root metadata."""
+    """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
+    chooses the operator from what the data means (`toolkit.pyramid.plan.choose_method`)."""
     store = open_source(source, **options)
     src = read_source(store, variables)
-    p = _plan(src, method, band_dim, levels, max_shard)
+    p = _plan(src, method, band_dim, levels, max_shard, force_method)
     start = 0
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)

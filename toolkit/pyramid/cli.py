@@ -36,7 +36,19 @@ Source = Annotated[str, typer.Argument(help="Store URL: a path, file://, memory:
 Variables = Annotated[
     list[str] | None, typer.Option("--variable", "-v", help="Variable to pyramid (repeatable).")
 ]
-Method = Annotated[str, typer.Option(help="mean|mode|min|max|sum")]
+Method = Annotated[
+    str | None,
+    typer.Option(
+        help="mean|mode|min|max|sum. Default: from the data's meaning: mode for arrays with CF "
+        "flag_values/flag_meanings (classes), mean for floats; other integers must say."
+    ),
+]
+ForceMethod = Annotated[
+    bool,
+    typer.Option(
+        "--force-method", help="Apply --method to CF-flagged (class) arrays all the same."
+    ),
+]
 BandDim = Annotated[str | None, typer.Option("--band-dim", help="Joint-mask (band) dimension.")]
 Levels = Annotated[int | None, typer.Option(help="Levels (default: down to one 512 px tile).")]
 MaxShard = Annotated[
@@ -75,10 +87,11 @@ def _exit_codes() -> Any:
 def plan_cmd(
     source: Source,
     variable: Variables = None,
-    method: Method = "mean",
+    method: Method = None,
     band_dim: BandDim = None,
     levels: Levels = None,
     max_shard: MaxShard = 4096,
+    force_method: ForceMethod = False,
     endpoint: Endpoint = None,
     region: Region = None,
     anonymous: Anonymous = False,
@@ -90,8 +103,12 @@ def plan_cmd(
 
     with _exit_codes():
         opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
-        p = plan(source, variable or None, method, band_dim, levels, max_shard, **opts)
-    table = Table(title=f"pyramid plan {p.digest} ({p.method}; {', '.join(p.variables)})")
+        p = plan(
+            source, variable or None, method, band_dim, levels, max_shard, force_method, **opts
+        )
+    table = Table(
+        title=f"pyramid plan {p.digest} ({p.method}: {p.method_from}; {', '.join(p.variables)})"
+    )
     for col in ("level", "shape", "shard", "naive", "tasks", "pruned", "target objects"):
         table.add_column(col, justify="right")
     for lvl, naive in zip(p.levels, p.naive, strict=True):
@@ -113,7 +130,7 @@ def build_cmd(
     ctx: typer.Context,
     source: Source,
     variable: Variables = None,
-    method: Method = "mean",
+    method: Method = None,
     band_dim: BandDim = None,
     levels: Levels = None,
     cluster: Cluster = None,
@@ -126,6 +143,7 @@ def build_cmd(
     ] = None,
     executor: Executor = "dask",
     max_shard: MaxShard = 4096,
+    force_method: ForceMethod = False,
     endpoint: Endpoint = None,
     region: Region = None,
     allow_http: AllowHttp = False,
@@ -150,6 +168,7 @@ def build_cmd(
                 progress=bars,
                 rebuild_from=rebuild_from,
                 max_shard=max_shard,
+                force_method=force_method,
                 **opts,
             )
     print_report(report)

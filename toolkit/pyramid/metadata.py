@@ -32,20 +32,45 @@ RESAMPLING = {"mean": "average", "mode": "mode", "min": "min", "max": "max", "su
 ADDED_ATTRS = ("multiscales",)
 
 
+UNIFORM_RTOL = 1e-6  # an axis is uniform when every step is within this of the mean step
+
+
 def axis_geometry(values: np.ndarray) -> tuple[float, float]:
-    """(pixel edge origin, signed spacing) of cell-centre coordinates."""
+    """(pixel edge origin, signed spacing) of uniform cell-centre coordinates."""
     values = np.asarray(values, dtype=np.float64)
     step = (values[-1] - values[0]) / (len(values) - 1)
     return float(values[0] - step / 2), float(step)
 
 
+def uniform(values: np.ndarray, rtol: float = UNIFORM_RTOL) -> bool:
+    """Every step within `rtol` of the mean step: an affine transform describes the axis."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:
+        return False
+    steps = np.diff(values)
+    mean = (values[-1] - values[0]) / (len(values) - 1)
+    return bool(mean != 0 and np.all(np.abs(steps - mean) <= rtol * abs(mean)))
+
+
 def level_coords(values: np.ndarray, factor: int, n: int) -> np.ndarray:
-    edge, step = axis_geometry(values)
-    return edge + (np.arange(n, dtype=np.float64) + 0.5) * step * factor
+    """Each level cell's coordinate: the mean of the level-0 coordinates its window pools, exact
+    for any spacing. A uniform axis is first extended past its end at its own spacing, so a
+    partial edge window gets the centre its `spatial:transform` states; on an irregular axis
+    (no transform) it is the mean of the cells it has."""
+    values = np.asarray(values, dtype=np.float64)
+    pad = n * factor - len(values)
+    if pad > 0 and uniform(values):
+        _, step = axis_geometry(values)
+        values = np.concatenate([values, values[-1] + step * np.arange(1, pad + 1)])
+    window = np.arange(len(values)) // factor
+    return np.bincount(window, weights=values, minlength=n) / np.bincount(window, minlength=n)
 
 
-def spatial_transform(src: Source, plan: PyramidPlan, factor: int) -> list[float]:
+def spatial_transform(src: Source, plan: PyramidPlan, factor: int) -> list[float] | None:
+    """The level's affine transform, or None when an axis is not uniform (no transform holds)."""
     ydim, xdim = plan.spatial_dims
+    if not (uniform(src.coords[ydim]) and uniform(src.coords[xdim])):
+        return None
     y0, dy = axis_geometry(src.coords[ydim])
     x0, dx = axis_geometry(src.coords[xdim])
     return [dx * factor, 0.0, x0, 0.0, dy * factor, y0]
@@ -69,6 +94,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             "attributes": {
                 "pyramid:factor": lvl.factor,
                 "pyramid:method": plan.method,
+                "pyramid:method_from": plan.method_from,
                 "resampling_method": RESAMPLING[plan.method],
             },
         }
@@ -200,35 +226,33 @@ def read_backup(store: storage.Store) -> dict[str, bytes]:
 
 
 def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
+    """The layout: each level's shape, its scale relative to the asset it derives from, and
+    `spatial:transform` only where the grid is uniform (an irregular axis has none)."""
     method = RESAMPLING[plan.method]
-    layout: list[dict[str, Any]] = [
-        {
-            "asset": ".",
-            "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
-            "spatial:shape": list(plan.base_shape),
-            "spatial:transform": spatial_transform(src, plan, 1),
-        }
-    ]
-    transforms = {".": layout[0]["spatial:transform"]}
+    base: dict[str, Any] = {
+        "asset": ".",
+        "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
+        "spatial:shape": list(plan.base_shape),
+    }
+    layout: list[dict[str, Any]] = [base]
+    factors = {".": 1}
     for lvl in plan.levels:
-        t = spatial_transform(src, plan, lvl.factor)
         source = "." if plan.method == "mode" or not lvl.parent else lvl.parent
-        # scale is relative to `derived_from` (the convention's rule): the pixel-size ratio
-        src_t = transforms[source]
-        transforms[lvl.group] = t
+        factors[lvl.group] = lvl.factor
+        rel = float(lvl.factor // factors[source])  # relative to `derived_from`
         layout.append(
             {
                 "asset": lvl.group,
                 "derived_from": source,
-                "transform": {
-                    "scale": [abs(t[4] / src_t[4]), abs(t[0] / src_t[0])],
-                    "translation": [0.0, 0.0],
-                },
+                "transform": {"scale": [rel, rel], "translation": [0.0, 0.0]},
                 "resampling_method": method,
                 "spatial:shape": list(lvl.shape),
-                "spatial:transform": t,
             }
         )
+    for item, factor in zip(layout, [1, *(lvl.factor for lvl in plan.levels)], strict=True):
+        t = spatial_transform(src, plan, factor)
+        if t is not None:
+            item["spatial:transform"] = t
     return {"layout": layout, "resampling_method": method}
 
 

@@ -33,12 +33,17 @@ __all__ = [
     "PyramidPlan",
     "ShardTask",
     "VarLevel",
+    "check_dtype",
     "child_shard_size",
+    "choose_method",
     "decode_keys",
     "desired_shard",
+    "flagged",
     "inner_chunk",
     "level_count",
+    "max_levels",
     "plan_pyramid",
+    "task_bytes",
 ]
 
 TILE = 512
@@ -148,6 +153,7 @@ class PyramidPlan:
     naive: tuple[int, ...]  # tasks per level before pruning
     source_digest: str  # hash of the level-0 shard listing the plan was derived from
     max_shard: int = MAX_SHARD
+    method_from: str = "given"  # why this operator (`choose_method`)
 
     @property
     def digest(self) -> str:
@@ -175,6 +181,7 @@ class PyramidPlan:
             "digest": self.digest,
             "source_digest": self.source_digest,
             **self.settings(),
+            "method_from": self.method_from,
             "spatial_dims": list(self.spatial_dims),
             "base_shape": list(self.base_shape),
             "naive": list(self.naive),
@@ -272,6 +279,66 @@ def decode_keys(encoding: ChunkKeyEncoding, keys: Iterable[str], ndim: int) -> s
     return found
 
 
+# ----------------------------------------------------------------------------- the operator
+
+FLAG_ATTRS = ("flag_values", "flag_meanings", "flag_masks")
+MAX_TASK_BYTES = 4 * 2**30  # what one task may read (the source block it pools), by design
+
+
+def flagged(attrs: Mapping[str, Any]) -> bool:
+    """CF says the array holds classes (flag_values/flag_meanings) or bit flags (flag_masks)."""
+    return any(k in attrs for k in FLAG_ATTRS)
+
+
+def choose_method(
+    arrays: Mapping[str, ArrayMeta],
+    attrs: Mapping[str, Mapping[str, Any]],
+    method: str | None = None,
+    *,
+    force: bool = False,
+) -> tuple[str, str]:
+    """(operator, why) from what the data means, unless given.
+
+    No `method`: CF-flagged arrays (classes) get mode, floats get mean, and any other integer
+    array is refused: counts and classes look alike, and averaging classes makes fractions that
+    are no class. A given `method` other than mode on a flagged array is refused unless `force`.
+    """
+    chosen: dict[str, tuple[str, str]] = {}
+    for name, a in sorted(arrays.items()):
+        kind = np.dtype(a.dtype).kind
+        cf = flagged(attrs.get(name, {}))
+        if method is not None:
+            if cf and method != "mode" and not force:
+                keys = ", ".join(k for k in FLAG_ATTRS if k in attrs.get(name, {}))
+                raise PlanError(
+                    f"array {name!r} has CF {keys}: it holds classes, and --method {method} "
+                    "would make values that are no class; use --method mode, or --force-method"
+                )
+            chosen[name] = (method, "given")
+        elif cf:
+            chosen[name] = ("mode", "CF flag_values/flag_meanings/flag_masks: classes")
+        elif kind == "f":
+            chosen[name] = ("mean", "floating point: a quantity")
+        elif kind in "iu":
+            raise PlanError(
+                f"array {name!r} is {a.dtype} with no CF flag_values/flag_meanings: classes or "
+                "a quantity? choose --method mode for classes, or mean|min|max|sum for a "
+                "quantity (or give it flag_values and flag_meanings)"
+            )
+        else:
+            chosen[name] = ("mean", "")  # refused by the dtype check, with its own message
+    methods = {m for m, _ in chosen.values()}
+    if len(methods) > 1:
+        which = ", ".join(f"{n} ({m})" for n, (m, _) in chosen.items())
+        raise PlanError(
+            f"the arrays need different operators: {which}; pyramid them one operator at a "
+            "time (--variable), or give --method"
+        )
+    only = methods.pop() if methods else (method or "mean")
+    reasons = {w for _, w in chosen.values() if w}
+    return only, "; ".join(sorted(reasons)) or "given"
+
+
 # ----------------------------------------------------------------------------- planning
 
 
@@ -289,6 +356,18 @@ def _output_fill(out_dtype: str, source_fill: Any) -> Any:
     if out_dtype.startswith("float"):
         return float("nan")
     return int(source_fill) if source_fill is not None else 0
+
+
+def check_dtype(name: str, dtype: np.dtype) -> np.dtype:
+    """A dtype a pyramid can pool (integers, floats), or one line naming the array and the fix."""
+    if dtype.kind not in "iuf":
+        what = {"c": "complex", "b": "boolean", "U": "string", "T": "string", "S": "bytes"}
+        raise PlanError(
+            f"array {name!r} is {dtype} ({what.get(dtype.kind, 'not a real number type')}): "
+            "a pyramid pools real numbers; cast it (e.g. to float32, or uint8 for booleans) "
+            "or leave it out with --variable"
+        )
+    return dtype
 
 
 def _check_arrays(
@@ -321,7 +400,8 @@ def _check_arrays(
             raise PlanError(
                 f"array {name!r}: --band-dim {band_dim!r} is not one of its leading dims {a.dims[:-2]}"
             )
-        if method == "mode" and np.dtype(a.dtype).kind not in "iu":
+        kind = check_dtype(name, np.dtype(a.dtype)).kind
+        if method == "mode" and kind not in "iu":
             raise PlanError(f"array {name!r}: mode is for categorical integers, not {a.dtype}")
     assert spatial is not None and shape is not None
     return spatial, shape
@@ -408,12 +488,23 @@ def plan_pyramid(
     levels: int | None = None,
     tile: int = TILE,
     max_shard: int = MAX_SHARD,
+    max_task_bytes: int = MAX_TASK_BYTES,
+    method_from: str = "given",
 ) -> PyramidPlan:
-    """Plan every level from the level-0 arrays and their listed shard keys (relative to each array)."""
+    """Plan every level from the level-0 arrays and their listed shard keys (relative to each
+    array). Refused: more levels than halvings to one pixel, and any level whose largest task
+    would read more than `max_task_bytes`."""
     spatial, base = _check_arrays(arrays, method, band_dim)
     n_levels = level_count(base, tile) if levels is None else levels
     if n_levels < 1:
         raise PlanError(f"--levels must be >= 1, got {n_levels}")
+    deepest = max_levels(base)
+    if n_levels > deepest:
+        raise PlanError(
+            f"--levels {n_levels}: the {base[0]}x{base[1]} array is one pixel at level "
+            f"{deepest} ({2**deepest}x), so at most {deepest} levels are useful; "
+            f"use --levels {deepest} or fewer"
+        )
     names = tuple(sorted(arrays))
     present: dict[str, set[tuple[int, ...]]] = {}
     listing_keys: list[_Key] = []
@@ -448,6 +539,13 @@ def plan_pyramid(
             kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
             n_naive += _prod(grid)
             tasks.extend(_task(group, v, i, band_axis) for i in kids)
+            need = task_bytes(a, v, method, k, prev_shape[name])
+            if need > max_task_bytes:
+                raise PlanError(
+                    f"level {group} of {name!r}: one {method} task would read "
+                    f"{need / 2**30:.1f} GiB, over the {max_task_bytes / 2**30:g} GiB a task may "
+                    f"use; lower --max-shard (now {max_shard}) or --levels (now {n_levels})"
+                )
             vls.append(v)
             present[name] = kids
             prev_shards[name] = v.shards
@@ -465,7 +563,26 @@ def plan_pyramid(
         naive=tuple(naive),
         source_digest=source_digest,
         max_shard=max_shard,
+        method_from=method_from,
     )
+
+
+def max_levels(shape: tuple[int, int]) -> int:
+    """Halvings until both sides are one pixel (at least one level)."""
+    return max(1, *(int(np.ceil(np.log2(n))) if n > 1 else 0 for n in shape))
+
+
+def task_bytes(a: ArrayMeta, v: VarLevel, method: str, k: int, parent: tuple[int, ...]) -> int:
+    """What the largest task of level `k` reads: the block of its source (level 0 for mode,
+    which does not cascade, else the parent level with its count plane) under one shard."""
+    mode = method == "mode"
+    factor = 2**k if mode else 2
+    src = a.shape if (mode or k == 1) else parent
+    block = _prod(v.shards[:-2]) * _prod(
+        min(s * factor, n) for s, n in zip(v.shards[-2:], src[-2:], strict=True)
+    )
+    item = np.dtype(a.dtype if (mode or k == 1) else v.dtype).itemsize
+    return block * (item + (0 if (mode or k == 1) else 4))
 
 
 def _prod(xs: Iterable[int]) -> int:

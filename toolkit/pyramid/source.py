@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 
 from toolkit import storage
-from toolkit.pyramid.plan import ArrayMeta, PlanError
+from toolkit.pyramid.plan import ArrayMeta, PlanError, check_dtype
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
 
@@ -108,7 +108,7 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
         dims=tuple(dims),
         grid=tuple(shards),
         chunks=tuple(arr.chunks),
-        dtype=np.dtype(arr.dtype).name,
+        dtype=check_dtype(name, np.dtype(arr.dtype)).name,
         fill_value=_fill(arr.fill_value),
         key_encoding=arr.metadata.chunk_key_encoding.to_dict(),
     )
@@ -125,7 +125,10 @@ def read_source(store: storage.Store, variables: list[str] | None = None) -> Sou
     for name, arr in sorted(members.items()):
         why = _skip_reason(arr, coords)
         if why is None:
-            candidates[name] = array_meta(name, arr)
+            try:
+                candidates[name] = array_meta(name, arr)
+            except PlanError as err:  # a dtype no pyramid pools: refused only if chosen
+                skipped[name] = str(err).removeprefix(f"array {name!r} ")
         elif arr.ndim >= 2:
             skipped[name] = why
     if variables:

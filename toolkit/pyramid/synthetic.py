@@ -80,6 +80,10 @@ def write_store(
         values[:, : w // 3] = rng.integers(1, 3, (h, w // 3))  # 2 labels: ties are common
         values[~land] = 0
         fill: Any = 0
+        attrs |= {  # CF says these are classes: the pyramid's operator follows (mode)
+            "flag_values": [0, 1, 2, 3, 4],
+            "flag_meanings": "nodata water forest cropland urban",
+        }
         dims = ["lat", "lon"]
         arr_shards: tuple[int, ...] = shards
         arr_chunks: tuple[int, ...] = chunks
