@@ -178,7 +178,13 @@ def build_cmd(
 def verify_cmd(
     ctx: typer.Context,
     source: Source,
-    sample: Annotated[int, typer.Option(help="Stripes per level; first/middle/last of each.")] = 4,
+    sample: Annotated[
+        int,
+        typer.Option(
+            help="Shards per level and variable compared with the numpy reference, spread "
+            "evenly (the first and the last among them)."
+        ),
+    ] = 4,
     cluster: Cluster = None,
     executor: Executor = "dask",
     private: Annotated[

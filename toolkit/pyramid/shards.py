@@ -1,9 +1,11 @@
 """Per-shard services (I/O): compute one output shard from its source region and write it.
 
-The mean/min/max/sum cascade reads the parent level and its count plane (count-weighted, so it
-equals the reducer on the level-0 window). Mode is not composable, so a mode level reads the
-level-0 window itself (factor 2^k), in row bands to bound memory: exact, at the price of one
-level-0 read per mode level. Every shard is written, an all-nodata one included.
+The mean/min/max/sum cascade reads the parent level and its count plane, count-weighted: min,
+max, counts and integer sums equal the reducer on the level-0 window bitwise; a float mean or
+sum at level k is within k ulps (of the window's largest magnitude) of it, each step rounding
+once (`toolkit.pyramid.reference` states and checks this). Mode is not composable, so a mode
+level reads the level-0 window itself (factor 2^k), in row bands to bound memory: exact, at the
+price of one level-0 read per mode level. Every shard is written, an all-nodata one included.
 """
 
 from __future__ import annotations

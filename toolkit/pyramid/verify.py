@@ -1,29 +1,30 @@
 """Prove a pyramid, cheapest check first; every check is a graph node and reports, never raises.
 
-counts vs the recorded plan -> per-level metadata -> the root diff against the backup ->
-sampled shards (first/middle/last of every stripe: existence, bitwise re-derivation from the
-parent, joint mask, value range, coverage) -> an anonymous xarray read of every level.
+counts vs the recorded plan -> per-level metadata (coordinates recomputed from level 0) -> the
+root diff against the backup -> sampled shards (spread over each level: existence, joint mask,
+count range, and tiles compared with a plain numpy reference pooled straight from level 0,
+which shares no code with the builder's kernels) -> an anonymous xarray read of every level.
 Each failure names the level, the shard (or node) and the check.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from toolkit import kernels, storage
+from toolkit import storage
 from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.build import _plan, _sources, recorded_plan
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
-from toolkit.pyramid.shards import VarSource, compute, count_region, open_array, source_block
+from toolkit.pyramid.shards import VarSource, count_region
 from toolkit.pyramid.source import Source, open_source, read_source
-from toolkit.tasks import stable, stripe
+from toolkit.tasks import stable
 
 __all__ = ["Failure", "VerifyResult", "verify"]
 
@@ -290,11 +291,29 @@ class MetaCheck:
 # ----------------------------------------------------------------------------- samples
 
 
+REFERENCE_PIXELS = 2048  # a sampled tile's level-0 footprint per axis (4 Mpx a band)
+
+
+@dataclass(frozen=True)
+class Level0:
+    """Where a variable's level 0 is, for the reference: its path, nodata, band axis."""
+
+    path: str
+    fill: Any
+    band_axis: int | None
+
+
 @dataclass(frozen=True)
 class SampleCheck:
+    """One sampled shard: its objects exist, nodata is exactly where the count is 0, and two
+    tiles of it (its first and its last corner, where partial windows are) equal the numpy
+    reference pooled straight from level 0 (`toolkit.pyramid.reference`), to the exactness
+    the reference states."""
+
     store: storage.Store
     method: str
-    sources: dict[str, tuple[VarSource, ...]]  # group -> per-variable sources
+    sources: dict[str, tuple[VarSource, ...]]  # group -> per-variable sources (geometry only)
+    level0: dict[str, Level0]
 
     def __call__(self, sample: Sample) -> list[Failure]:
         t = sample.task
@@ -310,49 +329,93 @@ class SampleCheck:
         from toolkit.pyramid.plan import region
 
         reg = region(spec.out, t.index)
-        data = np.asarray(open_array(self.store, spec.path(t.group))[reg])
-        count = np.asarray(
-            open_array(self.store, spec.count_path(t.group))[count_region(spec, t.index)]
-        )
-        want, want_count = compute(self.store, spec, self.method, t.index)
+        z = self.store.zarr(read_only=True)
+        data = np.asarray(zarr_open(z, spec.path(t.group))[reg])
+        count = np.asarray(zarr_open(z, spec.count_path(t.group))[count_region(spec, t.index)])
         out: list[Failure] = []
-        if data.shape != want.shape or not np.array_equal(_bits(data), _bits(want)):
-            out += fail("rederive", "data differs from a re-derivation from the parent")
-        if not np.array_equal(count, want_count):
-            out += fail("rederive", "count plane differs from a re-derivation from the parent")
-        vals, weights = source_block(self.store, spec, t.index)
-        canon = data if spec.band_axis is None else np.moveaxis(data, spec.band_axis, -3)
-        canon = canon.reshape(
-            (-1, 1 if spec.band_axis is None else canon.shape[-3], *canon.shape[-2:])
-        )
+        canon = _canonical(data, spec.band_axis)
         cnt = count.reshape((-1, *count.shape[-2:]))
         nod = np.isnan(canon) if canon.dtype.kind == "f" else canon == spec.out.fill_value
         if not (self.method == "sum" and canon.dtype.kind != "f"):
             empty = (cnt == 0)[:, None, :, :]
             if not np.array_equal(nod, np.broadcast_to(empty, nod.shape)):
                 out += fail("joint-mask", "nodata does not match count == 0 in every band")
-        level_factor = int(t.group.rstrip("x"))
-        if (cnt > level_factor**2).any():
-            out += fail("count-range", f"a count exceeds the {level_factor}x{level_factor} window")
-        for i in range(vals.shape[0]):
-            valid_src = weights[i] > 0
-            pooled, _ = kernels.pool(
-                valid_src[None].astype(np.uint8), valid_src.astype(np.uint32), "max", 0, spec.factor
-            )
-            covered = cnt[i] > 0
-            if not np.array_equal(covered, pooled[0] > 0):
-                out += fail("coverage", "valid cells != OR-pooled validity of the parent")
-                break
-            if self.method in ("mean", "min", "max", "mode") and valid_src.any():
-                src_valid = vals[i][:, valid_src]
-                got = canon[i][:, covered]
-                lo = src_valid.min(axis=1, keepdims=True)
-                hi = src_valid.max(axis=1, keepdims=True)
-                tol = 1e-6 * np.maximum(np.abs(lo), np.abs(hi)) if canon.dtype.kind == "f" else 0
-                if got.size and ((got < lo - tol).any() or (got > hi + tol).any()):
-                    out += fail("value-range", "values outside the parent's valid range")
-                    break
+        factor = int(t.group.rstrip("x"))
+        if (cnt > factor**2).any():
+            out += fail("count-range", f"a count exceeds the {factor}x{factor} window")
+        for tile in _tiles(reg, factor):
+            out += self._against_reference(t, spec, reg, tile, canon, cnt, factor, fail)
         return out
+
+    def _against_reference(
+        self, t: ShardTask, spec: VarSource, reg: tuple[slice, ...], tile: tuple[slice, slice],
+        canon: np.ndarray, cnt: np.ndarray, factor: int, fail: Callable[[str, str], list[Failure]],
+    ) -> list[Failure]:  # fmt: skip
+        from toolkit.pyramid.reference import mean_tolerance, reduce_level0
+
+        l0 = self.level0[t.var]
+        base = zarr_open(self.store.zarr(read_only=True), l0.path)
+        lead = [slice(0, base.shape[d]) if d == l0.band_axis else s for d, s in enumerate(reg[:-2])]
+        ys, xs = (
+            slice((o.start + w.start) * factor, min((o.start + w.stop) * factor, n))
+            for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
+        )
+        block = _canonical(np.asarray(base[(*lead, ys, xs)]), l0.band_axis)
+        want, want_count = reduce_level0(block, l0.fill, self.method, factor)
+        got, got_count = canon[:, :, tile[0], tile[1]], cnt[:, tile[0], tile[1]]
+        where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
+        if not np.array_equal(got_count, want_count):
+            n = int((got_count != want_count).sum())
+            return fail("reference", f"{n} count(s) differ from the numpy reference ({where})")
+        valid = np.broadcast_to((want_count > 0)[:, None], got.shape)
+        if self.method == "mean" or (self.method == "sum" and got.dtype.kind == "f"):
+            top, _ = reduce_level0(np.abs(block), l0.fill, "max", factor)
+            tol = mean_tolerance(int(np.log2(factor)), top, got.dtype)
+            off = valid & ~(np.abs(got.astype(np.float64) - want) <= tol)
+            what = f"more than {int(np.log2(factor))} ulp(s) of the window's largest value"
+        else:
+            off = valid & (got != want.astype(got.dtype))
+            what = "not bitwise equal"
+        if off.any():
+            i = tuple(int(x[0]) for x in np.nonzero(off))
+            return fail(
+                "reference",
+                f"{int(off.sum())} value(s) {what} from the numpy reference pooled from level 0 "
+                f"({where}; e.g. {got[i]!r} vs {want[i]!r})",
+            )
+        return []
+
+
+def zarr_open(z: Any, path: str) -> Any:
+    import zarr
+
+    return zarr.open_array(z, path=path, mode="r")
+
+
+def _canonical(a: np.ndarray, band_axis: int | None) -> np.ndarray:
+    """[..., y, x] -> [T, B, y, x] (B = 1 without a band dim)."""
+    a = a[..., None, :, :] if band_axis is None else np.moveaxis(a, band_axis, -3)
+    return a.reshape((-1, *a.shape[-3:]))
+
+
+def _tiles(reg: tuple[slice, ...], factor: int) -> list[tuple[slice, slice]]:
+    """The shard's first and last corner tiles (output pixels, relative to the shard) whose
+    level-0 footprint is at most REFERENCE_PIXELS a side."""
+    side = max(1, REFERENCE_PIXELS // factor)
+    h, w = (s.stop - s.start for s in reg[-2:])
+    first = (slice(0, min(side, h)), slice(0, min(side, w)))
+    last = (slice(max(0, h - side), h), slice(max(0, w - side), w))
+    return [first] if first == last else [first, last]
+
+
+def spread_samples(tasks: Sequence[ShardTask], n: int) -> list[ShardTask]:
+    """`n` tasks spread evenly over the list, its first and last among them. (The build runs
+    one node per shard, so there are no worker stripes to follow.)"""
+    if not tasks:
+        return []
+    k = min(n, len(tasks))
+    picks = sorted({round(i * (len(tasks) - 1) / max(1, k - 1)) for i in range(k)})
+    return [tasks[i] for i in picks]
 
 
 def window_means(values: np.ndarray, factor: int, n: int) -> np.ndarray:
@@ -384,17 +447,6 @@ def _same_fill(got: Any, want: Any) -> bool:
 
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
-
-
-def stripe_samples(tasks: list[ShardTask], stripes: int) -> list[ShardTask]:
-    """First, middle and last task of every strided stripe (a starved stripe cannot hide)."""
-    picked: dict[str, ShardTask] = {}
-    n = min(stripes, len(tasks))
-    for i in range(n):
-        s = stripe(tasks, i, n, "strided")
-        for t in (s[0], s[len(s) // 2], s[-1]):
-            picked[t.key] = t
-    return list(picked.values())
 
 
 # ----------------------------------------------------------------------------- client
@@ -525,8 +577,12 @@ def verify(
     for lvl in p.levels:
         for var in p.variables:
             samples += [
-                Sample(t) for t in stripe_samples([t for t in lvl.tasks if t.var == var], sample)
+                Sample(t) for t in spread_samples([t for t in lvl.tasks if t.var == var], sample)
             ]
+    level0 = {
+        n: Level0(n, a.fill_value, a.dims.index(p.band_dim) if p.band_dim else None)
+        for n, a in src.arrays.items()
+    }
     groups = [lvl.group for lvl in p.levels]
     shapes = {".": p.base_shape, **{lvl.group: lvl.shape for lvl in p.levels}}
     stages = (
@@ -540,7 +596,7 @@ def verify(
             [Check("meta", g) for g in [".", *groups]],
             MetaCheck(store, doc, coords, meta_attrs, src.crs, src.node_keys),
         ),
-        _stage("verify-samples", samples, SampleCheck(store, p.method, sources)),
+        _stage("verify-samples", samples, SampleCheck(store, p.method, sources, level0)),
         _stage(
             "verify-client",
             [Check("client", g) for g in [".", *groups]],

@@ -1,0 +1,98 @@
+"""A plain numpy reference for pyramid levels, sharing no code with the builder's kernels.
+
+`reduce_level0(block, fill, method, factor)` pools a level-0 block `[T, B, H, W]` straight to a
+level (no cascade) with the joint band mask: a pixel counts only where every band is valid.
+The verifier compares sampled tiles of each level with it, so a kernel bug, a cascade bug or a
+mask bug is seen by code that did not make it.
+
+What "exact" means, checked as stated: counts, mode (ties to the smallest label), min and max
+are bitwise equal to this reference; a float mean at level k is within `mean_tolerance` (k ulps
+of the window's largest magnitude) of the float64 mean of its level-0 window, each cascade step
+rounding once to the output dtype; an integer sum is exact, a float sum within the same bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["mean_tolerance", "reduce_level0"]
+
+MODE_CELLS = 1 << 24  # windows x labels counted at once by the mode reference
+
+
+def _valid(block: np.ndarray, fill: Any) -> np.ndarray:
+    if block.dtype.kind == "f":
+        ok = ~np.isnan(block)
+        if fill is not None and not np.isnan(float(fill)):
+            ok &= block != fill
+        return ok
+    return block != fill if fill is not None else np.ones(block.shape, bool)
+
+
+def _windows(a: np.ndarray, factor: int, pad: Any) -> np.ndarray:
+    """[..., H, W] -> [..., h, w, factor*factor], the edge padded with `pad`."""
+    h, w = -(-a.shape[-2] // factor), -(-a.shape[-1] // factor)
+    full = np.full((*a.shape[:-2], h * factor, w * factor), pad, dtype=a.dtype)
+    full[..., : a.shape[-2], : a.shape[-1]] = a
+    full = full.reshape((*a.shape[:-2], h, factor, w, factor))
+    return np.moveaxis(full, -3, -2).reshape((*a.shape[:-2], h, w, factor * factor))
+
+
+def reduce_level0(
+    block: np.ndarray, fill: Any, method: str, factor: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(values [T, B, h, w] as float64 (mean, float sum) or the input dtype, count [T, h, w])."""
+    joint = _valid(block, fill).all(axis=1)  # [T, H, W]
+    win_ok = _windows(joint, factor, False)  # [T, h, w, f*f]
+    count = win_ok.sum(axis=-1).astype(np.uint32)
+    ok = win_ok[:, None]  # [T, 1, h, w, f*f] broadcasts over bands
+    if method in ("mean", "sum"):
+        vals = _windows(block.astype(np.float64), factor, 0.0)
+        total = np.where(ok, vals, 0.0).sum(axis=-1)
+        if method == "sum":
+            out = total if block.dtype.kind == "f" else total.astype(np.int64)
+            if block.dtype.kind != "f":  # exact integer sums: add as integers
+                ints = _windows(block.astype(np.int64), factor, 0)
+                out = np.where(ok, ints, 0).sum(axis=-1)
+            return out, count
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / count[:, None], count
+    if method in ("min", "max"):
+        big = np.inf if method == "min" else -np.inf
+        vals = _windows(block.astype(np.float64), factor, big)
+        pick = np.where(ok, vals, big)
+        out = pick.min(axis=-1) if method == "min" else pick.max(axis=-1)
+        return out.astype(block.dtype) if block.dtype.kind != "f" else out, count
+    if method == "mode":
+        return _mode(block, ok, factor), count
+    raise ValueError(f"no reference for method {method!r}")
+
+
+def _mode(block: np.ndarray, ok: np.ndarray, factor: int) -> np.ndarray:
+    """The most frequent valid label of each window, ties to the smallest (labels sorted);
+    a window with no valid pixel gets the smallest label (compare only where count > 0)."""
+    labels, codes = np.unique(block, return_inverse=True)
+    codes = _windows(codes.reshape(block.shape), factor, 0)
+    ok = np.broadcast_to(ok, codes.shape)
+    lead, n = codes.shape[:-1], codes.shape[-1]
+    flat_codes, flat_ok = codes.reshape(-1, n), ok.reshape(-1, n)
+    out = np.zeros(flat_codes.shape[0], dtype=block.dtype)
+    step = max(1, MODE_CELLS // max(1, len(labels)))
+    for s in range(0, flat_codes.shape[0], step):
+        c, k = flat_codes[s : s + step], flat_ok[s : s + step]
+        rows = np.repeat(np.arange(len(c)), n).reshape(c.shape)
+        tally = np.zeros((len(c), len(labels)), dtype=np.int64)
+        np.add.at(tally, (rows[k], c[k]), 1)
+        best = labels[np.argmax(tally, axis=1)]  # argmax: the first, so the smallest label
+        out[s : s + step] = best
+    return out.reshape(lead)
+
+
+def mean_tolerance(level: int, window_abs_max: np.ndarray, dtype: Any) -> np.ndarray:
+    """How far a built mean at `level` may sit from the float64 window mean: each cascade step
+    rounds once (half an ulp of at most the window's largest magnitude); k ulps bounds k steps
+    with a factor of two to spare."""
+    ulp = np.spacing(np.asarray(window_abs_max, dtype=np.dtype(dtype)).astype(np.dtype(dtype)))
+    return level * ulp.astype(np.float64)
