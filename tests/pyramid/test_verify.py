@@ -91,7 +91,18 @@ def test_root_change_beyond_multiscales_caught(built):
 def test_wrong_level_coordinates_caught(built):
     arr = zarr.open_array(built.zarr(), path="4x/lat", mode="r+")
     arr[:] = arr[:] + 0.5
-    assert ("4x", "metadata") in checks(verify(built, executor="sync"))
+    found = checks(verify(built, executor="sync"))
+    assert ("4x", "metadata") in found  # recomputed from level 0 ...
+    assert ("4x", "client") in found  # ... and the bounds a client sees have moved
+
+
+def test_a_level_crs_a_client_sees_differently_is_caught(built):
+    doc = json.loads(storage.get(built, "2x/spatial_ref/zarr.json").data)
+    doc["attributes"]["crs_wkt"] = 'GEOGCS["elsewhere"]'
+    storage.put(built, "2x/spatial_ref/zarr.json", json.dumps(doc).encode())
+    result = verify(built, executor="sync")
+    assert ("2x", "client") in checks(result) and ("4x", "client") not in checks(result)
+    assert any("CRS via grid_mapping 'spatial_ref' differs" in str(f) for f in result.failures)
 
 
 def test_samples_spread_over_the_level_first_and_last_included():

@@ -461,6 +461,40 @@ class ClientCheck:
     shapes: dict[str, tuple[int, int]]
     variables: tuple[str, ...]
     private: bool = False
+    # what a client should see at every level: level 0's CRS attributes per variable, and its
+    # cell centres per spatial dim (resolution and bounds follow from them)
+    crs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    axes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def seen(self, group: str, ds: Any) -> list[Failure]:
+        """CRS, resolution and bounds as xarray shows them, against level 0's."""
+        out = []
+        factor = 1 if group == "." else int(group.rstrip("x"))
+        for v in self.variables:
+            want = self.crs.get(v)
+            gm = ds[v].attrs.get("grid_mapping")
+            if want is not None and (gm not in ds.variables or dict(ds[gm].attrs) != want):
+                out.append(Failure(group, v, "client", f"CRS via grid_mapping {gm!r} differs"))
+        for dim, base in self.axes.items():
+            if not _regular(base) or dim not in ds.coords:
+                continue
+            step0 = (base[-1] - base[0]) / (len(base) - 1)
+            got = np.asarray(ds[dim].values, dtype=np.float64)
+            res = step0 * factor
+            if len(got) > 1 and not np.isclose((got[-1] - got[0]) / (len(got) - 1), res):
+                out.append(Failure(group, dim, "client", f"resolution is not {res:g}"))
+            edge0, edge = base[0] - step0 / 2, got[0] - res / 2
+            end0, end = base[-1] + step0 / 2, got[-1] + res / 2
+            inside = (end - end0) * np.sign(step0) >= -1e-9 * abs(step0)
+            if not np.isclose(edge, edge0, atol=1e-9 * abs(step0)) or not inside:
+                out.append(
+                    Failure(
+                        group, dim, "client",
+                        f"bounds {edge:g}..{end:g} do not cover level 0's {edge0:g}..{end0:g} "
+                        "from the same origin",
+                    )
+                )  # fmt: skip
+        return out
 
     def __call__(self, check: Check) -> list[Failure]:
         import xarray as xr
@@ -483,7 +517,7 @@ class ClientCheck:
                 if tuple(da.shape[-2:]) != tuple(self.shapes[group]):
                     out.append(Failure(group, v, "client", f"shape {da.shape} via xarray"))
                 da.isel({d: -1 for d in da.dims}).values  # noqa: B018 - a real read
-            return out
+            return out + self.seen(group, ds)
         except Exception as err:
             text = str(err).strip().splitlines()
             detail = f"{type(err).__name__}: {text[0] if text else ''}"
@@ -600,7 +634,19 @@ def verify(
         _stage(
             "verify-client",
             [Check("client", g) for g in [".", *groups]],
-            ClientCheck(store.url, dict(store.options), shapes, p.variables, private),
+            ClientCheck(
+                store.url,
+                dict(store.options),
+                shapes,
+                p.variables,
+                private,
+                {
+                    v: src.attrs[gm]
+                    for v in p.variables
+                    if (gm := src.attrs.get(v, {}).get("grid_mapping")) in src.attrs
+                },
+                coords,
+            ),
         ),
     )
     report = run(
