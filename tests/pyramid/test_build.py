@@ -136,9 +136,10 @@ def test_no_consolidated_block_added(tmp_path):
     assert "consolidated_metadata" not in root or root["consolidated_metadata"] is None
     ms = root["attributes"]["multiscales"]
     assert [x["asset"] for x in ms["layout"]] == [".", "2x"]
-    assert root["attributes"]["zarr_conventions"][-1]["uuid"] == (
-        "d35379db-88df-4056-af3a-620245f8e347"
-    )
+    assert [c["uuid"] for c in root["attributes"]["zarr_conventions"]] == [
+        "d35379db-88df-4056-af3a-620245f8e347",  # multiscales
+        "689b58e2-cf7b-45e0-9fff-9cfc0883d6b4",  # spatial (the layout's spatial:* keys)
+    ]
 
 
 def test_layout_scale_is_relative_to_derived_from():

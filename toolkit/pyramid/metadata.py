@@ -21,15 +21,27 @@ from toolkit.pyramid.plan import BACKUP_KEY, PyramidPlan
 from toolkit.pyramid.source import Source
 
 MULTISCALES_UUID = "d35379db-88df-4056-af3a-620245f8e347"
+SPATIAL_UUID = "689b58e2-cf7b-45e0-9fff-9cfc0883d6b4"
+# The conventions' published tag is v0.1 (the refs/tags/v1 URLs once printed in their READMEs
+# were never published); each entry is the constant its v0.1 schema requires. GDAL reads
+# conventions by uuid, so it finds these too.
 REGISTRATION = {
     "uuid": MULTISCALES_UUID,
     "name": "multiscales",
-    "schema_url": "https://raw.githubusercontent.com/zarr-conventions/multiscales/refs/tags/v1/schema.json",
-    "spec_url": "https://github.com/zarr-conventions/multiscales/blob/v1/README.md",
+    "schema_url": "https://raw.githubusercontent.com/zarr-conventions/multiscales/refs/tags/v0.1/schema.json",
+    "spec_url": "https://github.com/zarr-conventions/multiscales/blob/v0.1/README.md",
     "description": "Multiscale layout of zarr datasets",
 }
+SPATIAL_REGISTRATION = {
+    "uuid": SPATIAL_UUID,
+    "name": "spatial",
+    "schema_url": "https://raw.githubusercontent.com/zarr-conventions/spatial/refs/tags/v0.1/schema.json",
+    "spec_url": "https://github.com/zarr-conventions/spatial/blob/v0.1/README.md",
+    "description": "Spatial coordinate information",
+}
+ADDED_UUIDS = (MULTISCALES_UUID, SPATIAL_UUID)
 RESAMPLING = {"mean": "average", "mode": "mode", "min": "min", "max": "max", "sum": "sum"}
-ADDED_ATTRS = ("multiscales",)
+ADDED_ATTRS = ("multiscales", "spatial:dimensions", "spatial:bbox", "spatial:registration")
 
 
 UNIFORM_RTOL = 1e-6  # an axis is uniform when every step is within this of the mean step
@@ -256,6 +268,22 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     return {"layout": layout, "resampling_method": method}
 
 
+def spatial_attrs(src: Source, plan: PyramidPlan) -> dict[str, Any]:
+    """The spatial convention's group keys, as GDAL writes them: the dims, pixel registration,
+    and (on a uniform grid) the bounding box [xmin, ymin, xmax, ymax] of level 0."""
+    out: dict[str, Any] = {
+        "spatial:dimensions": list(plan.spatial_dims),
+        "spatial:registration": "pixel",
+    }
+    t = spatial_transform(src, plan, 1)
+    if t is not None:
+        ny, nx = plan.base_shape
+        xs = sorted((t[2], t[2] + t[0] * nx))
+        ys = sorted((t[5], t[5] + t[4] * ny))
+        out["spatial:bbox"] = [xs[0], ys[0], xs[1], ys[1]]
+    return out
+
+
 def update_root(src: Source, plan: PyramidPlan) -> None:
     """Add the multiscales attributes to the root zarr.json (and refresh consolidation if present)."""
     store = src.store
@@ -263,11 +291,10 @@ def update_root(src: Source, plan: PyramidPlan) -> None:
     blob = storage.get(store, "zarr.json")
     doc = json.loads(blob.data)
     attrs = doc.setdefault("attributes", {})
-    conventions = [
-        c for c in attrs.get("zarr_conventions", []) if c.get("uuid") != MULTISCALES_UUID
-    ]
-    attrs["zarr_conventions"] = [*conventions, REGISTRATION]
+    conventions = [c for c in attrs.get("zarr_conventions", []) if c.get("uuid") not in ADDED_UUIDS]
+    attrs["zarr_conventions"] = [*conventions, REGISTRATION, SPATIAL_REGISTRATION]
     attrs["multiscales"] = multiscales(src, plan)
+    attrs.update(spatial_attrs(src, plan))
     storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())
     if "consolidated_metadata" in doc and doc["consolidated_metadata"] is not None:
         zarr.consolidate_metadata(store.zarr())
@@ -281,7 +308,7 @@ def strip_added(doc: dict[str, Any]) -> dict[str, Any]:
     for key in ADDED_ATTRS:
         attrs.pop(key, None)
     if "zarr_conventions" in attrs:
-        rest = [c for c in attrs["zarr_conventions"] if c.get("uuid") != MULTISCALES_UUID]
+        rest = [c for c in attrs["zarr_conventions"] if c.get("uuid") not in ADDED_UUIDS]
         if rest:
             attrs["zarr_conventions"] = rest
         else:
