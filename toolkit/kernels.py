@@ -175,6 +175,41 @@ def _pool_mode(values, weights, f, count, out, nodata):  # pragma: no cover - nu
                 out[b, oy, ox] = best
 
 
+@njit(nogil=True, cache=True)
+def _pool_mode_table(values, weights, f, count, out, nodata, size):  # pragma: no cover - numba
+    """Mode by counting: a table of `size` counters (labels 0..size-1), incremented per valid
+    pixel while the leader is tracked (a strictly higher count wins, an equal count goes to
+    the smaller label), then only the touched counters reset. No sort, no buffer."""
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    table = np.zeros(size, dtype=np.int32)
+    for b in range(nb):
+        for oy in range(oh):
+            y0 = oy * f
+            y1 = min(h, y0 + f)
+            for ox in range(ow):
+                x0 = ox * f
+                x1 = min(w, x0 + f)
+                best = 0
+                best_n = 0
+                for y in range(y0, y1):
+                    for x in range(x0, x1):
+                        if weights[y, x] != 0:
+                            v = values[b, y, x]
+                            c = table[v] + 1
+                            table[v] = c
+                            if c > best_n or (c == best_n and v < best):
+                                best_n = c
+                                best = v
+                if best_n == 0:
+                    out[b, oy, ox] = nodata
+                    continue
+                out[b, oy, ox] = best
+                for y in range(y0, y1):
+                    for x in range(x0, x1):
+                        table[values[b, y, x]] = 0
+
+
 # --- factor 2: the path every cascade level takes ------------------------------------------------
 # One pass over a pair of input rows per output row, window offsets by shifts, no integer division
 # and no data-dependent branches in the inner loop (invalid pixels add +0.0 through a select).
@@ -315,8 +350,9 @@ def pool(
     is count-weighted (float64 accumulator), so pooling a pooled level gives the same answer as
     pooling level 0 directly; sum/min/max/mode consider pixels with a non-zero weight.
     Mode pools labels, not counts: it is exact only when applied to level 0.
-    A factor-2 mean takes the dedicated row-pair kernel (bitwise equal to the general one);
-    `fast=False` forces the general any-factor kernels, the reference the fast path is tested on.
+    A factor-2 mean takes the dedicated row-pair kernel (bitwise equal to the general one), and
+    mode of uint8/uint16 labels counts in a table instead of sorting each window;
+    `fast=False` forces the general kernels, the reference the fast paths are tested on.
     """
     _check(values, weights, factor)
     dtype = _out_dtype(values, method, out_dtype)
@@ -338,6 +374,8 @@ def pool(
         _pool_extreme(
             values.astype(dtype, copy=False), weights, factor, count, out, nd, method == "max"
         )
+    elif fast and values.dtype.kind == "u" and values.dtype.itemsize <= 2:
+        _pool_mode_table(values, weights, factor, count, out, nd, 1 << (8 * values.dtype.itemsize))
     else:
         _pool_mode(values, weights, factor, count, out, nd)
     return out, count

@@ -144,3 +144,24 @@ def test_fused_path_threads_share_nothing():
     for out, count in results:
         assert np.array_equal(bits(out), bits(ref))
         assert np.array_equal(count, ref_count)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shapes,
+    st.sampled_from([np.uint8, np.uint16]),
+    st.integers(2, 300),
+    st.sampled_from([2, 3, 4, 8]),
+    st.integers(0, 2**32 - 1),
+)
+def test_the_counting_mode_kernel_equals_the_sorting_one(shape, dtype, labels, factor, seed):
+    """uint8/uint16 mode counts in a table; ties, nodata and partial windows as the sort does."""
+    rng = np.random.default_rng(seed)
+    top = min(labels, np.iinfo(dtype).max)
+    values = rng.integers(0, top + 1, shape).astype(dtype)
+    values[rng.random(shape) < 0.2] = top  # crowd one label in: ties and near-ties
+    weights = kernels.joint_valid(values, 0)
+    fast = kernels.pool(values, weights, "mode", 0, factor)
+    slow = kernels.pool(values, weights, "mode", 0, factor, fast=False)
+    np.testing.assert_array_equal(fast[1], slow[1])
+    np.testing.assert_array_equal(fast[0], slow[0])
