@@ -33,16 +33,6 @@ def fire(tmp_path, at: str, *extra: str):
     )  # fmt: skip
 
 
-@pytest.fixture
-def world(tmp_path):
-    archive, files, ds = sim(
-        storage.open_store(str(tmp_path / "src")),
-        storage.open_store(str(tmp_path / "repo")),
-        publish=0,
-    )
-    return tmp_path, archive, files, ds
-
-
 def test_a_fire_passes_only_when_its_window_validates(world):
     tmp_path, archive, files, ds = world
     archive.publish(files)

@@ -9,22 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from tests.virtual.test_backfill import START, sim
+from tests.virtual.test_backfill import START
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.validate import Cell, completeness, pick_samples, validate
 from toolkit.virtual.write import ensure_repo
-
-
-@pytest.fixture
-def world(tmp_path):
-    archive, files, ds = sim(
-        storage.open_store(str(tmp_path / "src")),
-        storage.open_store(str(tmp_path / "repo")),
-        publish=0,
-    )
-    return tmp_path, archive, files, ds
 
 
 def test_complete_archive_validates_and_each_sample_is_a_node(world):
