@@ -20,6 +20,7 @@ def main() -> int:
     from toolkit.archive.model import Policy
     from toolkit.archive.service import scan
     from toolkit.archive.units import parse_size
+    from toolkit.engine import Session
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data")
@@ -33,14 +34,15 @@ def main() -> int:
     policy = Policy(parse_size(args.t_max), parse_size(args.t_hot), parse_size(args.t_min))
     data, manifests = storage.open_store(args.data), storage.open_store(args.manifests)
     try:
-        outcomes, _ = scan(
-            data,
-            manifests,
-            policy,
-            exclude=["manifests"],
-            cluster=args.cluster,
-            executor="sync" if args.sync else "dask",
-        )
+        with Session(args.cluster, announce=lambda line: print(line, file=sys.stderr)) as where:
+            outcomes, _ = scan(
+                data,
+                manifests,
+                policy,
+                exclude=["manifests"],
+                cluster=where,
+                executor="sync" if args.sync else "dask",
+            )
     except ManifestConflict as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

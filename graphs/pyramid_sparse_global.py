@@ -4,7 +4,8 @@
 
 Writes a 1440x2880 float32 field (ocean absent, a ragged nodata coast) as a sharded Zarr v3
 store, builds every level down to one tile as a gated graph, verifies it, and exits 1 if any
-verifier check fails. Rerunning resumes: existing shards are skipped.
+verifier check fails. Rerunning resumes: existing shards are skipped. One cluster (--cluster,
+or an embedded one) serves the build and the verifier; its dashboard link goes to stderr.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 def main() -> int:
     from toolkit import storage
+    from toolkit.engine import Session
     from toolkit.pyramid import build, synthetic, verify
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,9 +34,10 @@ def main() -> int:
         synthetic.write_store(
             store, shape=(rows, cols), shards=(512, 512), chunks=(256, 256), seed=11
         )
-    report = build(store, cluster=args.cluster, executor=executor)
-    print(json.dumps(report.as_dict(), indent=2))
-    result = verify(store, cluster=args.cluster, executor=executor)
+    with Session(args.cluster, announce=lambda line: print(line, file=sys.stderr)) as where:
+        report = build(store, cluster=where, executor=executor)
+        print(json.dumps(report.as_dict(), indent=2))
+        result = verify(store, cluster=where, executor=executor)
     for failure in result.failures:
         print(f"FAIL {failure}", file=sys.stderr)
     print(json.dumps({"verified": result.ok, "checked": result.checked}, indent=2))

@@ -45,3 +45,29 @@ def test_pyramid_then_archive_graphs(tmp_path: Path) -> None:
     assert [o["scope"] for o in outcome] == ["global.zarr"] and outcome[0]["written"]
     rerun = json.loads(run_graph("archive_scan.py", *args).stdout)
     assert rerun[0]["epoch"] == 1 and not rerun[0]["written"]  # frozen cuts: nothing changes
+
+
+@pytest.mark.slow
+def test_every_graph_runs_on_a_running_cluster(tmp_path: Path, cluster_address: str) -> None:
+    """`--cluster ADDR`: each script connects once (one dashboard line) and runs there."""
+    built = run_graph(
+        "pyramid_sparse_global.py",
+        str(tmp_path),
+        "--shape",
+        "300x500",
+        "--cluster",
+        cluster_address,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert '"verified": true' in built.stdout
+    assert built.stderr.count("dashboard: ") == 1  # build and verify shared one cluster
+    scanned = run_graph(
+        "archive_scan.py", str(tmp_path), str(tmp_path / "manifests"), "--t-max", "1MiB",
+        "--t-hot", "4KiB", "--t-min", "64KiB", "--cluster", cluster_address,
+    )  # fmt: skip
+    assert scanned.returncode == 0, scanned.stderr[-2000:]
+    assert json.loads(scanned.stdout)[0]["written"]
+    virtual = run_graph("virtual_sim_gfs.py", str(tmp_path / "v"), "--cluster", cluster_address)
+    assert virtual.returncode == 0, virtual.stderr[-2000:]
+    assert virtual.stderr.count("dashboard: ") == 1
+    assert virtual.stdout.count('"plan": ') >= 2  # the backfill's report and the update's
