@@ -33,4 +33,6 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     if path.stem == "virtual":
         text = "".join(o.get("text", "") for o in outputs)
         assert "validation passed" in text
-        assert any("image/png" in o.get("data", {}) for o in outputs), "no map was drawn"
+        assert "/status" in text  # the one cluster's dashboard link
+        maps = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert len(maps) == 2, "want a map before and after the update"
