@@ -128,18 +128,38 @@ def test_consolidated_refreshed_and_levels_open_standalone(tmp_path):
     np.testing.assert_allclose(np.diff(ds["lat"].values), -180 / 32)
 
 
-def test_no_consolidated_block_added(tmp_path):
+def test_the_root_is_consolidated_and_registers_both_conventions(tmp_path):
     store = mem()
     synthetic.write_store(store, shape=(40, 40), shards=(16, 16))
     build(store, levels=1, executor="sync")
     root = json.loads(storage.get(store, "zarr.json").data)
-    assert "consolidated_metadata" not in root or root["consolidated_metadata"] is None
+    meta = root["consolidated_metadata"]["metadata"]
+    assert {"2x", "2x/field", "2x/field_count", "field"} <= set(meta)  # one request: all
     ms = root["attributes"]["multiscales"]
     assert [x["asset"] for x in ms["layout"]] == [".", "2x"]
     assert [c["uuid"] for c in root["attributes"]["zarr_conventions"]] == [
         "d35379db-88df-4056-af3a-620245f8e347",  # multiscales
         "689b58e2-cf7b-45e0-9fff-9cfc0883d6b4",  # spatial (the layout's spatial:* keys)
     ]
+
+
+def test_every_level_opens_with_xarray_in_one_line_without_a_warning(tmp_path):
+    import warnings
+
+    import xarray as xr
+
+    path = tmp_path / "t.zarr"
+    synthetic.write_store(storage.open_store(str(path)), shape=(40, 60), shards=(16, 16))
+    build(str(path), levels=2, executor="sync")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        base = xr.open_zarr(str(path))
+        for group in ("2x", "4x"):
+            level = xr.open_zarr(str(path), group=group)
+            assert list(level.data_vars) == ["field", "spatial_ref"]  # as at level 0
+            assert "field_count" in level.coords  # the count plane: a coordinate
+            assert level["field_count"].dims == ("lat", "lon")
+    assert list(base.data_vars) == ["field", "spatial_ref"]
 
 
 def test_layout_scale_is_relative_to_derived_from():

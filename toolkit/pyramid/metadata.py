@@ -3,14 +3,17 @@
 Each level is a sibling group (`2x`, `4x`, ...) that opens on its own: data arrays named as at
 level 0, a `<var>_count` plane, scaled cell-centre coordinates and the CRS variable. The root only
 gains the zarr-conventions `multiscales` layout (v0.1) and its `zarr_conventions` registration;
-the root zarr.json and every level-0 node's zarr.json are backed up first, and consolidated
-metadata is refreshed only where the store already had it.
+the root zarr.json and every level-0 node's zarr.json are backed up first, and the metadata is
+then consolidated, so one request serves the whole pyramid and xarray opens any level without a
+warning. A level's count plane is named in its data array's `coordinates`: xarray shows it as a
+coordinate, not a data variable.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -154,6 +157,8 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
         for v in lvl.vars:
             attrs = level_attrs(src.attrs.get(v.var, {}), src.arrays[v.var], v)
             attrs["resampling_method"] = RESAMPLING[plan.method]
+            # the count plane is an auxiliary coordinate to a reader, not a second variable
+            attrs["coordinates"] = " ".join([*attrs.get("coordinates", "").split(), v.count_name])
             sharded = v.shards != v.chunks
             _create(
                 zstore,
@@ -296,8 +301,9 @@ def update_root(src: Source, plan: PyramidPlan) -> None:
     attrs["multiscales"] = multiscales(src, plan)
     attrs.update(spatial_attrs(src, plan))
     storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())
-    if "consolidated_metadata" in doc and doc["consolidated_metadata"] is not None:
-        zarr.consolidate_metadata(store.zarr())
+    with warnings.catch_warnings():  # zarr notes consolidation is not in the v3 spec yet
+        warnings.simplefilter("ignore", UserWarning)
+        zarr.consolidate_metadata(store.zarr())  # one request serves the whole pyramid
 
 
 def strip_added(doc: dict[str, Any]) -> dict[str, Any]:
