@@ -210,6 +210,51 @@ def _pool_mode_table(values, weights, f, count, out, nodata, size):  # pragma: n
                         table[values[b, y, x]] = 0
 
 
+@njit(inline="always")
+def _mode_key(v, ok, a, wa, b, wb, c, wc, d, wd):  # pragma: no cover - numba
+    """A candidate's rank in its 2x2 window: its count above all, then the smaller label."""
+    n = wa * (a == v) + wb * (b == v) + wc * (c == v) + wd * (d == v)
+    return ok * ((n << 17) | (65535 - v))
+
+
+@njit(nogil=True, cache=True)
+def _mode2(values, weights, count, out, nodata):  # pragma: no cover - numba
+    """Factor-2 mode of labels < 65536: each window's four candidates ranked by a key (count,
+    then the smaller label) with no branch on the data, and the count plane in the same pass;
+    bitwise the general kernels."""
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    for b in range(nb):
+        for oy in range(oh):
+            y0 = 2 * oy
+            y1 = y0 + 1 if y0 + 1 < h else y0
+            hy = 1 if y0 + 1 < h else 0
+            for ox in range(ow):
+                x0 = 2 * ox
+                x1 = x0 + 1 if x0 + 1 < w else x0
+                hx = 1 if x0 + 1 < w else 0
+                a, va = np.int64(values[b, y0, x0]), np.int64(weights[y0, x0] != 0)
+                bb, vb = np.int64(values[b, y0, x1]), np.int64((weights[y0, x1] != 0) & (hx == 1))
+                c, vc = np.int64(values[b, y1, x0]), np.int64((weights[y1, x0] != 0) & (hy == 1))
+                d, vd = (
+                    np.int64(values[b, y1, x1]),
+                    np.int64((weights[y1, x1] != 0) & (hx == 1) & (hy == 1)),
+                )
+                ka = _mode_key(a, va, a, va, bb, vb, c, vc, d, vd)
+                kb = _mode_key(bb, vb, a, va, bb, vb, c, vc, d, vd)
+                kc = _mode_key(c, vc, a, va, bb, vb, c, vc, d, vd)
+                kd = _mode_key(d, vd, a, va, bb, vb, c, vc, d, vd)
+                k = max(max(ka, kb), max(kc, kd))
+                out[b, oy, ox] = (65535 - (k & 65535)) if k else nodata
+                if b == 0:  # the window's weight, as `_pool_count` sums it, in the same pass
+                    count[oy, ox] = (
+                        weights[y0, x0]
+                        + hx * weights[y0, x1]
+                        + hy * weights[y1, x0]
+                        + hx * hy * weights[y1, x1]
+                    )
+
+
 # --- factor 2: the path every cascade level takes ------------------------------------------------
 # One pass over a pair of input rows per output row, window offsets by shifts, no integer division
 # and no data-dependent branches in the inner loop (invalid pixels add +0.0 through a select).
@@ -365,6 +410,10 @@ def pool(
     if fast and factor == 2 and method == "mean":
         _mean2(values, weights, count, out, nd)
         return out, count
+    small_labels = values.dtype.kind == "u" and values.dtype.itemsize <= 2
+    if fast and factor == 2 and method == "mode" and small_labels:
+        _mode2(values, weights, count, out, nd)  # the count plane from the same pass
+        return out, count
     _pool_count(weights, factor, count)
     if method == "mean":
         _pool_mean(values, weights, factor, count, out, nd)
@@ -374,7 +423,7 @@ def pool(
         _pool_extreme(
             values.astype(dtype, copy=False), weights, factor, count, out, nd, method == "max"
         )
-    elif fast and values.dtype.kind == "u" and values.dtype.itemsize <= 2:
+    elif fast and small_labels:
         _pool_mode_table(values, weights, factor, count, out, nd, 1 << (8 * values.dtype.itemsize))
     else:
         _pool_mode(values, weights, factor, count, out, nd)

@@ -154,8 +154,9 @@ def test_fused_path_threads_share_nothing():
     st.sampled_from([2, 3, 4, 8]),
     st.integers(0, 2**32 - 1),
 )
-def test_the_counting_mode_kernel_equals_the_sorting_one(shape, dtype, labels, factor, seed):
-    """uint8/uint16 mode counts in a table; ties, nodata and partial windows as the sort does."""
+def test_the_counting_mode_kernels_equal_the_sorting_one(shape, dtype, labels, factor, seed):
+    """uint8/uint16 mode: factor 2 ranks its four candidates, other factors count in a table;
+    ties, nodata and partial windows as the sort does."""
     rng = np.random.default_rng(seed)
     top = min(labels, np.iinfo(dtype).max)
     values = rng.integers(0, top + 1, shape).astype(dtype)
