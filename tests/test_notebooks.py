@@ -36,3 +36,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         assert "/status" in text  # the one cluster's dashboard link
         maps = [o for o in outputs if "image/png" in o.get("data", {})]
         assert len(maps) == 2, "want a map before and after the update"
+    if path.stem == "pyramid":
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "operator: mean" in text and "verified" in text and "/status" in text
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no levels were drawn"
