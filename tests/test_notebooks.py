@@ -40,3 +40,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         text = "".join(o.get("text", "") for o in outputs)
         assert "operator: mean" in text and "verified" in text and "/status" in text
         assert any("image/png" in o.get("data", {}) for o in outputs), "no levels were drawn"
+    if path.stem == "archive":
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "-> blob" in text and "-> unmanaged" in text and "/status" in text
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no blob chart was drawn"
