@@ -152,6 +152,7 @@ _line = st.lists(_field, max_size=9).map(":".join)
         st.text(), st.binary().map(lambda b: b.decode("latin-1")), st.lists(_line).map("\n".join)
     )
 )
+@example(text="¹:0::::0")  # a Unicode digit `isdigit` passes and `int` refuses (found by CI)
 def test_arbitrary_text_is_records_or_invalid_index(text: str) -> None:
     try:
         records = parse_index(text, URL)

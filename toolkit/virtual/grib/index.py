@@ -298,6 +298,11 @@ def scan_index(text: str, url: str = "<index>") -> Inventory:
     )
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also passes "¹" and other Unicode digits `int` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _columns(text: str) -> tuple[Any, ...] | None:
     """The columns of a regular inventory, or None to go line by line.
 
@@ -324,12 +329,12 @@ def _columns(text: str) -> tuple[Any, ...] | None:
         joined.count("\n") == body.count("\n") == n - 1
         and all(heads)
         and all(offs)
-        and joined.replace("\n", "").isdigit()
-        and "".join(offs).isdigit()
+        and _digits(joined.replace("\n", ""))
+        and _digits("".join(offs))
     ):
         return None  # sub-messages ("2.1"), signs, blanks, ragged lines: line by line
     if n < 64:  # numpy's fixed cost outweighs its speed on a short index
-        if not all(h[:1] == "\n" and h[1:].isdigit() for h in heads[1:]):
+        if not all(h[:1] == "\n" and _digits(h[1:]) for h in heads[1:]):
             return None  # (the long path's digit-run count proves the same)
         numbers, offsets = list(map(int, heads)), list(map(int, offs))
         if not (_increasing(numbers) and _increasing(offsets)):
