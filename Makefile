@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/toolkit demo
 
 test: $(STAMP)
-	$(BIN)/ruff check toolkit tests graphs benchmarks
+	$(BIN)/ruff check toolkit tests graphs benchmarks notebooks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 

@@ -2,7 +2,8 @@
 
 A fresh clone with nothing beside it must test itself (`git clone` + `make test`), so every file
 the suite reads is under the repo (real GRIB2, `.idx` and GDAL fixtures in tests/data, with their
-licences). This fails if any source names a path above the repo, as `../shared/...` did.
+licences). This fails if any source names a path above the repo, as the early tests did when
+they read fixtures from a folder beside it.
 """
 
 from __future__ import annotations

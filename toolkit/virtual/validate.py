@@ -93,7 +93,7 @@ class Decode:
         from toolkit.virtual.reader import open_dataset
 
         var = cell.variable
-        if self.deadline is not None and time.time() >= self.deadline:
+        if _past(self.deadline):
             return (SampleResult(cell.key, False, "not decoded", variable=var, finished=False),)
         try:
             if self.template is not None:
@@ -450,6 +450,10 @@ class ValidationReport:
         return not self.failures
 
 
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.time() >= deadline
+
+
 def validate(
     job: Job,
     *,
@@ -486,7 +490,6 @@ def validate(
     repo = job.repo.open(fresh=True)
     snapshot = R.snapshot_of(repo, branch)
     unfinished: list[str] = []
-    late = lambda: deadline is not None and time.time() >= deadline  # noqa: E731
     comp = completeness(
         job,
         start=start,
@@ -500,7 +503,7 @@ def validate(
     currency = currency_failures(job, comp, fire_time) if operational else []
     replicas: list[str] = []
     if job.replicas:
-        if late():
+        if _past(deadline):
             unfinished.append("replica check")
         else:
             replicas = replica_failures(job, start, end, snapshot=snapshot)
@@ -521,7 +524,7 @@ def validate(
     )
     if not samples:
         return replace(found, unfinished=tuple(unfinished))
-    if late():
+    if _past(deadline):
         return replace(found, unfinished=(*unfinished, "decode"))
     report, results = decode_health(
         job,
