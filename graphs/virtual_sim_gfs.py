@@ -26,7 +26,9 @@ def main() -> None:
     p.add_argument("--sync", action="store_true", help="run in-process (no Dask cluster)")
     args = p.parse_args()
     with Session(args.cluster, announce=lambda line: print(line, file=sys.stderr)) as where:
-        for report in demo(args.root, cluster=where, executor="sync" if args.sync else "dask"):
+        for report in demo(
+            args.root, cluster=where, executor="sync" if args.sync else "dask"
+        ).reports:
             print(json.dumps(report.as_dict(), indent=2))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,78 @@ def test_demo_in_process(tmp_path: Path) -> None:
     assert [s["gate_have"] for s in foundation["stages"]] == [
         s["tasks"] for s in foundation["stages"]
     ]
+    assert f"report {tmp_path / 'report.html'}" in " ".join(result.output.split())
+    page = _read_page(tmp_path / "report.html")
+    _assert_page_shows(page, reports, tmp_path)
+    assert "none (run with --executor sync)" in page.text
+
+
+class _Page(HTMLParser):
+    """What a reader of report.html sees: stage rows per plan, images, text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plans: dict[str, list[str]] = {}
+        self.images: list[dict[str, str | None]] = []
+        self.text = ""
+        self._plan: str | None = None
+        self._row: list[str] | None = None
+        self._cell = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self._plan = a.get("data-plan")
+            if self._plan is not None:
+                self.plans[self._plan] = []
+        elif tag == "tr":
+            self._row = []
+        elif tag == "td":
+            self._cell = True
+        elif tag == "img":
+            self.images.append(a)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self._plan = None
+        elif tag == "td":
+            self._cell = False
+        elif tag == "tr" and self._row and self._plan is not None:
+            self.plans[self._plan].append(self._row[0])
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+        if self._cell and self._row is not None:
+            self._row.append(data)
+
+
+def _read_page(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text())
+    return page
+
+
+def _assert_page_shows(page: _Page, reports: list[dict], workdir: Path) -> None:
+    """Every stage of every plan is a row of its plan's table; one picture per pyramid level,
+    each a real PNG; the before/after maps and the blob chart are there."""
+    import base64
+
+    import zarr
+
+    assert {r["plan"]: [s["stage"] for s in r["stages"]] for r in reports} == page.plans
+    layout = zarr.open_group(str(workdir / "pyramid-demo.zarr"), mode="r").attrs["multiscales"]
+    levels = ["level 0" if e["asset"] == "." else e["asset"] for e in layout["layout"]]
+    assert len(levels) >= 3
+    assert [i["data-level"] for i in page.images if i.get("data-level")] == levels
+    alts = [i["alt"] or "" for i in page.images]
+    assert sum("before the update" in a for a in alts) == 1
+    assert sum("after the update" in a for a in alts) == 1
+    assert "archive blobs by size" in alts
+    for image in page.images:
+        src = image["src"] or ""
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "b_field" in page.text  # the archive blob table names the demo's blobs
 
 
 @pytest.mark.slow
@@ -58,6 +131,9 @@ def test_demo_console_script_on_the_embedded_cluster(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "demo finished" in proc.stdout
+    page = _read_page(tmp_path / "report.html")
+    assert "Dask dashboard: http" in " ".join(page.text.split())
+    assert len([i for i in page.images if i.get("data-level")]) >= 3
 
 
 def test_unreachable_cluster_exits_2(tmp_path: Path) -> None:

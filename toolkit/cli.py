@@ -88,8 +88,12 @@ def demo(
     ] = None,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    open_report: Annotated[
+        bool, typer.Option("--open", help="Open the demo's report.html in a browser.")
+    ] = False,
 ) -> None:
-    """Run the demo jobs on the embedded default (LocalCluster + local store)."""
+    """Run the demo jobs on the embedded default (LocalCluster + local store); write
+    report.html (stage tables, pyramid levels, maps, archive blobs) into the workdir."""
     from toolkit.demo import run_demo
 
     with (
@@ -97,14 +101,19 @@ def demo(
         session(ctx, None, performance_report, ship) as cluster,
         progress_bars() as bars,
     ):
-        reports = run_demo(
+        result = run_demo(
             workdir, cluster=cluster, executor=executor, progress=bars, say=console.print
         )
+    reports = result.reports
     for report in reports:
         print_report(report)
     if report_json is not None:
         report_json.write_text(json.dumps([r.as_dict() for r in reports], indent=2))
-    out.print("[green]demo finished[/green]")
+    out.print(f"[green]demo finished[/green]: report {result.html}")
+    if open_report:
+        import webbrowser
+
+        webbrowser.open(result.html.as_uri())
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -62,38 +63,106 @@ def foundation_plan(store: storage.Store, tiles: int = 64, levels: int = 3) -> P
     return Plan("demo-foundation", tuple(stages))
 
 
+@dataclass(frozen=True)
+class Demo:
+    """Every plan's report, in the order run, and the report page written."""
+
+    reports: list[Report]
+    html: Path
+
+
 def run_demo(
     workdir: Path | None = None,
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
     say: Callable[[str], None] = print,
-) -> list[Report]:
+) -> Demo:
     """Foundation plan; a pyramid built and verified; a virtual GRIB dataset backfilled and
-    updated; then every store partitioned for archive."""
+    updated; then every store partitioned for archive. Writes `report.html` into the workdir."""
+    from toolkit import demo_report as page
     from toolkit.archive.demo import demo as archive_demo
+    from toolkit.engine import dashboard
     from toolkit.pyramid.demo import demo as pyramid_demo
     from toolkit.virtual.demo import demo as virtual_demo
 
+    started = time.perf_counter()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="toolkit-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     say(f"demo stores under {root}")
     store = storage.open_store(str(root / "foundation"))
+    link = None
     with ExitStack() as stack:
         if executor == "dask":  # one cluster for every job of the demo
             cluster = stack.enter_context(connect(cluster))
-        reports = [
-            run(foundation_plan(store), cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
-        ]
-        reports += pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
+            link = dashboard(cluster)
+        foundation = run(
+            foundation_plan(store), cluster=cluster, executor=executor, progress=progress
+        )  # type: ignore[arg-type]
+        pyramid = pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
         say(f"pyramid: {root / 'pyramid-demo.zarr'} built and verified")
-        reports += virtual_demo(
+        virtual = virtual_demo(
             root / "virtual", cluster=cluster, executor=executor, progress=progress
         )
-        say(f"virtual: Icechunk repo {root / 'virtual' / 'virtual-repo'} backfilled, then updated")
+        say(f"virtual: Icechunk repo {virtual.repo} backfilled, then updated")
     summary = archive_demo(root)
     for scope in summary["scopes"]:
         say(f"archive: scope {scope['scope']!r} epoch {scope['epoch']}: blobs {scope['blobs']}")
     for r in summary["resolved"]:
         say(f"archive: {r['key']} -> {r.get('kind')} {r.get('blob') or ''}")
-    return reports
+    sections = (
+        page.Section(
+            "foundation",
+            "A three-level tile plan: each level's tiles hash the tiles below; "
+            "each level's gate lists the store.",
+            reports=(foundation,),
+        ),
+        page.Section(
+            "pyramid",
+            f"A sparse 720x1440 global field, its exact mean pyramid, verified: "
+            f"{root / 'pyramid-demo.zarr'} (xr.open_zarr(path, group='2x')).",
+            reports=tuple(pyramid),
+            pictures=page.pyramid_pictures(root / "pyramid-demo.zarr", "field"),
+        ),
+        page.Section(
+            "virtual",
+            f"A simulated GFS archive as an Icechunk dataset of GRIB byte ranges, decoded at "
+            f"read time: backfilled, then updated while files publish: {virtual.repo} "
+            f"(toolkit.virtual.open_dataset(path)).",
+            reports=tuple(virtual.reports),
+            pictures=page.virtual_maps(virtual.repo, "temperature_2m", virtual.backfilled),
+        ),
+        page.Section(
+            "archive",
+            f"Every store above partitioned into archive blobs; manifests in "
+            f"{summary['manifests']}.",
+            tables=(
+                (
+                    "blobs",
+                    ("scope", "epoch", "blob", "objects", "bytes"),
+                    tuple(
+                        (s["scope"], s["epoch"], b["id"], b["objects"], b["bytes"])
+                        for s in summary["scopes"]
+                        for b in s["blob_sizes"]
+                    ),
+                ),
+                (
+                    "keys resolved",
+                    ("key", "kind", "blob"),
+                    tuple(
+                        (r["key"], r.get("kind", ""), r.get("blob") or "")
+                        for r in summary["resolved"]
+                    ),
+                ),
+            ),
+            pictures=(
+                page.blob_chart(
+                    [{"scope": s["scope"], "blobs": s["blob_sizes"]} for s in summary["scopes"]]
+                ),
+            ),
+        ),
+    )
+    html = page.write(
+        page.Page(str(root), link, time.perf_counter() - started, sections), root / "report.html"
+    )
+    return Demo([foundation, *pyramid, *virtual.reports], html)

@@ -56,6 +56,9 @@ def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
                 "epoch": o.epoch,
                 "written": o.written,
                 "blobs": [b.id for b in o.manifest.blobs],
+                "blob_sizes": [
+                    {"id": b.id, "bytes": b.bytes, "objects": b.objects} for b in o.manifest.blobs
+                ],
                 "hot": len(o.manifest.hot),
             }
             for o in outcomes

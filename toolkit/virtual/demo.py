@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,12 +21,21 @@ from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 
 
+@dataclass(frozen=True)
+class VirtualDemo:
+    """What the demo did: its reports, the repo, and main's snapshot when the backfill ended."""
+
+    reports: list[Report]
+    repo: pathlib.Path
+    backfilled: str
+
+
 def demo(
     root: pathlib.Path,
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
-) -> list[Report]:
+) -> VirtualDemo:
     """Backfill the first cycles with process workers, then update while new files publish."""
     from toolkit.virtual.backfill import backfill
     from toolkit.virtual.simulate import make_archive
@@ -44,7 +54,8 @@ def demo(
     files = archive.files()
     first = [f for f in files if f.init < datetime(2025, 8, 1, 12)]
     archive.publish(first)
-    ds = Job(sim_gfs(src), R.RepoRef(storage.open_store(str(root / "virtual-repo"))))
+    ref = R.RepoRef(storage.open_store(str(root / "virtual-repo")))
+    ds = Job(sim_gfs(src), ref)
     reports = [
         backfill(
             ds,
@@ -56,6 +67,7 @@ def demo(
             progress=progress,
         )
     ]
+    backfilled = R.snapshot_of(ref.open(fresh=True))
     rest = [f for f in files if f not in first]
     publisher = threading.Thread(target=lambda: [archive.publish(f) for f in rest])
     publisher.start()
@@ -69,4 +81,4 @@ def demo(
         )
     finally:
         publisher.join()
-    return reports
+    return VirtualDemo(reports, root / "virtual-repo", backfilled)
