@@ -41,3 +41,15 @@ def test_the_fixtures_the_suite_names_are_in_the_repo_with_their_licences():
     ):
         assert (data / folder / licence).is_file(), f"tests/data/{folder} lacks {licence}"
         assert any((data / folder).iterdir())
+
+
+def test_the_readme_names_only_what_the_repo_has():
+    """The README's tour points a newcomer at files (its picture, docs, notebooks, graphs): each
+    is in the repo, and nothing it names lies outside it."""
+    readme = (ROOT / "README.md").read_text()
+    assert not OUTSIDE.search(readme), "README.md names a path outside the repo"
+    named = set(re.findall(r"(?<![\w/.])((?:docs|notebooks|graphs|benchmarks)/[\w./-]+\w)", readme))
+    named |= set(re.findall(r"\]\(([^)\s]+)\)", readme))  # markdown links and images
+    assert "docs/img/demo-pyramid-levels.png" in named
+    missing = sorted(n for n in named if "://" not in n and not (ROOT / n).exists())
+    assert not missing, f"README.md names files the repo lacks: {missing}"
