@@ -210,6 +210,45 @@ def _pool_mode_table(values, weights, f, count, out, nodata, size):  # pragma: n
                         table[values[b, y, x]] = 0
 
 
+@njit(nogil=True, cache=True)
+def _pool_mode_rows8(values, weights, f, count, out, nodata):  # pragma: no cover - numba
+    """Mode of uint8 labels by counting, a row of output windows at a time: one 256-counter
+    table per output column, so the inner loop runs along the input row; the leader is a
+    branch-free key (count, then the smaller label), and touched counters reset after."""
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    table = np.zeros((ow, 256), dtype=np.int32)
+    best = np.zeros(ow, dtype=np.int32)
+    for b in range(nb):
+        for oy in range(oh):
+            y0 = oy * f
+            y1 = min(h, y0 + f)
+            best[:] = 0
+            for y in range(y0, y1):
+                row = values[b, y]
+                wrow = weights[y]
+                for ox in range(ow):
+                    t = table[ox]
+                    k = best[ox]
+                    for x in range(ox * f, min(w, ox * f + f)):
+                        v = np.int32(row[x])
+                        ok = np.int32(wrow[x] != 0)
+                        c = t[v] + ok
+                        t[v] = c
+                        k = max(k, ok * ((c << 16) | (65535 - v)))
+                    best[ox] = k
+            orow = out[b, oy]
+            for ox in range(ow):
+                k = best[ox]
+                orow[ox] = (65535 - (k & 65535)) if k != 0 else nodata
+            for y in range(y0, y1):
+                row = values[b, y]
+                for ox in range(ow):
+                    t = table[ox]
+                    for x in range(ox * f, min(w, ox * f + f)):
+                        t[row[x]] = 0
+
+
 @njit(inline="always")
 def _mode_key(v, ok, a, wa, b, wb, c, wc, d, wd):  # pragma: no cover - numba
     """A candidate's rank in its 2x2 window: its count above all, then the smaller label."""
@@ -218,41 +257,70 @@ def _mode_key(v, ok, a, wa, b, wb, c, wc, d, wd):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
+def _mode2_cell(values, weights, count, out, nodata, b, oy, ox):  # pragma: no cover - numba
+    """One edge window (a missing right column or bottom row weighs nothing)."""
+    h, w = values.shape[1], values.shape[2]
+    y0 = 2 * oy
+    y1 = y0 + 1 if y0 + 1 < h else y0
+    hy = 1 if y0 + 1 < h else 0
+    x0 = 2 * ox
+    x1 = x0 + 1 if x0 + 1 < w else x0
+    hx = 1 if x0 + 1 < w else 0
+    a, va = np.int64(values[b, y0, x0]), np.int64(weights[y0, x0] != 0)
+    bb, vb = np.int64(values[b, y0, x1]), np.int64((weights[y0, x1] != 0) & (hx == 1))
+    c, vc = np.int64(values[b, y1, x0]), np.int64((weights[y1, x0] != 0) & (hy == 1))
+    d, vd = np.int64(values[b, y1, x1]), np.int64((weights[y1, x1] != 0) & (hx == 1) & (hy == 1))
+    ka = _mode_key(a, va, a, va, bb, vb, c, vc, d, vd)
+    kb = _mode_key(bb, vb, a, va, bb, vb, c, vc, d, vd)
+    kc = _mode_key(c, vc, a, va, bb, vb, c, vc, d, vd)
+    kd = _mode_key(d, vd, a, va, bb, vb, c, vc, d, vd)
+    k = max(max(ka, kb), max(kc, kd))
+    out[b, oy, ox] = (65535 - (k & 65535)) if k else nodata
+    if b == 0:
+        count[oy, ox] = (
+            weights[y0, x0]
+            + hx * weights[y0, x1]
+            + hy * weights[y1, x0]
+            + hx * hy * weights[y1, x1]
+        )
+
+
+@njit(nogil=True, cache=True)
 def _mode2(values, weights, count, out, nodata):  # pragma: no cover - numba
     """Factor-2 mode of labels < 65536: each window's four candidates ranked by a key (count,
     then the smaller label) with no branch on the data, and the count plane in the same pass;
-    bitwise the general kernels."""
+    bitwise the general kernels. Full windows run a row pair at a time on int32 keys (the
+    loop vectorises); the odd last column and row take the edge path."""
     nb, h, w = values.shape
     oh, ow = count.shape
+    hf, wf = h >> 1, w >> 1
     for b in range(nb):
-        for oy in range(oh):
-            y0 = 2 * oy
-            y1 = y0 + 1 if y0 + 1 < h else y0
-            hy = 1 if y0 + 1 < h else 0
-            for ox in range(ow):
-                x0 = 2 * ox
-                x1 = x0 + 1 if x0 + 1 < w else x0
-                hx = 1 if x0 + 1 < w else 0
-                a, va = np.int64(values[b, y0, x0]), np.int64(weights[y0, x0] != 0)
-                bb, vb = np.int64(values[b, y0, x1]), np.int64((weights[y0, x1] != 0) & (hx == 1))
-                c, vc = np.int64(values[b, y1, x0]), np.int64((weights[y1, x0] != 0) & (hy == 1))
-                d, vd = (
-                    np.int64(values[b, y1, x1]),
-                    np.int64((weights[y1, x1] != 0) & (hx == 1) & (hy == 1)),
-                )
-                ka = _mode_key(a, va, a, va, bb, vb, c, vc, d, vd)
-                kb = _mode_key(bb, vb, a, va, bb, vb, c, vc, d, vd)
-                kc = _mode_key(c, vc, a, va, bb, vb, c, vc, d, vd)
-                kd = _mode_key(d, vd, a, va, bb, vb, c, vc, d, vd)
+        for oy in range(hf):
+            r0 = values[b, 2 * oy]
+            r1 = values[b, 2 * oy + 1]
+            m0 = weights[2 * oy]
+            m1 = weights[2 * oy + 1]
+            orow = out[b, oy]
+            crow = count[oy]
+            for ox in range(wf):
+                x = 2 * ox
+                a, bb = np.int32(r0[x]), np.int32(r0[x + 1])
+                c, d = np.int32(r1[x]), np.int32(r1[x + 1])
+                wa, wb = np.int32(m0[x] != 0), np.int32(m0[x + 1] != 0)
+                wc, wd = np.int32(m1[x] != 0), np.int32(m1[x + 1] != 0)
+                ka = _mode_key(a, wa, a, wa, bb, wb, c, wc, d, wd)
+                kb = _mode_key(bb, wb, a, wa, bb, wb, c, wc, d, wd)
+                kc = _mode_key(c, wc, a, wa, bb, wb, c, wc, d, wd)
+                kd = _mode_key(d, wd, a, wa, bb, wb, c, wc, d, wd)
                 k = max(max(ka, kb), max(kc, kd))
-                out[b, oy, ox] = (65535 - (k & 65535)) if k else nodata
-                if b == 0:  # the window's weight, as `_pool_count` sums it, in the same pass
-                    count[oy, ox] = (
-                        weights[y0, x0]
-                        + hx * weights[y0, x1]
-                        + hy * weights[y1, x0]
-                        + hx * hy * weights[y1, x1]
-                    )
+                orow[ox] = (65535 - (k & 65535)) if k != 0 else nodata
+                if b == 0:
+                    crow[ox] = m0[x] + m0[x + 1] + m1[x] + m1[x + 1]
+            if ow > wf:
+                _mode2_cell(values, weights, count, out, nodata, b, oy, wf)
+        if oh > hf:
+            for ox in range(ow):
+                _mode2_cell(values, weights, count, out, nodata, b, hf, ox)
 
 
 # --- factor 2: the path every cascade level takes ------------------------------------------------
@@ -396,7 +464,8 @@ def pool(
     pooling level 0 directly; sum/min/max/mode consider pixels with a non-zero weight.
     Mode pools labels, not counts: it is exact only when applied to level 0.
     A factor-2 mean takes the dedicated row-pair kernel (bitwise equal to the general one), and
-    mode of uint8/uint16 labels counts in a table instead of sorting each window;
+    mode of uint8/uint16 labels ranks or counts (a table per output column for uint8) instead
+    of sorting each window;
     `fast=False` forces the general kernels, the reference the fast paths are tested on.
     """
     _check(values, weights, factor)
@@ -423,6 +492,8 @@ def pool(
         _pool_extreme(
             values.astype(dtype, copy=False), weights, factor, count, out, nd, method == "max"
         )
+    elif fast and values.dtype == np.uint8:
+        _pool_mode_rows8(values, weights, factor, count, out, nd)
     elif fast and small_labels:
         _pool_mode_table(values, weights, factor, count, out, nd, 1 << (8 * values.dtype.itemsize))
     else:
