@@ -11,6 +11,9 @@ provider, which refreshes. Explicit secret options are refused when pickling.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import re
 import threading
@@ -30,6 +33,7 @@ __all__ = [
     "AccessDenied",
     "AlreadyExists",
     "Blob",
+    "LockHeld",
     "NotFound",
     "ObjectInfo",
     "PreconditionFailed",
@@ -95,6 +99,21 @@ class AlreadyExists(StorageError):
 
 class PreconditionFailed(StorageError):
     cause = "precondition failed (the object changed since it was read; re-read and retry)"
+
+
+class LockHeld(PreconditionFailed):
+    """Another writer holds the local lock of an object, and its lease has not expired."""
+
+    cause = "locked by another writer"
+
+    def __init__(self, store: str, key: str, lock: str, owner: str, left: float) -> None:
+        self.owner = owner
+        super().__init__(
+            store,
+            key,
+            f"{lock} is held by {owner} for {left:.0f} s more; if that writer is gone, "
+            "rerun with --break-lock",
+        )
 
 
 class AccessDenied(StorageError):
@@ -424,15 +443,19 @@ def exists(store: Store, key: str) -> bool:
 PutMode = Literal["overwrite", "create"] | Version
 
 
-def put(store: Store, key: str, data: bytes, mode: PutMode = "overwrite") -> Version:
+def put(
+    store: Store, key: str, data: bytes, mode: PutMode = "overwrite", break_lock: bool = False
+) -> Version:
     """Write one object.
 
     `mode="create"` fails with AlreadyExists if the key exists; a `Version` (from the GET that
-    read the body) fails with PreconditionFailed if the object changed since.
+    read the body) fails with PreconditionFailed if the object changed since. On a local store
+    a conditional write takes a leased lock (`LockHeld` while another writer's lease runs);
+    `break_lock` takes over a lock left by a writer known to be gone.
     """
     if isinstance(mode, Version):
         if store.is_local:
-            return _local_conditional_update(store, key, data, mode)
+            return _local_conditional_update(store, key, data, mode, break_lock)
         obmode: Any = mode.as_mode()
     elif mode in ("overwrite", "create"):
         obmode = mode
@@ -450,23 +473,67 @@ def put(store: Store, key: str, data: bytes, mode: PutMode = "overwrite") -> Ver
     return Version(result.get("e_tag"), result.get("version"))
 
 
-_LOCK_STALE_S = 30.0
+LOCK_TTL_S = 30.0  # a local lock's lease: far longer than the head + put it guards
+LOCK_WAIT_S = 5.0  # how long a writer waits for a live lease before naming its owner
 
 
-def _local_conditional_update(store: Store, key: str, data: bytes, expected: Version) -> Version:
-    """LocalStore has no if-match: serialise writers with a create-mode lock object."""
+def _lock_owner() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lock_lease(store: Store, lock: str) -> tuple[str, float] | None:
+    """(owner, seconds left) of a held lock, None if it is gone; a lock from before leases had
+    owners (a bare pid) has the lease its mtime gives."""
+    try:
+        blob = get(store, lock)
+    except NotFound:
+        return None
+    try:
+        doc = json.loads(blob.data)
+        return str(doc["owner"]), float(doc["expires"]) - time.time()
+    except (ValueError, KeyError, TypeError):
+        modified = blob.last_modified.timestamp()
+        return f"pid {blob.data[:20].decode(errors='replace')}", modified + LOCK_TTL_S - time.time()
+
+
+def _take_lock(store: Store, key: str, break_lock: bool) -> str:
+    """Create `<key>.toolkit-lock` holding an owner and an expiry. Waits while another writer's
+    lease runs; takes over an expired (or, with `break_lock`, any) lock, saying so; raises
+    `LockHeld` naming the owner when the lease outlives the wait."""
     lock = f"{key}.toolkit-lock"
-    deadline = time.monotonic() + _LOCK_STALE_S
+    deadline = time.monotonic() + LOCK_WAIT_S
     while True:
+        body = json.dumps({"owner": _lock_owner(), "expires": time.time() + LOCK_TTL_S})
         try:
-            obstore.put(store.inner, lock, str(os.getpid()).encode(), mode="create")
-            break
+            obstore.put(store.inner, lock, body.encode(), mode="create")
+            return lock
         except obx.AlreadyExistsError:
-            if time.monotonic() > deadline:
-                raise PreconditionFailed(
-                    store.url, key, f"lock {lock} held for {_LOCK_STALE_S:.0f}s; remove it if stale"
-                ) from None
-            time.sleep(0.01)
+            pass
+        lease = _lock_lease(store, lock)
+        if lease is None:  # released meanwhile: try again (never delete what we did not see)
+            continue
+        owner, left = lease
+        if left <= 0 or break_lock:
+            why = "broken (--break-lock)" if break_lock else f"expired {-left:.0f} s ago"
+            logging.getLogger("toolkit.storage").warning(
+                "%s/%s: lock held by %s %s: taken over", store.url, lock, owner, why
+            )
+            with contextlib.suppress(FileNotFoundError, obx.NotFoundError):
+                obstore.delete(store.inner, lock)
+            break_lock = False  # break what is there now, not a successor's fresh lock
+            continue
+        if time.monotonic() > deadline:
+            raise LockHeld(store.url, key, lock, owner, left)
+        time.sleep(0.01)
+
+
+def _local_conditional_update(
+    store: Store, key: str, data: bytes, expected: Version, break_lock: bool = False
+) -> Version:
+    """LocalStore has no if-match: serialise writers with a create-mode lock object."""
+    lock = _take_lock(store, key, break_lock)
     try:
         current = head(store, key)
         if expected.etag is not None and current.version.etag != expected.etag:

@@ -45,6 +45,13 @@ THot = Annotated[str, typer.Option("--t-hot", help="Arrays smaller than this sta
 TMin = Annotated[
     str, typer.Option("--t-min", help="Coalesce small arrays until a group reaches this.")
 ]
+BreakLock = Annotated[
+    bool,
+    typer.Option(
+        "--break-lock",
+        help="Take over a local manifest lock left by a writer that is gone (say so first).",
+    ),
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Compute and show, write nothing.")]
 Force = Annotated[bool, typer.Option("--force", help="Re-cut (orphans blob ids; keeps pins).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -186,8 +193,10 @@ def partition(
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    break_lock: BreakLock = False,
 ) -> None:
     """Partition stores one after another in this process (see `scan` for a Dask graph)."""
+    from toolkit.archive.manifests import ManifestStore
     from toolkit.archive.service import partition_store
 
     with _errors():
@@ -198,7 +207,7 @@ def partition(
         outcomes = [
             partition_store(
                 d,
-                m,
+                ManifestStore(m, break_lock),
                 s,
                 policy,
                 force=force,
@@ -233,6 +242,7 @@ def scan(
     path_style: PathStyle = False,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    break_lock: BreakLock = False,
 ) -> None:
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
@@ -253,6 +263,7 @@ def scan(
             cluster=where,
             executor=executor,
             progress=_progress,
+            break_lock=break_lock,
         )
     _print_outcomes(outcomes, as_json, dry_run)
 
@@ -375,11 +386,13 @@ def show(
         _echo(f"  pin  {pin.prefix} by {pin.who} until {pin.until or '-'}: {pin.why}")
 
 
-def _edit(manifests: str, scope: str, change: Any, opts: tuple[Any, ...]) -> None:
+def _edit(
+    manifests: str, scope: str, change: Any, opts: tuple[Any, ...], break_lock: bool = False
+) -> None:
     from toolkit.archive.manifests import ManifestStore
 
     with _errors():
-        ms = ManifestStore(_open(manifests, *opts))
+        ms = ManifestStore(_open(manifests, *opts), break_lock)
         stored = ms.read(scope)
         if stored is None:
             raise _fail(1, f"no manifest for scope {scope!r}: partition it first")
@@ -401,6 +414,7 @@ def pin_add(
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    break_lock: BreakLock = False,
 ) -> None:
     """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1)."""
     from toolkit.archive.model import Pin
@@ -410,6 +424,7 @@ def pin_add(
         scope,
         lambda m: m.with_pin(Pin(prefix, who, why, until)),
         (endpoint, region, anonymous, allow_http, path_style),
+        break_lock,
     )
 
 
@@ -423,6 +438,7 @@ def pin_remove(
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
+    break_lock: BreakLock = False,
 ) -> None:
     """Remove the pin on PREFIX (a conditional write; epoch + 1)."""
     _edit(
@@ -430,6 +446,7 @@ def pin_remove(
         scope,
         lambda m: m.without_pin(prefix),
         (endpoint, region, anonymous, allow_http, path_style),
+        break_lock,
     )
 
 

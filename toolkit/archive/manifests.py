@@ -20,11 +20,12 @@ MANIFEST_NAME = "manifest.json"
 class ManifestConflict(RuntimeError):
     """Another writer changed the manifest since it was read; nothing was written."""
 
-    def __init__(self, url: str, scope: str, detail: str) -> None:
+    def __init__(self, url: str, scope: str, detail: str, rerun: bool = True) -> None:
         self.scope = scope
+        then = " Re-run to partition against the new manifest." if rerun else ""
         super().__init__(
             f"conflict writing the manifest of scope {scope!r} at {url}: {detail}; "
-            "nothing was written. Re-run to partition against the new manifest."
+            f"nothing was written.{then}"
         )
 
 
@@ -44,7 +45,11 @@ def scope_of_key(key: str) -> str | None:
 
 @dataclass(frozen=True)
 class ManifestStore:
+    """Manifests under `store`; `break_lock` lets a write take over a local lock whose writer
+    is known to be gone (`--break-lock`)."""
+
     store: storage.Store
+    break_lock: bool = False
 
     def key(self, scope: str) -> str:
         return f"{scope}/{MANIFEST_NAME}"
@@ -72,10 +77,19 @@ class ManifestStore:
         try:
             if previous is None:
                 return storage.put(self.store, key, manifest.dumps(), mode="create")
-            return storage.put(self.store, key, manifest.dumps(), mode=previous.version)
+            return storage.put(
+                self.store, key, manifest.dumps(), mode=previous.version, break_lock=self.break_lock
+            )
         except storage.AlreadyExists:
             raise ManifestConflict(
                 self.store.url, manifest.scope, "another partitioner created it first"
+            ) from None
+        except storage.LockHeld as err:
+            raise ManifestConflict(
+                self.store.url,
+                manifest.scope,
+                f"another partitioner is writing it: {err.detail}",
+                rerun=False,
             ) from None
         except storage.PreconditionFailed:
             raise ManifestConflict(

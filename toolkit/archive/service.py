@@ -149,11 +149,12 @@ class PartitionScope:
     dry_run: bool = False
     exclude: tuple[str, ...] = ()
     hot_always: tuple[str, ...] = ()
+    break_lock: bool = False
 
     def __call__(self, task: ScopeTask) -> Outcome:
         return partition_store(
             self.data,
-            self.manifests,
+            ManifestStore(self.manifests, self.break_lock),
             task.scope,
             self.policy,
             force=self.force,
@@ -193,11 +194,14 @@ def scan(
     cluster: Any = None,
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
+    break_lock: bool = False,
 ) -> tuple[list[Outcome], Any]:
     """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
     patterns = tuple(exclude)
     found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
-    service = PartitionScope(data, manifests, policy, force, dry_run, patterns, tuple(hot_always))
+    service = PartitionScope(
+        data, manifests, policy, force, dry_run, patterns, tuple(hot_always), break_lock
+    )
     if not found:
         return [], None
     result = run(
