@@ -124,14 +124,27 @@ def _stores(data: Any, exclude: list[str] | None) -> list[str]:
     return found
 
 
-def _load(m: Any) -> list[Any]:
-    """Every manifest under the manifest store; none at all means a wrong --manifests."""
+def _load(m: Any) -> tuple[list[Any], dict[str, str]]:
+    """Every readable manifest, and the unreadable ones (each named on stderr); none at all
+    means a wrong --manifests."""
     from toolkit.archive.manifests import ManifestStore
 
-    loaded = ManifestStore(m).load_all()
-    if not loaded:
+    loaded, broken = ManifestStore(m).load_each()
+    if not loaded and not broken:
         raise ValueError(f"no manifests under {m.url}: partition first, or check --manifests")
-    return loaded
+    for scope, why in broken.items():
+        typer.echo(
+            f"error: scope {scope!r}: {why}; its keys are not resolved. Restore the manifest, "
+            "or delete it and partition the scope again",
+            err=True,
+        )
+    return loaded, broken
+
+
+def _under(key: str, scope: str) -> bool:
+    """Whether a key (relative, or a pasted URL / path) lies in `scope`."""
+    k = "/" + key.strip("/")
+    return f"/{scope}/" in k + "/"
 
 
 def _require_scopes(m: Any, scopes: list[str] | None) -> None:
@@ -158,6 +171,13 @@ def _policy(t_max: str, t_hot: str, t_min: str) -> Any:
 
 
 def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
+    for o in outcomes:
+        for b, why in o.manifest.oversized():
+            typer.echo(
+                f"warning: scope {o.scope!r} blob {b.id}: {why}; a blob never splits an "
+                "object, so it stays over (raise --t-max to make that the rule)",
+                err=True,
+            )
     if as_json:
         _echo(json.dumps([o.to_dict() for o in outcomes], indent=2))
         return
@@ -339,15 +359,26 @@ def resolve(
     with _errors():
         m = _open(manifests, *opts)
         root = _open(data, *opts).url if data is not None else None
-        trie = Trie(_load(m))
+        loaded, broken = _load(m)
+        trie = Trie(loaded)
         todo = keys or [line.strip() for line in sys.stdin if line.strip()]
-        results = [(k, trie.resolve(k, root)) for k in todo]
+        results = []
+        for k in todo:
+            lost = [s for s in broken if _under(k, s)]
+            if lost:
+                results.append((k, {"kind": "error", "scope": lost[0], "blob": None,
+                                    "reason": f"the manifest of scope {lost[0]!r} is unreadable",
+                                    "epoch": None}))  # fmt: skip
+            else:
+                results.append((k, trie.resolve(k, root).to_dict()))
     if as_json:
-        _echo(json.dumps([{"key": k, **r.to_dict()} for k, r in results], indent=2))
-        return
-    for k, r in results:
-        what = r.blob if r.kind == "blob" else r.kind
-        _echo(f"{k}\t{r.scope or '-'}\t{what}\t{r.reason}")
+        _echo(json.dumps([{"key": k, **r} for k, r in results], indent=2))
+    else:
+        for k, r in results:
+            what = r["blob"] if r["kind"] == "blob" else r["kind"]
+            _echo(f"{k}\t{r['scope'] or '-'}\t{what}\t{r['reason']}")
+    if any(r["kind"] == "error" for _, r in results):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -497,7 +528,8 @@ def report(
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         _require_scopes(m, scopes)
         evs = list(dedupe(read_events(events.read_text()))) if events else []
-        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount)
+        _, broken = _load(m)
+        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount, skip_broken=True)
     if as_json:
         _echo(
             json.dumps(
@@ -505,7 +537,13 @@ def report(
                 indent=2,
             )
         )
-        return
+    else:
+        _report_table(rows, bps, mount)
+    if broken and (scopes is None or set(scopes) & set(broken)):
+        raise typer.Exit(1)
+
+
+def _report_table(rows: list[Any], bps: float, mount: float) -> None:
     _echo(f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s")
     _echo(
         f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} {'writes':>6}"

@@ -108,9 +108,24 @@ class ManifestStore:
         }
 
     def load_all(self) -> list[Manifest]:
+        """Every manifest; the first unreadable one raises (`load_each` degrades per scope)."""
         out = []
         for scope in self.scopes():
             stored = self.read(scope)
             if stored is not None:
                 out.append(stored.manifest)
         return out
+
+    def load_each(self) -> tuple[list[Manifest], dict[str, str]]:
+        """Every readable manifest, and scope -> why for each one that is not: one corrupt
+        manifest costs only its own scope."""
+        good, broken = [], {}
+        for scope in self.scopes():
+            try:
+                stored = self.read(scope)
+            except ManifestError as err:
+                broken[scope] = str(err)
+                continue
+            if stored is not None:
+                good.append(stored.manifest)
+        return good, broken

@@ -325,6 +325,20 @@ class Manifest:
 
     # ------------------------------------------------------------------ JSON
 
+    def oversized(self) -> tuple[tuple[Blob, str], ...]:
+        """Blobs (or, bucketed, their buckets) over the policy's t_max, each with why: objects
+        larger than t_max, which a blob never splits. The partitioner cannot help it; it says."""
+        t_max = self.policy.t_max
+        out = []
+        for b in self.blobs:
+            if b.bucket is None and b.bytes > t_max:
+                out.append((b, f"{b.bytes} B in {b.objects} object(s), over t_max {t_max} B"))
+            elif b.bucket is not None and b.bucket.width == 1 and b.objects:
+                mean = b.bytes // b.objects
+                if mean > t_max:
+                    out.append((b, f"its objects average {mean} B, over t_max {t_max} B"))
+        return tuple(out)
+
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": self.format,

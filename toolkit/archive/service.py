@@ -220,11 +220,18 @@ def report(
     events: Iterable[Event] = (),
     rate: float = 300e6,
     mount_s: float = 90.0,
+    skip_broken: bool = False,
 ) -> list[BlobStats]:
-    """Live per-blob sizes from a listing of each managed scope, resolved through the trie."""
+    """Live per-blob sizes from a listing of each managed scope, resolved through the trie.
+    An unreadable manifest raises, or with `skip_broken` leaves its scope out (the caller
+    names it)."""
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
     wanted = set(scopes) if scopes is not None else None
-    loaded = [m for m in ms.load_all() if wanted is None or m.scope in wanted]
+    if skip_broken:
+        good, _ = ms.load_each()
+    else:
+        good = ms.load_all()
+    loaded = [m for m in good if wanted is None or m.scope in wanted]
     trie = Trie(loaded)
     objects = ((o.key, o.size) for m in loaded for o in storage.list_objects(data, m.scope))
     return summarise(trie, objects, events, rate, mount_s)
