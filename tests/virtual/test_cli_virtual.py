@@ -142,10 +142,16 @@ def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
 
 
 def test_demo_backfills_then_updates_while_files_publish(tmp_path):
+    from toolkit.virtual import open_dataset
     from toolkit.virtual.demo import demo
 
-    reports = demo(tmp_path, executor="sync")
+    run = demo(tmp_path, executor="sync")
+    reports = run.reports
     assert [r.plan.split("-")[1] for r in reports] == ["backfill", "update"]
+    # the snapshot the demo's "before" map reads holds the backfill only: no 18 UTC cycle yet
+    before = open_dataset(str(run.repo), snapshot=run.backfilled)["temperature_2m"]
+    after = open_dataset(str(run.repo))["temperature_2m"]
+    assert before.sizes["init_time"] < after.sizes["init_time"]
     assert reports[0].stage("ingest").written == 6
     result = reports[1].stage("update").result
     assert len(result.ingested) == 6 and result.pending == [] and not result.skipped
