@@ -5,7 +5,9 @@ the file, never a crash (IndexError, struct.error, a gribberish panic ...)."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -20,11 +22,16 @@ from toolkit.virtual.grib.errors import (
 )
 from toolkit.virtual.grib.index import (
     IndexRecord,
+    Inventory,
     RawParam,
     Window,
+    _columns,
+    _columns_np,
+    _scan_lines,
     check_init,
     parse_index,
     parse_window,
+    scan_index,
     with_byte_ranges,
 )
 from toolkit.virtual.grib.message import (
@@ -270,31 +277,82 @@ _regularish = st.lists(
 ).map("\n".join)
 
 
-@settings(max_examples=400)
+@st.composite
+def _dated(draw: st.DrawFn) -> str:
+    """Inventories as NOAA writes them (what the byte reader accepts), of lines with few or
+    many fields, with at most one fault: a field of one line replaced."""
+    n = draw(st.integers(1, 6))
+    fields = st.lists(st.sampled_from(["TMP", "2 m", "anl", "", "ENS=+1", "7"]), max_size=5)
+    rows = [[str(i + 1), str(100 * i), "d=2025080100", *draw(fields)] for i in range(n)]
+    faults = [(0, "1"), (0, ""), (0, "x"), (0, "2.1"), (1, "0"), (1, "99"), (1, ""), (1, "1e3")]
+    faults += [(2, "d=2025080112"), (2, "d="), (2, "d=2025080")]
+    fault = draw(st.sampled_from([None, *faults]))
+    if fault is not None:
+        rows[draw(st.integers(0, n - 1))][fault[0]] = fault[1]
+    return "\n".join(":".join(r) + draw(st.sampled_from([":", ""])) for r in rows)
+
+
+@settings(max_examples=600)
 @example("1:0:d:a:b:c:\n2:5:d:a:b:c:7:8:\n3:9:d:b:")  # a digit field where a line should start
 @example("1:0:d:a:b:c:\n2:5:d:a:b:c::7:d:a:b:c:\n4\n5:9:d:a:b:c:")  # an empty one, a bare line
 @example("1:0:::::::\n:0:::::::")  # a line without its number
 @example("1:0::::\n1:0::::\n1:0::::\n1:::::\n1:0::::0")  # a line without its offset
+@example("1:0:d=2025080100:a\n1:9:d=2025080100:b")  # a number repeated
+@example("1:0:d=2025080100:a\n2:0:d=2025080100:b")  # an offset repeated
+@example("1:0:d=2025080100:a\n2:9:d=2025080112:b")  # two dates
+@example("1:0:d=2025080100\n2:9:d=2025080100:b")  # a line of three fields
 @given(
     st.one_of(
         _regularish,
         _regularish.map(lambda s: s + "\n"),
         _regularish.map(lambda s: s.replace("\n", "\n\n", 1)),
+        _dated(),
+        _dated().map(lambda s: s + "\n"),
         st.lists(_line).map("\n".join),
     )
 )
-def test_the_column_fast_path_accepts_only_what_the_line_path_reads_the_same(text: str) -> None:
-    """The fast path splits the whole text once: whatever it accepts, the line-by-line path
-    (which names every fault) must read to the very same columns."""
-    from toolkit.virtual.grib.index import Inventory, _columns, _scan_lines
+def test_the_column_fast_paths_accept_only_what_the_line_path_reads_the_same(text: str) -> None:
+    """The fast readers split the whole text once (str) or read its bytes (numpy): whatever
+    either accepts, the line-by-line path (which names every fault) must read the same."""
+    for reader in (_columns, _columns_np):
+        fast = reader(text)
+        if fast is not None:
+            assert _read(fast) == _read(_scan_lines(text, URL)), reader.__name__
 
-    def records(columns: tuple) -> list[IndexRecord]:
-        *head, date_texts, elements, levels, windows, extras = columns
-        if head[1] is not None and all(s is None for s in head[1]):
-            head[1] = None  # no sub-messages: both spellings
-        dates = {d: d for d in date_texts}  # compared as text: reading them is not the point
-        return list(Inventory(URL, *head, date_texts, elements, levels, windows, extras, dates))
 
-    fast = _columns(text)
-    if fast is not None:
-        assert records(fast) == records(_scan_lines(text, URL))
+def _read(scan: Any) -> tuple[list[str], list[IndexRecord]]:
+    """A reader's date fields and records (dates compared as text: reading them is not the
+    point, so the records carry none)."""
+    subs = None if scan.subs is None or all(s is None for s in scan.subs) else scan.subs
+    dates = dict.fromkeys(scan.date_texts)
+    inv = Inventory(URL, scan.numbers, subs, scan.offsets, scan.date_texts, dates, scan.fields)
+    return list(scan.date_texts), list(inv)
+
+
+@settings(max_examples=200)
+@given(inventories(), st.booleans(), st.booleans(), st.integers(0, 400))
+def test_the_fast_paths_read_every_regular_inventory_as_the_line_path_does(
+    inv: tuple[list[IndexRecord], list[int]], trailing: bool, bare: bool, pad: int
+) -> None:
+    """Inventories of one record per message (what NOAA publishes), with or without the
+    closing ":" and the final newline, padded to any length: both fast readers accept them
+    and read what the line path reads; scan_index (numpy from 4 kB) agrees with parse_index's
+    records line by line."""
+    records = [
+        replace(r, submessage=None, number=i + 1)
+        for i, r in enumerate(inv[0])
+        if r.submessage in (None, 1)
+    ]
+    last = records[-1]
+    records += [
+        replace(last, number=last.number + j, offset=last.offset + 1000 * j)
+        for j in range(1, pad + 1)
+    ]
+    lines = [r.line() if not bare else r.line().removesuffix(":") for r in records]
+    text = "\n".join(lines) + ("\n" if trailing else "")
+    slow = _read(_scan_lines(text, URL))
+    for reader in (_columns, _columns_np):
+        fast = reader(text)
+        assert fast is not None, reader.__name__
+        assert _read(fast) == slow, reader.__name__
+    assert [r.line() for r in scan_index(text, URL)] == [r.line() for r in records]

@@ -1,9 +1,10 @@
 """wgrib2 `.idx` inventories -> records with byte ranges (pure: no I/O).
 
-Line syntax: ``N[.k]:OFFSET:d=YYYYMMDDHH:ELEMENT:LEVEL:WINDOW:[EXTRA...]``. `scan_index` splits
-and validates the lines and keeps them as columns (`Inventory`); records are built only for
-the lines a catalog looks up, which is what makes a ~700-line NOAA inventory cheap (faster
-than gribberish's parser, which builds every entry). On top of the syntax it checks and adds:
+Line syntax: ``N[.k]:OFFSET:d=YYYYMMDDHH:ELEMENT:LEVEL:WINDOW:[EXTRA...]``. `scan_index`
+validates the lines and keeps numbers, offsets and dates as columns (`Inventory`); the text
+fields are split when a catalog first looks one up, and records are built only for the lines
+it looks up, which is what makes a ~700-line NOAA inventory cheap (faster than gribberish's
+parser, which builds every entry). On top of the syntax it checks and adds:
 
 * validation: message numbers and offsets must strictly increase (sub-messages share theirs);
 * byte ranges: a message ends where the next one starts, the last one at the length its own
@@ -19,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -185,26 +186,62 @@ class IndexRecord:
             )
 
 
+TextColumns = tuple[Sequence[str], Sequence[str], Sequence[str], Sequence[str]]
+
+
+class LineFields:
+    """The element, level, window and extras columns of an inventory, split from its text the
+    first time a record or a lookup needs them: the scan itself (validation, byte ranges, the
+    init check) builds no string per line. Holds its split once made (one per inventory)."""
+
+    __slots__ = ("_columns", "_text")
+
+    def __init__(self, text: str = "", columns: TextColumns | None = None) -> None:
+        self._text = text
+        self._columns = columns
+
+    def columns(self) -> TextColumns:
+        if self._columns is None:
+            self._columns = _split_fields(self._text)
+            self._text = ""
+        return self._columns
+
+
 @dataclass(frozen=True, eq=False)
 class Inventory(Sequence[IndexRecord]):
     """A validated index as columns. Records are built only for the lines asked for: a file's
-    catalog takes a few dozen of the ~700 records a real NOAA inventory lists, so parsing
-    stops at splitting the text into columns, and windows are parsed only where the text is
-    not the spelling asked for.
+    catalog takes a few dozen of the ~700 records a real NOAA inventory lists, so the scan
+    stops at numbers, offsets and dates, the text fields are split when first looked up, and
+    windows are parsed only where the text is not the spelling asked for.
 
-    `last_length` is None until the last message's end is known (`with_byte_ranges`)."""
+    `numbers` and `offsets` are lists or int64 arrays; `last_length` is None until the last
+    message's end is known (`with_byte_ranges`)."""
 
     url: str
     numbers: Sequence[int]
     subs: Sequence[int | None] | None  # None: no sub-messages at all
     offsets: Sequence[int]
     date_texts: Sequence[str]
-    elements: Sequence[str]
-    levels: Sequence[str]
-    windows: Sequence[str]
-    extras: Sequence[str]  # what follows the window, ":"-joined ("" for nothing)
     dates: Mapping[str, datetime | None]  # each distinct date field, read
+    fields: LineFields
     last_length: int | None = None
+
+    @property
+    def elements(self) -> Sequence[str]:
+        return self.fields.columns()[0]
+
+    @property
+    def levels(self) -> Sequence[str]:
+        return self.fields.columns()[1]
+
+    @property
+    def windows(self) -> Sequence[str]:
+        return self.fields.columns()[2]
+
+    @property
+    def extras(self) -> Sequence[str]:
+        """What follows each window, ":"-joined ("" for nothing)."""
+        return self.fields.columns()[3]
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -216,26 +253,44 @@ class Inventory(Sequence[IndexRecord]):
             raise IndexError(i)
         return self._record(i % len(self))
 
+    def __iter__(self) -> Iterator[IndexRecord]:
+        return map(self._record, range(len(self)))
+
     def _record(self, i: int) -> IndexRecord:
-        offset = self.offsets[i]
-        nxt = self._ends()[offset]
-        rest = self.extras[i]
+        numbers, offsets, elements, levels, windows, extras = self._lists()
+        offset = offsets[i]
+        if self.subs is None:
+            sub = None
+            nxt = offsets[i + 1] if i + 1 < len(offsets) else None
+        else:
+            sub = self.subs[i]
+            nxt = self._ends()[offset]
+        rest = extras[i]
         return IndexRecord(
-            self.numbers[i],
-            None if self.subs is None else self.subs[i],
+            numbers[i],
+            sub,
             offset,
             self.last_length if nxt is None else nxt - offset,
             self.dates[self.date_texts[i]],
-            self.elements[i],
-            self.levels[i],
-            self.windows[i],
+            elements[i],
+            levels[i],
+            windows[i],
             tuple(filter(None, rest.split(":"))) if rest else (),
         )
 
+    def _lists(self) -> tuple[Sequence[Any], ...]:
+        """The columns records are built from, as Python lists (made once, when first asked)."""
+        got = self.__dict__.get("_as_lists")
+        if got is None:
+            got = (_listed(self.numbers), _listed(self.offsets), *self.fields.columns())
+            object.__setattr__(self, "_as_lists", got)
+        return got
+
     def _ends(self) -> dict[int, int | None]:
+        """Where the message at each offset ends (sub-messages share their message's)."""
         ends = self.__dict__.get("_end_of")
         if ends is None:
-            starts = sorted(set(self.offsets)) if self.subs is not None else list(self.offsets)
+            starts = sorted(set(self.offsets))
             ends = dict(zip(starts, [*starts[1:], None], strict=True))
             object.__setattr__(self, "_end_of", ends)
         return ends
@@ -247,7 +302,8 @@ class Inventory(Sequence[IndexRecord]):
         is its usual spelling, compared before any window is parsed)."""
         spans = self.__dict__.get("_spans")
         if spans is None:  # (first, last) line of each (element, level): C-speed dicts
-            keys = list(zip(self.elements, self.levels, strict=True))
+            elements, levels, _, _ = self.fields.columns()
+            keys = list(zip(elements, levels, strict=True))
             n = len(keys)
             spans = (
                 dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True)),
@@ -267,35 +323,58 @@ class Inventory(Sequence[IndexRecord]):
         )
         if window is not None:
             text = window.render() if text is None else text
-            ids = [
-                i for i in ids if self.windows[i] == text or parse_window(self.windows[i]) == window
-            ]
+            windows = self.windows
+            ids = [i for i in ids if windows[i] == text or parse_window(windows[i]) == window]
         return [self._record(i) for i in ids]
 
     @property
     def last_offset(self) -> int:
-        return self.offsets[-1]
+        return int(self.offsets[-1])
 
     def closed(self, last_length: int) -> Inventory:
         return dataclasses.replace(self, last_length=last_length)
 
 
-def scan_index(text: str, url: str = "<index>") -> Inventory:
-    """Split and validate an inventory (syntax, dates, message order); build no record.
+def _listed(xs: Sequence[int]) -> Sequence[int]:
+    return xs.tolist() if isinstance(xs, np.ndarray) else xs
 
-    The common inventory (every line with as many fields, one record per message, numbers
-    and offsets increasing) is split once and checked a column at a time, at C speed; anything
-    else takes the line-by-line path, which names the fault."""
-    columns = _columns(text)
-    if columns is None:
-        columns = _scan_lines(text, url)
-    numbers, subs, offsets, date_texts, elements, levels, windows, extras = columns
-    dates = {}
-    for d in set(date_texts):
-        dates[d] = _date(d, date_texts.index(d) + 1, url)
+
+class _Scan(NamedTuple):
+    """What a reader of an inventory's text hands `scan_index`."""
+
+    numbers: Sequence[int]
+    subs: Sequence[int | None] | None
+    offsets: Sequence[int]
+    date_texts: Sequence[str]
+    first_dated: Mapping[str, int]  # each distinct date field: the first record with it (1-based)
+    fields: LineFields
+
+
+# Below this many characters an index is read by str methods; numpy's fixed cost per call
+# (~30 us for its ~40 calls) outweighs its speed up to ~80 lines (~4 kB).
+_NUMPY_FROM = 4096
+
+
+def scan_index(text: str, url: str = "<index>") -> Inventory:
+    """Validate an inventory (syntax, dates, message order) and keep it as columns; build no
+    record and, for a regular inventory, no string per line.
+
+    The common inventory (every line `number:offset:date:...`, one record per message,
+    numbers and offsets increasing) is read at C speed: by numpy over its bytes
+    (`_columns_np`, which also wants one date throughout) or, when short, by one `str.split`
+    (`_columns`). Anything else takes the line-by-line path, which names the fault. All
+    three read the same records (hypothesis tests hold them to it)."""
+    scan = _columns_np(text) if len(text) >= _NUMPY_FROM else _columns(text)
+    if scan is None:
+        scan = _scan_lines(text, url)
+    dates = {d: _date(d, line, url) for d, line in scan.first_dated.items()}
     return Inventory(
-        url, numbers, subs, offsets, date_texts, elements, levels, windows, extras, dates
+        url, scan.numbers, scan.subs, scan.offsets, scan.date_texts, dates, scan.fields
     )
+
+
+def _first_dated(date_texts: list[str]) -> dict[str, int]:
+    return {d: date_texts.index(d) + 1 for d in dict.fromkeys(date_texts)}
 
 
 def _digits(text: str) -> bool:
@@ -303,15 +382,15 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _columns(text: str) -> tuple[Any, ...] | None:
-    """The columns of a regular inventory, or None to go line by line.
+def _columns(text: str) -> _Scan | None:
+    """The columns of a regular inventory by `str` methods, or None to go line by line.
 
     Regular: every line `number:offset:date:element:level:window[:extra...]` with as many
     fields, ended by ":" or not (wgrib2 writes both), digits for number and offset, both
     strictly increasing. The text is split on ":" once with its lines left joined, so line i+1
     starts with the field `\n<number>` at stride i*c. The checks prove that of every line
-    before any column is trusted: all n-1 newlines are in the n heads, no head is empty, and
-    the heads hold n digit runs, so each head after the first is exactly `\n<digits>`."""
+    before any column is trusted: all n-1 newlines are in the n heads, each head after the
+    first opens with one, and the heads hold nothing else but digits, at least one each."""
     body = text[:-1] if text.endswith("\n") else text
     if not body or "\r" in body:
         return None
@@ -327,46 +406,114 @@ def _columns(text: str) -> tuple[Any, ...] | None:
     joined = "".join(heads)
     if not (
         joined.count("\n") == body.count("\n") == n - 1
-        and all(heads)
-        and all(offs)
+        and ":".join(heads).count(":\n") == n - 1
         and _digits(joined.replace("\n", ""))
         and _digits("".join(offs))
     ):
         return None  # sub-messages ("2.1"), signs, blanks, ragged lines: line by line
-    if n < 64:  # numpy's fixed cost outweighs its speed on a short index
-        if not all(h[:1] == "\n" and _digits(h[1:]) for h in heads[1:]):
-            return None  # (the long path's digit-run count proves the same)
+    try:
         numbers, offsets = list(map(int, heads)), list(map(int, offs))
-        if not (_increasing(numbers) and _increasing(offsets)):
-            return None
-    else:
-        # `joined` is "1\n2\n...": whitespace-separated digit runs, one per line
-        num = np.fromstring(joined, dtype=np.int64, sep=" ")
-        off = np.fromstring(" ".join(offs), dtype=np.int64, sep=" ")
-        if len(num) != n or not ((num[1:] > num[:-1]).all() and (off[1:] > off[:-1]).all()):
-            return None
-        numbers, offsets = num.tolist(), off.tolist()
-    extras = (
-        [""] * n if c == 6 else flat[6::c] if c == 7
-        else [":".join(t) for t in zip(*(flat[j::c] for j in range(6, c)), strict=True)]
-    )  # fmt: skip
-    return (
-        numbers,
-        None,
-        offsets,
-        flat[2::c],
-        flat[3::c],
-        flat[4::c],
-        flat[5::c],
-        extras,
-    )
+    except ValueError:  # an empty number or offset
+        return None
+    if not (_increasing(numbers) and _increasing(offsets)):
+        return None
+    date_texts = flat[2::c]
+    fields = LineFields(columns=(flat[3::c], flat[4::c], flat[5::c], _extras(flat, c, n)))
+    return _Scan(numbers, None, offsets, date_texts, _first_dated(date_texts), fields)
+
+
+def _extras(flat: list[str], c: int, n: int) -> list[str]:
+    """Fields 6.. of each line of `flat` (a regular index split on ":", c pieces a line)."""
+    if c == 6:
+        return [""] * n
+    if c == 7:
+        return flat[6::c]
+    return [":".join(t) for t in zip(*(flat[j::c] for j in range(6, c)), strict=True)]
 
 
 def _increasing(xs: list[int]) -> bool:
     return all(map(operator.lt, xs, xs[1:]))
 
 
-def _scan_lines(text: str, url: str) -> tuple[Any, ...]:
+def _columns_np(text: str) -> _Scan | None:
+    """The numbers, offsets and date of a regular inventory read by numpy over its bytes, or
+    None to go line by line; its text fields are left to be split when first looked up.
+
+    Regular: ASCII, every line `number:offset:date:...` (at least four fields; no blank line,
+    no "\r"), number and offset 1-15 ASCII digits, both strictly increasing, one date field
+    spelled alike on every line. The separators (":" and "\n") are found once; each line's
+    first three colons are the three separators after its newline, which the gaps between
+    newlines prove (>= 3 colons each). The digit fields are read right-aligned through a
+    window view of the bytes, as rows of a matrix times powers of ten (exact in float64)."""
+    if not text.isascii() or "\r" in text:
+        return None
+    raw = text.encode()
+    size = len(raw) - (raw[-1:] == b"\n")
+    if size <= 0:
+        return None
+    b = np.frombuffer(raw, np.uint8, size)
+    sep = np.flatnonzero((b == 58) | (b == 10))
+    ends = np.flatnonzero(b[sep] == 10)  # sep[ends[i]]: the newline ending line i
+    n = len(ends) + 1
+    first = np.empty(n, np.int64)  # each line's first separator, as an index into sep
+    first[0] = 0
+    first[1:] = ends + 1
+    if first[-1] + 2 >= len(sep) or (n > 1 and np.diff(first).min() < 4):
+        return None  # a line with fewer than three colons, or a blank one
+    c0, c1, c2 = sep[first], sep[first + 1], sep[first + 2]
+    before = np.empty(n, np.int64)  # the separator before each line: its newline, or -1
+    before[0] = -1
+    before[1:] = sep[ends]
+    stops = np.concatenate((c0, c1))  # where each number, then each offset, field stops
+    lens = stops - np.concatenate((before, c0)) - 1
+    w = int(lens.max())
+    if w > 15 or lens.min() < 1:
+        return None
+    # row r of `window`: the w bytes before position r (the text ":"-padded in front)
+    window = np.ndarray((size + 1, w), np.uint8, np.frombuffer(b":" * w + raw, np.uint8), 0, (1, 1))
+    inside = np.arange(w, dtype=np.int8) >= (w - lens).astype(np.int8)[:, None]
+    digits = (window[stops] ^ np.uint8(48)) * inside  # a non-digit inside shows as > 9
+    if (digits > 9).any():
+        return None
+    values = digits @ (10.0 ** np.arange(w - 1, -1, -1))
+    numbers, offsets = values[:n], values[n:]
+    if not ((numbers[1:] > numbers[:-1]).all() and (offsets[1:] > offsets[:-1]).all()):
+        return None
+    width = int(c2[0] - c1[0])  # ":d=YYYYMMDDHH" on line 1: every line's must be the same
+    if not (c2 - c1 == width).all():
+        return None
+    dated = np.ndarray((size - width + 1, width), np.uint8, raw, 0, (1, 1))[c1]
+    if not (dated == dated[0]).all():
+        return None
+    date = text[int(c1[0]) + 1 : int(c2[0])]
+    return _Scan(
+        numbers.astype(np.int64),
+        None,
+        offsets.astype(np.int64),
+        [date] * n,
+        {date: 1},
+        LineFields(text),
+    )
+
+
+def _split_fields(text: str) -> TextColumns:
+    """Element, level, window and extras of every line of an inventory `_columns_np` read:
+    one `str.split` when every line has as many fields (the trailing ":" alike), else line by
+    line as `_scan_lines` splits them."""
+    body = text[:-1] if text.endswith("\n") else text
+    closed = body if body.endswith(":") else body.replace("\n", ":\n") + ":"
+    first = closed.find("\n")
+    c = closed.count(":", 0, first if first >= 0 else len(closed))
+    n = closed.count("\n") + 1
+    flat = closed.split(":")
+    # every head piece opens with the line's newline, and holds the only one: lines aligned
+    if c >= 6 and len(flat) == c * n + 1 and (":" + ":".join(flat[c:-1:c])).count(":\n") == n - 1:
+        return flat[3::c], flat[4::c], flat[5::c], _extras(flat, c, n)
+    rows = [[*line.split(":", 6), "", "", ""] for line in body.split("\n")]
+    return [r[3] for r in rows], [r[4] for r in rows], [r[5] for r in rows], [r[6] for r in rows]
+
+
+def _scan_lines(text: str, url: str) -> _Scan:
     columns: tuple[list[Any], ...] = tuple([] for _ in range(8))
     rows = []
     for n, line in enumerate(text.split("\n"), start=1):  # wgrib2's lines: "\n", or "\r\n"
@@ -390,7 +537,9 @@ def _scan_lines(text: str, url: str) -> tuple[Any, ...]:
     if not rows:
         raise InvalidIndexError(url, "empty index")
     _validate_order(rows, url)
-    return columns
+    numbers, subs, offsets, date_texts, *text_columns = columns
+    fields = LineFields(columns=tuple(text_columns))  # type: ignore[arg-type]
+    return _Scan(numbers, subs, offsets, date_texts, _first_dated(date_texts), fields)
 
 
 def _date(text: str, line: int, url: str) -> datetime | None:
