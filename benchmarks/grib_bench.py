@@ -8,7 +8,7 @@
 * decode ms per message: gribberish direct, gribberish through the zarr codec (the reader's
   path), and ecCodes.
 
-Run: .venv/bin/python benchmarks/grib_bench.py  ->  benchmarks/results/grib_bench.{json,md}
+Run: .venv/bin/python -m benchmarks grib_bench  ->  benchmarks/results/grib_bench.{json,md}
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 import eccodes
 import gribberish
 
+from benchmarks._report import commit
 from toolkit import storage
 from toolkit.virtual.grib.decode import decode_direct, decode_via_codec
 from toolkit.virtual.grib.fetch import locate
@@ -134,6 +135,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         result = {
+            "commit": commit(),
             "machine": f"{platform.machine()} {platform.python_version()}",
             "versions": {
                 "gribberish": _version("gribberish"),
@@ -160,8 +162,8 @@ def render(r: dict) -> str:
     lines = [
         "# GRIB source benchmarks",
         "",
-        f"Machine: {r['machine']}; gribberish {r['versions']['gribberish']}, ecCodes {r['versions']['eccodes']}.",
-        "Command: `.venv/bin/python benchmarks/grib_bench.py` (best of several runs).",
+        f"Machine: {r['machine']}; gribberish {r['versions']['gribberish']}, ecCodes {r['versions']['eccodes']}; commit {r['commit']}.",
+        "Command: `.venv/bin/python -m benchmarks grib_bench` (best of several runs).",
         "",
         f"## Index parsing ({ix['files']} real NOAA inventories, {ix['lines']} lines)",
         "",
