@@ -97,8 +97,11 @@ def run_demo(
             cluster = stack.enter_context(connect(cluster))
             link = dashboard(cluster)
         foundation = run(
-            foundation_plan(store), cluster=cluster, executor=executor, progress=progress
-        )  # type: ignore[arg-type]
+            foundation_plan(store),
+            cluster=cluster,
+            executor=executor,  # type: ignore[arg-type]
+            progress=progress,
+        )
         pyramid = pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
         say(f"pyramid: {root / 'pyramid-demo.zarr'} built and verified")
         virtual = virtual_demo(

@@ -123,15 +123,11 @@ def virtual_maps(
     fields = []
     for when, snapshot in (("before the update", before_snapshot), ("after the update", None)):
         ds = open_dataset(str(repo), snapshot=snapshot)
-        first = ds[variable].isel(lead_time=0)
-        present = [
-            i
-            for i in range(first.sizes["init_time"])
-            if np.isfinite(first.isel(init_time=i).values).any()
-        ]
-        if not present:
+        first = ds[variable].isel(lead_time=0).load()  # one decode of every init's lead 0
+        present = np.flatnonzero(np.isfinite(first).any(dim=first.dims[-2:]).values)
+        if not present.size:
             raise ValueError(f"{repo}: {variable} has no decoded field {when}")
-        fields.append((when, first.isel(init_time=present[-1]), ds))
+        fields.append((when, first.isel(init_time=int(present[-1])), ds))
     limits = _limits(*(f.values for _, f, _ in fields))
     pictures = []
     for when, newest, ds in fields:
@@ -168,7 +164,10 @@ code{background:#f4f4f4;padding:1px 4px}
 """
 
 
-def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def _table(
+    caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]], plan: str | None = None
+) -> str:
+    """A table; `plan` tags a plan's stage table (`data-plan`) for readers of the page."""
     e = html.escape
     cells = "".join(f"<th>{e(h)}</th>" for h in head)
     body = "".join(
@@ -182,7 +181,8 @@ def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
         + "</tr>"
         for row in rows
     )
-    return f"<table><caption>{e(caption)}</caption><tr>{cells}</tr>{body}</table>"
+    tag = f' data-plan="{e(plan)}"' if plan is not None else ""
+    return f"<table{tag}><caption>{e(caption)}</caption><tr>{cells}</tr>{body}</table>"
 
 
 def _stage_table(report: Report) -> str:
@@ -199,9 +199,7 @@ def _stage_table(report: Report) -> str:
     ]
     caption = f"plan {report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
     head = ("stage", "tasks", "skipped", "written", "seconds", "gate have/want")
-    return _table(caption, head, rows).replace(
-        "<table>", f'<table data-plan="{html.escape(report.plan)}">', 1
-    )
+    return _table(caption, head, rows, plan=report.plan)
 
 
 def _picture(p: Picture) -> str:

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -478,8 +479,6 @@ LOCK_WAIT_S = 5.0  # how long a writer waits for a live lease before naming its 
 
 
 def _lock_owner() -> str:
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

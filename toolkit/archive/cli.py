@@ -147,6 +147,12 @@ def _under(key: str, scope: str) -> bool:
     return f"/{scope}/" in k + "/"
 
 
+def _unreadable(scope: str) -> dict[str, Any]:
+    """The answer for a key in a scope whose manifest cannot be read (shaped as a resolution)."""
+    reason = f"the manifest of scope {scope!r} is unreadable"
+    return {"kind": "error", "scope": scope, "blob": None, "reason": reason, "epoch": None}
+
+
 def _require_scopes(m: Any, scopes: list[str] | None) -> None:
     """One listing: some manifests exist, and every scope asked for has one."""
     from toolkit.archive.manifests import ManifestStore
@@ -364,13 +370,8 @@ def resolve(
         todo = keys or [line.strip() for line in sys.stdin if line.strip()]
         results = []
         for k in todo:
-            lost = [s for s in broken if _under(k, s)]
-            if lost:
-                results.append((k, {"kind": "error", "scope": lost[0], "blob": None,
-                                    "reason": f"the manifest of scope {lost[0]!r} is unreadable",
-                                    "epoch": None}))  # fmt: skip
-            else:
-                results.append((k, trie.resolve(k, root).to_dict()))
+            lost = next((s for s in broken if _under(k, s)), None)
+            results.append((k, _unreadable(lost) if lost else trie.resolve(k, root).to_dict()))
     if as_json:
         _echo(json.dumps([{"key": k, **r} for k, r in results], indent=2))
     else:
@@ -528,8 +529,8 @@ def report(
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         _require_scopes(m, scopes)
         evs = list(dedupe(read_events(events.read_text()))) if events else []
-        _, broken = _load(m)
-        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount, skip_broken=True)
+        loaded, broken = _load(m)
+        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount, loaded=loaded)
     if as_json:
         _echo(
             json.dumps(

@@ -323,8 +323,6 @@ class Manifest:
                 return b
         raise KeyError(blob_id)
 
-    # ------------------------------------------------------------------ JSON
-
     def oversized(self) -> tuple[tuple[Blob, str], ...]:
         """Blobs (or, bucketed, their buckets) over the policy's t_max, each with why: objects
         larger than t_max, which a blob never splits. The partitioner cannot help it; it says."""
@@ -338,6 +336,8 @@ class Manifest:
                 if mean > t_max:
                     out.append((b, f"its objects average {mean} B, over t_max {t_max} B"))
         return tuple(out)
+
+    # ------------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

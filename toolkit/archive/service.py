@@ -7,7 +7,7 @@ every store under a data root and partitions each as one node of a Dask graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,18 +220,15 @@ def report(
     events: Iterable[Event] = (),
     rate: float = 300e6,
     mount_s: float = 90.0,
-    skip_broken: bool = False,
+    loaded: Sequence[Manifest] | None = None,
 ) -> list[BlobStats]:
     """Live per-blob sizes from a listing of each managed scope, resolved through the trie.
-    An unreadable manifest raises, or with `skip_broken` leaves its scope out (the caller
-    names it)."""
+    `loaded`: the manifests already read (a caller that reads them per scope, naming the
+    unreadable ones); otherwise every manifest is read and an unreadable one raises."""
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
     wanted = set(scopes) if scopes is not None else None
-    if skip_broken:
-        good, _ = ms.load_each()
-    else:
-        good = ms.load_all()
-    loaded = [m for m in good if wanted is None or m.scope in wanted]
+    every = ms.load_all() if loaded is None else loaded
+    loaded = [m for m in every if wanted is None or m.scope in wanted]
     trie = Trie(loaded)
     objects = ((o.key, o.size) for m in loaded for o in storage.list_objects(data, m.scope))
     return summarise(trie, objects, events, rate, mount_s)
