@@ -8,7 +8,10 @@ manifest or metadata document, or an unreachable store.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,10 +82,12 @@ def _errors() -> Any:
     from toolkit.archive.hierarchy import HierarchyError
     from toolkit.archive.manifests import ManifestConflict
     from toolkit.archive.model import ManifestError
+    from toolkit.archive.tiers import TransitionRefused
+    from toolkit.archive.tierstore import TierConflict
 
     return exit_codes(
         usage_errors=(ManifestError, HierarchyError, EventError, ValueError),
-        check_errors=(ManifestConflict,),
+        check_errors=(ManifestConflict, TierConflict, TransitionRefused),
     )
 
 
@@ -373,13 +378,191 @@ def resolve(
             lost = next((s for s in broken if _under(k, s)), None)
             results.append((k, _unreadable(lost) if lost else trie.resolve(k, root).to_dict()))
     if as_json:
-        _echo(json.dumps([{"key": k, **r} for k, r in results], indent=2))
+        with _errors():
+            tiers = _tiers_of(m, {r["scope"] for _, r in results if r["kind"] == "blob"})
+        rows = [{"key": k, **r, "tier": _tier_name(tiers, r)} for k, r in results]
+        _echo(json.dumps(rows, indent=2))
     else:
         for k, r in results:
             what = r["blob"] if r["kind"] == "blob" else r["kind"]
             _echo(f"{k}\t{r['scope'] or '-'}\t{what}\t{r['reason']}")
     if any(r["kind"] == "error" for _, r in results):
         raise typer.Exit(1)
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    data: Data = ".",
+    manifests: Manifests = "manifests",
+    events: Annotated[
+        str,
+        typer.Option(
+            "--events",
+            help="Notifications (S3, MinIO, SNS, GCS Pub/Sub), one JSON document per line: "
+            "a file, followed as it grows, or - for stdin.",
+        ),
+    ] = "-",
+    once: Annotated[
+        bool, typer.Option("--once", help="Process what the stream holds now, then exit.")
+    ] = False,
+    debounce: Annotated[
+        float,
+        typer.Option(help="Seconds without a new event that close a batch (a burst is one batch)."),
+    ] = 1.0,
+    max_wait: Annotated[
+        float, typer.Option(help="Seconds a batch may wait for the stream to go quiet.")
+    ] = 30.0,
+    exclude: Exclude = None,
+    t_max: TMax = "50GiB",
+    t_hot: THot = "64MiB",
+    t_min: TMin = "10GiB",
+    hot_always: HotAlways = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per batch.")] = False,
+    cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+    performance_report: PerformanceReport = None,
+    ship: Ship = False,
+    break_lock: BreakLock = False,
+) -> None:
+    """Partition the scopes that object-store events touch, and count reads and writes per blob.
+
+    Each debounced batch is one gated graph, one node per touched scope.
+
+    A scope is cut with the policy in its manifest (--t-* only for new scopes).
+
+    Replayed events change nothing; watchers coordinate through conditional writes only.
+
+    One line per batch on stdout; SIGINT / SIGTERM stop after the batch in hand.
+    """
+    from toolkit.archive.watch import Stopper, WatchOptions, batches, parse_lines, process
+
+    with _errors(), session(ctx, cluster, performance_report, ship) as where:
+        policy = _policy(t_max, t_hot, t_min)
+        if debounce < 0 or max_wait <= 0:
+            raise ValueError("--debounce must be >= 0 and --max-wait > 0 (seconds)")
+        if executor not in ("dask", "sync"):
+            raise ValueError(f"--executor {executor!r}: choose dask or sync")
+        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        options = WatchOptions(
+            policy, tuple(exclude or ()), tuple(hot_always or ()), executor, break_lock
+        )
+        stopper = Stopper()
+        stopper.install()
+        with _event_stream(events) as fd:
+            stream = batches(
+                fd, follow=not once, debounce=debounce, max_wait=max_wait, stop=stopper
+            )
+            for n, lines in enumerate(stream, 1):
+                batch = process(
+                    d, m, parse_lines(lines), options, cluster=where, progress=_progress
+                )
+                if as_json:
+                    doc = {"batch": n, "lines": [lines[0][0], lines[-1][0]], **batch.to_dict()}
+                    _echo(json.dumps(doc))
+                else:
+                    _echo(f"batch {n} (lines {lines[0][0]}-{lines[-1][0]}): {batch.line()}")
+
+
+@contextmanager
+def _event_stream(events: str) -> Iterator[int]:
+    """The events' file descriptor: stdin for "-", else a file that must exist."""
+    if events == "-":
+        yield sys.stdin.fileno()
+        return
+    path = Path(events).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--events {path}: no such file (pass a file of notifications, or -)")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@app.command()
+def mark(
+    scope: Annotated[str, typer.Argument(help="Store path (the manifest's scope).")],
+    blob: Annotated[str, typer.Argument(help="Blob id, as resolve answers it (b_tas_3).")],
+    state: Annotated[
+        str,
+        typer.Argument(
+            help="The blob's new tier state: hot, writing, archived, recalling, recalled."
+        ),
+    ],
+    manifests: Manifests = "manifests",
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data", help="Data root: record the blob's live bytes and objects (one listing)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Record a transition the state machine refuses.")
+    ] = False,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    anonymous: Anonymous = False,
+    allow_http: AllowHttp = False,
+    path_style: PathStyle = False,
+    break_lock: BreakLock = False,
+) -> None:
+    """Record that BLOB of SCOPE moved to STATE: the tape system's hook.
+
+    hot > writing > archived > recalling > recalled > archived; writing > hot and
+    recalling > archived go back.
+
+    The same state again writes nothing, so a hook may retry.
+    """
+    import datetime as dt
+
+    from toolkit.archive.manifests import ManifestStore
+    from toolkit.archive.tiers import STATES, blob_of
+    from toolkit.archive.tierstore import TierStore
+
+    opts = (endpoint, region, anonymous, allow_http, path_style)
+    with _errors():
+        m = _open(manifests, *opts)
+        stored = ManifestStore(m).read(scope)
+        if stored is None:
+            raise _fail(1, f"no manifest for scope {scope!r} under {m.url}: partition it first")
+        if state not in STATES:
+            raise ValueError(f"state {state!r}: choose one of {', '.join(STATES)}")
+        owner = blob_of(stored.manifest, blob)
+        size, objects = (owner.bytes, owner.objects) if owner.id == blob else (None, None)
+        if data is not None:
+            size, objects = _blob_size(_open_data(data, *opts), stored.manifest, blob)
+        tiers = TierStore(m, break_lock)
+        before = tiers.read(scope)[0].tier(blob).state
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        tiers.update(
+            scope,
+            lambda s: s.mark(blob, state, now, bytes=size, objects=objects, force=force),
+        )
+    if before == state:
+        _echo(f"{scope} {blob}: already {before}, nothing written")
+    else:
+        _echo(f"{scope} {blob}: {before} -> {state}")
+
+
+def _blob_size(data: Any, manifest: Any, blob: str) -> tuple[int, int]:
+    """Bytes and objects under `blob` now: the scope listed, each key resolved."""
+    from toolkit import storage
+    from toolkit.archive.resolve import Trie
+
+    trie = Trie([manifest])
+    size = objects = 0
+    for o in storage.list_objects(data, manifest.scope):
+        if trie.lookup(o.key).blob == blob:
+            size += o.size
+            objects += 1
+    return size, objects
 
 
 @app.command()
@@ -522,6 +705,7 @@ def report(
     from toolkit.archive.discover import dedupe, read_events
     from toolkit.archive.service import report as run_report
     from toolkit.archive.units import parse_rate
+    from toolkit.archive.watch import relative_events
 
     with _errors():
         bps = parse_rate(rate)
@@ -530,49 +714,54 @@ def report(
         _require_scopes(m, scopes)
         evs = list(dedupe(read_events(events.read_text()))) if events else []
         loaded, broken = _load(m)
-        rows = run_report(d, m, scopes, _relative(d, evs), bps, mount, loaded=loaded)
+        rows = run_report(d, m, scopes, relative_events(d, evs), bps, mount, loaded=loaded)
+        tiers = _tiers_of(m, {r.scope for r in rows if r.kind == "blob"})
     if as_json:
-        _echo(
-            json.dumps(
-                {"rate_bytes_per_s": bps, "mount_s": mount, "blobs": [r.to_dict() for r in rows]},
-                indent=2,
-            )
-        )
+        blobs = [{**r.to_dict(), "tier": _tier_doc(tiers, r)} for r in rows]
+        _echo(json.dumps({"rate_bytes_per_s": bps, "mount_s": mount, "blobs": blobs}, indent=2))
     else:
-        _report_table(rows, bps, mount)
+        _report_table(rows, bps, mount, tiers)
     if broken and (scopes is None or set(scopes) & set(broken)):
         raise typer.Exit(1)
 
 
-def _report_table(rows: list[Any], bps: float, mount: float) -> None:
+def _report_table(rows: list[Any], bps: float, mount: float, tiers: dict[str, Any]) -> None:
     _echo(f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s")
     _echo(
-        f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} {'writes':>6}"
+        f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} "
+        f"{'writes':>6}  {'tier':9} {'since':20} {'t.reads':>7} {'t.writes':>8}"
     )
     for r in rows:
         label = r.blob if r.kind == "blob" else f"({r.kind})"
+        t = _tier_doc(tiers, r)
+        tier = (
+            f"{t['state']:9} {(t['since'] or '-'):20} {t['reads']:>7} {t['writes']:>8}"
+            if t
+            else f"{'-':9} {'-':20} {'-':>7} {'-':>8}"
+        )
         _echo(
             f"{(r.scope or '-'):30} {label:28} {r.bytes:>14} {r.objects:>8} {r.recall_s:>9.1f} "
-            f"{r.reads:>6} {r.writes:>6}"
+            f"{r.reads:>6} {r.writes:>6}  {tier}"
         )
 
 
-def _relative(data: Any, events: list[Any]) -> list[Any]:
-    """Event keys are bucket keys; make them relative to the data root's prefix."""
-    from dataclasses import replace
-    from urllib.parse import urlparse
+def _tiers_of(m: Any, scopes: set[str | None]) -> dict[str, Any]:
+    """Scope -> its tier state (one GET each; a scope with none has every blob hot)."""
+    from toolkit.archive.tierstore import TierStore
 
-    if data.scheme not in ("s3", "gs", "gcs", "az", "azure", "abfs"):
-        return events
-    parsed = urlparse(data.url)
-    prefix = parsed.path.strip("/")
-    out = []
-    for e in events:
-        if e.bucket not in (None, parsed.netloc):
-            continue
-        if prefix:
-            if not e.key.startswith(prefix + "/"):
-                continue
-            e = replace(e, key=e.key[len(prefix) + 1 :])
-        out.append(e)
-    return out
+    store = TierStore(m)
+    return {s: store.read(s)[0] for s in sorted(x for x in scopes if x)}
+
+
+def _tier_doc(tiers: dict[str, Any], row: Any) -> dict[str, Any] | None:
+    """A blob's tier record as JSON (hot with no counts when none is stored); None for rows
+    that are not blobs."""
+    scope, blob = (row["scope"], row["blob"]) if isinstance(row, dict) else (row.scope, row.blob)
+    if blob is None or scope not in tiers:
+        return None
+    return tiers[scope].tier(blob).to_dict()
+
+
+def _tier_name(tiers: dict[str, Any], row: dict[str, Any]) -> str | None:
+    doc = _tier_doc(tiers, row)
+    return doc["state"] if doc else None

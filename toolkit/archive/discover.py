@@ -74,6 +74,16 @@ class Event:
     bucket: str | None = None
     name: str = field(default="", compare=False)  # the source's own event name
     identity: str = field(default="", compare=False)  # what makes a delivery unique
+    size: int | None = field(default=None, compare=False)  # object bytes, when the source says
+
+
+def _size(value: Any) -> int | None:
+    """Object size as sources send it (S3: a number; GCS: a decimal string); None if absent."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def _kind(name: str) -> str:
@@ -99,8 +109,17 @@ def _s3_record(rec: Mapping[str, Any], i: int) -> Event:
         raise EventError(f"S3 record {i}: missing field {err}") from None
     ident = rec.get("userIdentity") or {}
     principal = ident.get("principalId") if isinstance(ident, Mapping) else None
-    seq = s3["object"].get("sequencer") or s3["object"].get("eTag") or rec.get("eventTime", "")
-    return Event(key, _kind(name), principal, bucket, name, f"s3|{bucket}|{key}|{name}|{seq}")
+    obj = s3["object"]
+    seq = obj.get("sequencer") or obj.get("eTag") or rec.get("eventTime", "")
+    return Event(
+        key,
+        _kind(name),
+        principal,
+        bucket,
+        name,
+        f"s3|{bucket}|{key}|{name}|{seq}",
+        _size(obj.get("size")),
+    )
 
 
 def _gcs(msg: Mapping[str, Any], i: int) -> Event:
@@ -112,6 +131,7 @@ def _gcs(msg: Mapping[str, Any], i: int) -> Event:
     except (KeyError, TypeError) as err:
         raise EventError(f"GCS message {i}: missing attribute {err}") from None
     principal = None
+    size = None
     data = msg.get("data")
     if isinstance(data, str) and data:
         try:
@@ -121,9 +141,10 @@ def _gcs(msg: Mapping[str, Any], i: int) -> Event:
         if isinstance(body, Mapping):
             owner = body.get("owner")
             principal = owner.get("entity") if isinstance(owner, Mapping) else None
+            size = _size(body.get("size"))
     gen = attrs.get("objectGeneration", "")
     ident = msg.get("messageId") or msg.get("message_id") or f"{bucket}|{key}|{name}|{gen}"
-    return Event(key, _kind(name), principal, bucket, name, f"gcs|{ident}")
+    return Event(key, _kind(name), principal, bucket, name, f"gcs|{ident}", size)
 
 
 def parse_events(doc: Any) -> list[Event]:

@@ -15,7 +15,7 @@ from toolkit import storage
 from toolkit.archive.diff import Diff, diff
 from toolkit.archive.discover import Event, find_stores
 from toolkit.archive.hierarchy import read_arrays
-from toolkit.archive.manifests import ManifestStore, Stored, scope_of_key
+from toolkit.archive.manifests import ManifestConflict, ManifestStore, Stored, scope_of_key
 from toolkit.archive.model import Manifest, Policy
 from toolkit.archive.partition import partition
 from toolkit.archive.report import BlobStats, summarise
@@ -84,8 +84,12 @@ def propose(
     force: bool = False,
     exclude: Iterable[str] = (),
     hot_always: Iterable[str] = (),
+    keep_policy: bool = False,
 ) -> Proposal:
+    """`keep_policy`: a scope that has a manifest is cut with the policy recorded in it."""
     previous = manifests.read(scope)
+    if keep_policy and previous is not None:
+        policy = previous.manifest.policy
     arrays = read_arrays(data, scope)
     new = partition(
         arrays,
@@ -118,9 +122,19 @@ def partition_store(
     dry_run: bool = False,
     exclude: Iterable[str] = (),
     hot_always: Iterable[str] = (),
+    keep_policy: bool = False,
 ) -> Outcome:
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
-    proposal = propose(data, ms, scope, policy, force=force, exclude=exclude, hot_always=hot_always)
+    proposal = propose(
+        data,
+        ms,
+        scope,
+        policy,
+        force=force,
+        exclude=exclude,
+        hot_always=hot_always,
+        keep_policy=keep_policy,
+    )
     if dry_run:
         return Outcome(scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest)
     return commit(ms, proposal)
@@ -140,7 +154,10 @@ class ScopeTask:
 
 @dataclass(frozen=True)
 class PartitionScope:
-    """The per-node service (picklable: holds store handles and the options)."""
+    """The per-node service (picklable: holds store handles and the options).
+
+    `conflicts`: how many lost manifest races a node absorbs by reading the winner's manifest
+    and partitioning again (the watcher's only coordination); 0 reports the first one."""
 
     data: storage.Store
     manifests: storage.Store
@@ -150,18 +167,27 @@ class PartitionScope:
     exclude: tuple[str, ...] = ()
     hot_always: tuple[str, ...] = ()
     break_lock: bool = False
+    keep_policy: bool = False
+    conflicts: int = 0
 
     def __call__(self, task: ScopeTask) -> Outcome:
-        return partition_store(
-            self.data,
-            ManifestStore(self.manifests, self.break_lock),
-            task.scope,
-            self.policy,
-            force=self.force,
-            dry_run=self.dry_run,
-            exclude=self.exclude,
-            hot_always=self.hot_always,
-        )
+        for attempt in range(self.conflicts + 1):
+            try:
+                return partition_store(
+                    self.data,
+                    ManifestStore(self.manifests, self.break_lock),
+                    task.scope,
+                    self.policy,
+                    force=self.force,
+                    dry_run=self.dry_run,
+                    exclude=self.exclude,
+                    hot_always=self.hot_always,
+                    keep_policy=self.keep_policy,
+                )
+            except ManifestConflict:
+                if attempt == self.conflicts:
+                    raise
+        raise AssertionError("unreachable")
 
 
 def _collect(values: list[Any]) -> tuple[Outcome, ...]:
@@ -195,12 +221,23 @@ def scan(
     executor: str = "dask",
     progress: Callable[[str, int, int], None] | None = None,
     break_lock: bool = False,
+    keep_policy: bool = False,
+    conflicts: int = 0,
 ) -> tuple[list[Outcome], Any]:
     """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
     patterns = tuple(exclude)
     found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
     service = PartitionScope(
-        data, manifests, policy, force, dry_run, patterns, tuple(hot_always), break_lock
+        data,
+        manifests,
+        policy,
+        force,
+        dry_run,
+        patterns,
+        tuple(hot_always),
+        break_lock,
+        keep_policy,
+        conflicts,
     )
     if not found:
         return [], None
