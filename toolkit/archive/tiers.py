@@ -266,13 +266,13 @@ def _blob_tier(doc: Any, blob: str) -> BlobTier:
 
 
 def blob_of(manifest: Manifest, blob: str) -> Blob:
-    """The manifest's blob that `blob` names: a blob id, or a bucket id (`<base>_<n>`) of a
-    bucketed blob. Anything else is refused naming the ids the scope has."""
+    """The manifest's blob that `blob` names: an unbucketed blob's id, or a bucket id
+    (`<base>_<n>`) of a bucketed blob. Anything else is refused naming the ids the scope has."""
     for b in manifest.blobs:
-        if b.id == blob:
+        if b.bucket is None and b.id == blob:
             return b
         if b.bucket is not None and blob.startswith(b.id + "_") and blob[len(b.id) + 1 :].isdigit():
-            return b
+            return b  # tier state is per bucket: the ids `resolve` answers
     known = ", ".join(b.id + ("_<n>" if b.bucket else "") for b in manifest.blobs) or "none"
     raise TierError(
         f"{blob!r} is not a blob of scope {manifest.scope!r} (its blobs: {known}); "
