@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 from typer.testing import CliRunner
@@ -83,9 +84,11 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
 
 
-def _check_end_state(data: storage.Store, manifests: storage.Store, events: Path) -> None:
+def _check_end_state(
+    data: storage.Store, manifests: storage.Store, events: Path | list[str], strip: str = ""
+) -> None:
     """Every key resolves to a blob or hot; every manifest validates; the tier write counts are
-    the chunk writes announced, each once."""
+    the chunk writes announced, each once (`strip`: the bucket prefix of the data root)."""
     ms = ManifestStore(manifests)
     loaded = ms.load_all()
     for m in loaded:
@@ -95,10 +98,14 @@ def _check_end_state(data: storage.Store, manifests: storage.Store, events: Path
     assert {r.kind for r in answers.values()} <= {"blob", "hot"}, [
         (k, r) for k, r in answers.items() if r.kind not in ("blob", "hot")
     ][:3]
-    records = [json.loads(line)["Records"][0] for line in events.read_text().splitlines()]
+    lines = events.read_text().splitlines() if isinstance(events, Path) else events
+    records = [json.loads(line)["Records"][0] for line in lines]
     want: dict[str, Counter] = {"write": Counter(), "read": Counter()}
     for rec in records:
-        r = answers[rec["s3"]["object"]["key"]]
+        key = unquote_plus(rec["s3"]["object"]["key"])
+        if not key.startswith(strip):
+            continue
+        r = answers[key.removeprefix(strip)]
         if r.blob:
             want["write" if "Created" in rec["eventName"] else "read"][(r.scope, r.blob)] += 1
     tiers = TierStore(manifests)
@@ -288,3 +295,64 @@ def test_watch_on_s3_and_a_running_cluster(s3_endpoint: str, cluster_address: st
     assert ManifestStore(manifests).scopes() == ["cordex/a.zarr"]
     state, _ = TierStore(manifests).read("cordex/a.zarr")
     assert sum(t.usage.writes for t in state.blobs.values()) == doc["writes"] > 0
+
+
+@pytest.mark.slow
+def test_the_s3_servers_own_notifications_drive_the_watch(s3_endpoint: str) -> None:
+    """The S3 server queues its own ObjectCreated notifications (bucket -> SQS); a pump drains
+    the queue into the watcher's stdin while a writer builds and grows stores. The manifests
+    live in the same bucket, so the watcher also hears its own writes, and ignores them."""
+    import boto3
+
+    from tests.conftest import make_bucket
+
+    bucket = make_bucket(s3_endpoint)
+    sqs = boto3.client("sqs", endpoint_url=s3_endpoint, region_name="us-east-1")
+    queue = sqs.create_queue(QueueName=bucket)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").put_bucket_notification_configuration(
+        Bucket=bucket,
+        NotificationConfiguration={"QueueConfigurations": [
+            {"QueueArn": arn["Attributes"]["QueueArn"], "Events": ["s3:ObjectCreated:*"]}]},
+    )  # fmt: skip
+    where = {"endpoint": s3_endpoint, "region": "us-east-1", "allow_http": True, "path_style": True}
+    data = storage.open_store(f"s3://{bucket}/root", **where)
+    opts = ["--endpoint", s3_endpoint, "--region", "us-east-1", "--allow-http", "--path-style"]
+    proc = subprocess.Popen(
+        [EXE, "archive", "watch", "--data", f"s3://{bucket}/root", "--manifests",
+         f"s3://{bucket}/manifests", "--executor", "sync", "--debounce", "0.2", "--json",
+         *POLICY, *opts],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pumped: list[str] = []
+
+    def pump() -> None:
+        """Move what the queue holds into the watcher (the server queued it synchronously)."""
+        assert proc.stdin is not None
+        while msgs := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages"):
+            for msg in msgs:
+                pumped.append(msg["Body"])
+                proc.stdin.write(msg["Body"] + "\n")
+                sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
+        proc.stdin.flush()
+
+    try:
+        zarrgen.cordex_v3(data)
+        pump()
+        _await_line(proc, len(pumped))
+        note = Notifier(data, Path(os.devnull))
+        note.announce = lambda keys, name="": None  # type: ignore[method-assign]  # the server announces
+        _grow(data, note)
+        pump()  # the growth, and the manifests' own notifications
+        _await_line(proc, len(pumped))
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # the stream ends: the watcher exits after its last batch
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    manifests = storage.open_store(f"s3://{bucket}/manifests", **where)
+    assert ManifestStore(manifests).scopes() == ["cordex/a.zarr", "cordex/b.zarr"]
+    records = [json.loads(b) for b in pumped]
+    assert records[0].get("Event") == "s3:TestEvent"  # sent when notifications are configured
+    heard = {unquote_plus(r["Records"][0]["s3"]["object"]["key"]) for r in records[1:]}
+    assert "manifests/cordex/a.zarr/manifest.json" in heard  # it heard its own writes
+    _check_end_state(data, manifests, pumped[1:], strip="root/")

@@ -110,7 +110,9 @@ def _s3_record(rec: Mapping[str, Any], i: int) -> Event:
     ident = rec.get("userIdentity") or {}
     principal = ident.get("principalId") if isinstance(ident, Mapping) else None
     obj = s3["object"]
-    seq = obj.get("sequencer") or obj.get("eTag") or rec.get("eventTime", "")
+    # the sequencer orders one key's events; without it (some servers) the etag alone would
+    # merge two writes of the same bytes, so the event's time goes with it
+    seq = obj.get("sequencer") or f"{obj.get('eTag', '')}@{rec.get('eventTime', '')}"
     return Event(
         key,
         _kind(name),
