@@ -184,6 +184,23 @@ def test_a_reader_open_of_a_missing_local_path_creates_nothing(tmp_path) -> None
     with pytest.raises(storage.NotFound, match="missing"):
         storage.open_store(str(missing), must_exist=True)
     assert not missing.exists()
-    storage.open_store(str(missing))  # a writer's open makes the directory
+    writer = storage.open_store(str(missing))  # the first use makes the directory, not the open
+    assert not missing.exists()
+    storage.put(writer, "k", b"x")
     assert missing.is_dir()
     assert storage.open_store(str(missing), must_exist=True).is_local
+
+
+def test_reading_a_missing_local_root_creates_nothing(tmp_path) -> None:
+    """A typo'd path read by list/get/head/exists answers "nothing there" and leaves no folder
+    behind; the first write makes it."""
+    root = tmp_path / "typo" / "store"
+    s = storage.open_store(str(root))
+    assert storage.list_keys(s) == [] and list(storage.iter_keys(s)) == []
+    assert not storage.exists(s, "a/zarr.json")
+    for read in (lambda: storage.get(s, "k"), lambda: storage.get_range(s, "k", 0, 1)):
+        with pytest.raises(storage.NotFound, match="typo/store/k"):
+            read()
+    assert not (tmp_path / "typo").exists()
+    storage.put(s, "a/k", b"x")
+    assert storage.list_keys(s) == ["a/k"] and storage.get(s, "a/k").data == b"x"

@@ -14,6 +14,7 @@ import typer
 
 from toolkit.archive.cli import app as archive_app
 from toolkit.console import (
+    OneLineErrors,
     PerformanceReport,
     Ship,
     exit_codes,
@@ -29,6 +30,7 @@ from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
 
 app = typer.Typer(
+    cls=OneLineErrors,
     help="Dask-distributed array processing for Zarr v3 and Icechunk on object storage.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

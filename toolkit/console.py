@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from toolkit import storage
 from toolkit.engine import ClusterUnreachable, Session, VersionMismatch, progress_bar
@@ -212,3 +214,34 @@ def store_options(
         if flag:
             options[name] = True
     return options
+
+
+class OneLineErrors(TyperGroup):
+    """The root command: a usage error (an unknown flag, a missing option, a value out of
+    range, a file that is not there) is one line and exit 2, naming the command's --help,
+    instead of click's five-line box around the same sentence."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        except typer.TyperException as err:  # typer's click errors: usage, bad parameter, ...
+            ctx = getattr(err, "ctx", None)
+            if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
+                sys.exit(err.exit_code)  # a bare group: its help was printed when raised
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            text = " ".join(err.format_message().split())
+            typer.echo(f"error: {text}{where}", err=True)
+            sys.exit(getattr(err, "exit_code", 2))
+        sys.exit(code if isinstance(code, int) else 0)

@@ -362,6 +362,8 @@ def open_store(
     store = Store(url, options, credential_provider)
     if must_exist and store.is_local and not store.local_path.is_dir():
         raise NotFound(store.url, None, "no such directory")  # and none is made for a reader
+    if store.is_local:
+        return store  # built at first use: a read of a missing directory must not make it
     try:
         store.inner  # noqa: B018 - validate the configuration now, not on a worker later
     except (ValueError, obx.BaseError) as err:
@@ -381,8 +383,16 @@ def _meta_info(meta: Any) -> ObjectInfo:
     )
 
 
+def _absent(store: Store) -> bool:
+    """A local root that does not exist holds nothing: reads answer so without building the
+    store (building makes the directory, and a read must not leave a folder behind)."""
+    return store.is_local and store._inner is None and not store.local_path.exists()
+
+
 def list_objects(store: Store, prefix: str = "") -> list[ObjectInfo]:
     """Every object under `prefix` (whole path segments), sorted by key."""
+    if _absent(store):
+        return []
     try:
         pages = obstore.list(store.inner, prefix=prefix.strip("/") or None).collect()
     except Exception as err:
@@ -399,6 +409,8 @@ def list_keys(store: Store, prefix: str = "") -> list[str]:
 
 def iter_keys(store: Store, prefix: str = "") -> Iterator[str]:
     """Keys under `prefix` page by page, unsorted: for counting huge prefixes."""
+    if _absent(store):
+        return
     try:
         for page in obstore.list(store.inner, prefix=prefix.strip("/") or None):
             for meta in page:
@@ -409,6 +421,8 @@ def iter_keys(store: Store, prefix: str = "") -> Iterator[str]:
 
 def get(store: Store, key: str) -> Blob:
     """Body and version from one GET."""
+    if _absent(store):
+        raise NotFound(store.url, key, "the store's directory does not exist")
     try:
         result = obstore.get(store.inner, key)
         data = bytes(result.bytes())
@@ -420,6 +434,8 @@ def get(store: Store, key: str) -> Blob:
 
 def get_range(store: Store, key: str, start: int, length: int) -> bytes:
     """Bytes [start, start + length) of one object."""
+    if _absent(store):
+        raise NotFound(store.url, key, "the store's directory does not exist")
     try:
         return bytes(obstore.get_range(store.inner, key, start=start, length=length))
     except Exception as err:
@@ -427,6 +443,8 @@ def get_range(store: Store, key: str, start: int, length: int) -> bytes:
 
 
 def head(store: Store, key: str) -> ObjectInfo:
+    if _absent(store):
+        raise NotFound(store.url, key, "the store's directory does not exist")
     try:
         return _meta_info(obstore.head(store.inner, key))
     except Exception as err:

@@ -331,6 +331,32 @@ class MainAtBranch:
 ONE_GROUP = 1 << 30  # a group size no backfill reaches: every fork in one commit node
 
 
+def _check_span(job: Job, start: Any, end: Any) -> None:
+    """A region outside the template's append-dim span, or an empty one, is a usage error that
+    names the span (not the source, which was never asked)."""
+    t = job.template
+    labels = t.coords[t.append_dim]
+
+    def ns(x: Any) -> Any:
+        return np.datetime64(x, "ns")
+
+    def when(x: Any) -> str:
+        return str(np.datetime_as_string(ns(x), unit="m"))
+
+    first, last = ns(labels[0]), ns(labels[-1])
+    span = f"{job.dataset.name}'s template spans {t.append_dim} {when(first)} .. {when(last)}"
+    if end is not None and ns(end) <= ns(start):
+        raise ValueError(
+            f"--end {when(end)} is not after --start {when(start)}: the region is empty"
+        )
+    if ns(start) > last:
+        raise ValueError(
+            f"--start {when(start)} is after the last position: {span}; start inside it"
+        )
+    if end is not None and ns(end) <= first:
+        raise ValueError(f"--end {when(end)} is before the first position: {span}; end inside it")
+
+
 def backfill_plan(
     job: Job,
     workers: int | str = AUTO,
@@ -473,6 +499,9 @@ def backfill(
     new head, provided main's new commits did not touch the region (else refused, naming the
     positions); its files are ingested again (refs only)."""
     t = job.template
+    _check_span(job, start, end)
+    for ref in (*job.replicas, job.repo):
+        R.refuse_foreign(ref.store)
     if end is None:
         newest = last_published(job.region(start, None))
         if newest is None:

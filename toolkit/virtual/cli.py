@@ -112,6 +112,11 @@ def _dataset(
 
     store = None if source is None else _open(source, endpoint, allow_http, path_style, anonymous)
     dataset = build(name, store)  # a bad name fails here, before any repo path is made
+    if store is not None and store.is_local and not store.local_path.is_dir():
+        raise ValueError(
+            f"--source {store.local_path}: no such directory; pass the mirror's root, or leave "
+            "--source out to read the dataset's own bucket"
+        )
     urls = list(replicas or ())
     if repo in urls or len(set(urls)) != len(urls):
         raise ValueError(
@@ -120,6 +125,8 @@ def _dataset(
         )
     refs = tuple(R.RepoRef(_open(u, endpoint, allow_http, path_style)) for u in urls)
     primary = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
+    for ref in (primary, *refs):
+        R.refuse_foreign(ref.store)  # before any work: a usage error about the location
     return Job(dataset, primary, replicas=refs)
 
 
@@ -169,10 +176,19 @@ def _positions(text: str) -> int | str:
         raise ValueError(f"--positions must be a count >= 1 or 'all', not {text!r}") from None
 
 
-def _label(text: str | None) -> Any:
+def _label(text: str | None, option: str = "--start") -> Any:
+    """An append-dim label from the command line; a bad one names its option."""
     import numpy as np
 
-    return None if text is None else np.datetime64(text, "ns")
+    if text is None:
+        return None
+    try:
+        return np.datetime64(text, "ns")
+    except ValueError:
+        raise ValueError(
+            f"{option} {text!r}: not a UTC date and time; write it as ISO 8601, e.g. "
+            "2025-08-01T00 or 2025-08-01T06:00"
+        ) from None
 
 
 @app.command("datasets")
@@ -244,7 +260,7 @@ def backfill(
             report = run_backfill(
                 ds,
                 start=_label(start),
-                end=_label(end),
+                end=_label(end, "--end"),
                 workers=workers or AUTO,
                 cluster=where,
                 executor=executor,
@@ -347,15 +363,15 @@ def update(
     from toolkit.virtual.update import update as run_update
 
     with _errors():
-        fire = _label(fire_time or "now")
+        fire = _label(fire_time or "now", "--fire-time")
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
         tiers = _tiers(min_present)
+        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         if anchor + deadline <= time.time():
             err_console.print(
                 f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
                 "has passed: one sweep only"
             )
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         report = run_update(
             ds,
             fire_time=fire,
@@ -539,8 +555,8 @@ def validate(
         found = _run_validation(
             ds,
             start=_label(start),
-            end=_label(end),
-            fire_time=_label(fire_time),
+            end=_label(end, "--end"),
+            fire_time=_label(fire_time, "--fire-time"),
             sample=sample,
             positions=_positions(positions),
             max_positions=max_positions,

@@ -48,6 +48,7 @@ __all__ = [
     "merge",
     "open_repo",
     "readonly",
+    "refuse_foreign",
     "reset_branch",
     "s3_container",
     "set_virtual_refs",
@@ -322,7 +323,7 @@ def open_repo(
     try:
         cfg = ic.Repository.fetch_config(st)  # one read: the hot path (every tick) pays no more
     except ic.IcechunkError:
-        if ic.Repository.exists(st):
+        if _exists(store, st):
             raise
         raise NotARepo(
             f"no Icechunk repo at {store.url}: "
@@ -351,18 +352,41 @@ def open_repo(
     return repo
 
 
+def _exists(store: storage.Store, st: ic.Storage | None = None) -> bool:
+    """Whether an Icechunk repo is at `store`; one written in a format newer than this
+    icechunk reads is a usage error naming both versions and the upgrade."""
+    try:
+        return ic.Repository.exists(st or _storage(store))
+    except ic.FormatError as err:
+        said = str(err).split("\n", 1)[0].removeprefix("FormatError: ").split(". Please")[0]
+        raise NotARepo(
+            f"{store.url}: {said}: upgrade icechunk (this toolkit has {ic.__version__}) on this "
+            "machine and on every worker, or open it with the toolkit that wrote it"
+        ) from None
+
+
 def open_or_create(store: storage.Store, config: VirtualConfig) -> ic.Repository:
     """Open the repo at `store`, or create it where nothing is yet; a location that holds
     other objects is refused (a repo is never created on top of someone's data)."""
-    if ic.Repository.exists(_storage(store)):
+    if _exists(store):
         return open_repo(store)
+    refuse_foreign(store)
+    return create_repo(store, config)
+
+
+def refuse_foreign(store: storage.Store) -> None:
+    """`NotARepo` when `store` holds objects but no Icechunk repo. Jobs ask before they start,
+    so the refusal is one line about the location, not a failed task."""
+    if store.is_local and not store.local_path.exists():
+        return
+    if _exists(store):
+        return
     other = next(storage.iter_keys(store), None)  # one listing page at most
     if other is not None:
         raise NotARepo(
             f"{store.url} holds objects (e.g. {other!r}) but no Icechunk repo: refusing to "
             "create one on top of them; pass an empty or new location"
         )
-    return create_repo(store, config)
 
 
 def repoint_container(store: storage.Store, container: Container) -> None:

@@ -176,12 +176,12 @@ def scan(
     except GribSourceError as exc:
         if as_json:
             print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
-        err.print(f"[red]{escape(one_line(exc))}[/red]", soft_wrap=True)
+        err.print(f"[red]error: {escape(one_line(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(1) from None
     except (InputError, storage.StorageError, OSError) as exc:
         if as_json:
             print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
-        err.print(f"[red]cannot read input:[/red] {escape(one_line(exc))}", soft_wrap=True)
+        err.print(f"[red]error: cannot read input:[/red] {escape(one_line(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
     if as_json:

@@ -1,0 +1,393 @@
+"""The catalogue of bad inputs (docs/errors.md): every row is run here.
+
+Each case runs the real command line on a copy of one prepared world (stores, a virtual repo
+and its source, partitioned archive manifests) and asserts the row: its exit code; stderr is
+exactly one line, starting `error:`, naming the object and the fix (the row's fragments); no
+traceback; and nothing that existed before changed (every file byte-identical, none gone), nor
+did a path the case names as absent appear.
+
+The table in docs/errors.md is rendered from CASES; `python -m tests.test_errors` rewrites it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from typer.testing import CliRunner
+
+from tests.archive import zarrgen
+from tests.conftest import DATA
+from toolkit import storage
+from toolkit.cli import app
+from toolkit.pyramid import synthetic
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+GRIB = "hrrr.t06z.wrfsfcf01-TMP.grib2"
+IDX = "gfswave.t18z.atlocn.0p16.f001.grib2.idx"
+
+
+@dataclass(frozen=True)
+class Case:
+    input: str  # the table's first column: what the user did
+    argv: tuple[str, ...]  # run in a copy of the world; {s3} is the S3 server's endpoint
+    code: int
+    says: tuple[str, ...]  # the one line holds each, in order: the object, the cause, the fix
+    setup: Callable[[Path], None] | None = None
+    absent: tuple[str, ...] = ()  # paths that must still not exist afterwards
+    env: dict[str, str | None] = field(default_factory=dict)  # None unsets
+
+    @property
+    def id(self) -> str:
+        return "-".join(self.argv[:2]) + ":" + self.input[:40]
+
+
+def _write(rel: str, text: str) -> Callable[[Path], None]:
+    def go(w: Path) -> None:
+        (w / rel).parent.mkdir(parents=True, exist_ok=True)
+        (w / rel).write_text(text)
+
+    return go
+
+
+def _copy(src: str, dst: str) -> Callable[[Path], None]:
+    return lambda w: shutil.copyfile(w / src, w / dst)
+
+
+def _newer_format(path: Path) -> None:
+    """Stamp a repo file with a format version from the future (byte 36 of its header)."""
+    head = bytearray(path.read_bytes())
+    assert head[:4] == b"ICE\xf0" and head[36] == 2, "the header layout moved: update this fixture"
+    head[36] = 9
+    path.write_bytes(bytes(head))
+
+
+SYNC = ("--executor", "sync")
+S3 = ("--endpoint", "{s3}", "--region", "us-east-1", "--allow-http", "--path-style")
+NO_CREDS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None}
+BF = ("virtual", "backfill", "sim-gfs", "--repo", "new-repo", "--source", "src", *SYNC)
+
+CASES: tuple[Case, ...] = (
+    # ---------------------------------------------------------------- pyramid
+    Case("a store path that does not exist", ("pyramid", "build", "typo.zarr", *SYNC), 2,
+         ("typo.zarr", "does not exist", "want a zarr v3 store"), absent=("typo.zarr",)),
+    Case("a store path that is a file", ("pyramid", "plan", "notes.txt"), 2,
+         ("notes.txt", "is not a directory")),
+    Case("a URL scheme toolkit cannot open", ("pyramid", "plan", "ftp://host/x.zarr"), 2,
+         ("ftp://host/x.zarr", "unsupported store URL", "use a path, file://")),
+    Case("a Zarr v2 store", ("pyramid", "plan", "v2.zarr"), 2, ("v2.zarr", "a zarr v2 store")),
+    Case("an array of strings", ("pyramid", "build", "odd.zarr", "--variable", "text", *SYNC), 2,
+         ("'text'", "str", "--variable")),
+    Case("an array of complex numbers",
+         ("pyramid", "build", "odd.zarr", "--variable", "wave", *SYNC), 2,
+         ("'wave'", "complex64", "--variable")),
+    Case("an integer array with no CF flags and no --method",
+         ("pyramid", "build", "odd.zarr", "--variable", "counts", *SYNC), 2,
+         ("'counts'", "int16", "choose --method mode for classes, or mean|min|max|sum")),
+    Case("`--method mean` on a class map (CF flag_values)",
+         ("pyramid", "build", "classes.zarr", "--method", "mean", *SYNC), 2,
+         ("'field'", "flag", "--force-method")),
+    Case("`--method mode` on a float field", ("pyramid", "build", "good.zarr", "--method", "mode",
+         *SYNC), 2, ("'field'", "mode is for categorical integers", "float32")),
+    Case("an operator toolkit does not offer",
+         ("pyramid", "build", "good.zarr", "--method", "median", *SYNC), 2,
+         ("'median'", "choose one of mean, mode, min, max, sum")),
+    Case("`--levels` past the one-pixel depth",
+         ("pyramid", "build", "good.zarr", "--levels", "40", *SYNC), 2,
+         ("--levels 40", "one pixel at level 6", "use --levels 6 or fewer")),
+    Case("`--levels 30 --method mode` on a class map",
+         ("pyramid", "build", "classes.zarr", "--levels", "30", "--method", "mode", *SYNC), 2,
+         ("--levels 30", "one pixel at level", "or fewer")),
+    Case("`--levels 0`", ("pyramid", "build", "good.zarr", "--levels", "0", *SYNC), 2,
+         ("--levels must be >= 1",)),
+    Case("a variable the store does not have",
+         ("pyramid", "build", "good.zarr", "--variable", "nope", *SYNC), 2,
+         ("variable 'nope'", "no such array")),
+    Case("a band dimension the array does not have",
+         ("pyramid", "build", "good.zarr", "--band-dim", "band", *SYNC), 2,
+         ("--band-dim 'band'", "not one of its leading dims")),
+    Case("an array with no coordinate arrays", ("pyramid", "plan", "nocoords.zarr"), 2,
+         ("'v'", "no 1-D coordinate array for 'y', 'x'")),
+    Case("a zero-size array", ("pyramid", "plan", "zero.zarr"), 2,
+         ("'v'", "coordinate 'lat' needs >= 2 values")),
+    Case("a corrupt `.pyramid/plan.json`", ("pyramid", "build", "good.zarr", *SYNC), 2,
+         ("plan.json", "not", "--rebuild-from 2x"),
+         setup=_write("good.zarr/.pyramid/plan.json", "{not json")),
+    Case("a foreign `.pyramid/plan.json`", ("pyramid", "build", "good.zarr", *SYNC), 2,
+         ("plan.json", "--rebuild-from 2x"),
+         setup=_write("good.zarr/.pyramid/plan.json", '{"tool": "someone else"}')),
+    Case("`pyramid verify --sample 0`", ("pyramid", "verify", "good.zarr", "--sample", "0", *SYNC),
+         2, ("--sample must be >= 1",)),
+    Case("S3 options on a local path",
+         ("pyramid", "build", "good.zarr", "--endpoint", "http://127.0.0.1:1", *SYNC), 2,
+         ("S3 options only apply to s3://",)),
+    Case("a plain-http endpoint without `--allow-http`",
+         ("pyramid", "plan", "s3://bkt/x.zarr", "--endpoint", "http://127.0.0.1:1"), 2,
+         ("http://127.0.0.1:1", "add --allow-http")),
+    # ---------------------------------------------------------------- virtual
+    Case("`virtual inspect` on a path that does not exist",
+         ("virtual", "inspect", "missing-repo"), 2,
+         ("missing-repo", "does not exist", "check it"), absent=("missing-repo",)),
+    Case("`virtual validate` on a folder that is not an Icechunk repo",
+         ("virtual", "validate", "sim-gfs", "--repo", "good.zarr"), 2,
+         ("good.zarr", "nothing there is an Icechunk repository", "check the path")),
+    Case("`virtual backfill` into a folder holding other data",
+         ("virtual", "backfill", "sim-gfs", "--repo", "good.zarr", "--source", "src",
+          "--start", "2025-08-01", *SYNC), 2,
+         ("good.zarr", "holds objects", "pass an empty or new location")),
+    Case("`--workers -3`", (*BF, "--start", "2025-08-01", "--workers", "-3"), 2,
+         ("'--workers'", "greater than or equal to 1", "--help"), absent=("new-repo",)),
+    Case("`--start yesterday`", (*BF, "--start", "yesterday"), 2,
+         ("--start 'yesterday'", "ISO 8601"), absent=("new-repo",)),
+    Case("`--start` after the template's span", (*BF, "--start", "2030-01-01"), 2,
+         ("--start 2030-01-01T00:00", "template spans init_time", "start inside it"),
+         absent=("new-repo",)),
+    Case("`--end` before `--start`", (*BF, "--start", "2025-08-01T12", "--end", "2025-08-01"), 2,
+         ("--end 2025-08-01T00:00", "is not after --start"), absent=("new-repo",)),
+    Case("`--end` past the last published position",
+         (*BF, "--start", "2025-08-01", "--end", "2025-08-02"), 2,
+         ("--allow-empty-positions",), absent=("new-repo",)),
+    Case("a dataset name toolkit does not know",
+         ("virtual", "backfill", "nope", "--repo", "new-repo", "--start", "2025-08-01"), 2,
+         ("unknown dataset 'nope'", "sim-gfs"), absent=("new-repo",)),
+    Case("a dataset module file that does not exist",
+         ("virtual", "backfill", "mine.py:DS", "--repo", "new-repo", "--start", "2025-08-01"), 2,
+         ("mine.py", "no such file", "check the path"), absent=("new-repo",)),
+    Case("a simulated dataset with no `--source`",
+         ("virtual", "backfill", "sim-gfs", "--repo", "new-repo", "--start", "2025-08-01"), 2,
+         ("no bucket of its own", "--source"), absent=("new-repo",)),
+    Case("`--source` that does not exist",
+         ("virtual", "update", "sim-gfs", "--repo", "repo", "--source", "nosrc",
+          "--fire-time", "2025-08-01T18"), 2,
+         ("--source", "nosrc", "no such directory"), absent=("nosrc",)),
+    Case("an Icechunk repo written in a newer format", ("virtual", "inspect", "repo"), 2,
+         ("repo", "format version 9", "upgrade icechunk", "on every worker"),
+         setup=lambda w: _newer_format(w / "repo" / "repo")),
+    Case("`virtual update` on an Icechunk repo of a newer format",
+         ("virtual", "update", "sim-gfs", "--repo", "repo", "--source", "src",
+          "--fire-time", "2025-08-01T18"), 2, ("repo", "format version 9", "upgrade icechunk"),
+         setup=lambda w: _newer_format(w / "repo" / "repo")),
+    Case("`virtual abort` of a branch that is not in flight",
+         ("virtual", "abort", "repo", "--branch", "backfill-0123456789"), 2,
+         ("backfill-0123456789", "in flight: none")),
+    # ---------------------------------------------------------------- GRIB
+    Case("a file that is not GRIB2", ("grib", "scan", "good.zarr/zarr.json"), 1,
+         ("invalid GRIB message", "zarr.json", "no GRIB message starts at offset 0")),
+    Case("a truncated GRIB2 file", ("grib", "scan", "cut.grib2"), 1,
+         ("truncated GRIB message", "cut.grib2", "declares", "the file ends after")),
+    Case("an index of another file", ("grib", "scan", GRIB, "--index", IDX), 1,
+         ("stale index", GRIB, "does not point at a message")),
+    Case("a GRIB file that does not exist", ("grib", "scan", "none.grib2"), 2,
+         ("cannot read input", "no such file", "none.grib2"), absent=("none.grib2",)),
+    # ---------------------------------------------------------------- archive
+    Case("a data root that does not exist",
+         ("archive", "partition", "--data", "nodata", "--manifests", "m"), 2,
+         ("nodata", "does not exist"), absent=("nodata",)),
+    Case("a data root with no Zarr stores",
+         ("archive", "partition", "--data", "src", "--manifests", "m-new"), 2,
+         ("no Zarr stores", "src"), absent=("m-new",)),
+    Case("`--manifests` where none are",
+         ("archive", "resolve", "--manifests", "empty", "cordex/a.zarr/tas/c/0/0/0"), 2,
+         ("no manifests under", "empty", "partition first, or check --manifests"),
+         absent=("empty",)),
+    Case("one corrupt manifest among several",
+         ("archive", "resolve", "--manifests", "m", "cordex/a.zarr/tas/c/0/0/0"), 1,
+         ("scope 'cordex/a.zarr'", "not valid JSON", "delete it and partition the scope again"),
+         setup=_write("m/cordex/a.zarr/manifest.json", "{")),
+    Case("an events file that does not exist",
+         ("archive", "report", "--data", "data", "--manifests", "m", "--events", "nope.json"), 2,
+         ("'--events'", "nope.json", "does not exist", "--help")),
+    Case("a size that does not parse",
+         ("archive", "partition", "--data", "data", "--manifests", "m", "--t-max", "5XB"), 2,
+         ("'5XB'", "use a number with B, KB, MB")),
+    Case("`--t-min` above `--t-max`",
+         ("archive", "partition", "--data", "data", "--manifests", "m", "--t-max", "1000",
+          "--t-min", "2000"), 2, ("--t-min", "2000 exceeds t_max 1000")),
+    Case("removing a pin that is not there",
+         ("archive", "pin", "remove", "cordex/a.zarr", "cordex/a.zarr/nope", "--manifests", "m"),
+         2, ("scope 'cordex/a.zarr'", "no pin on 'cordex/a.zarr/nope'")),
+    Case("`archive show` of a scope with no manifest",
+         ("archive", "show", "cordex/none.zarr", "--manifests", "m"), 1,
+         ("no manifest for scope 'cordex/none.zarr'",)),
+    Case("an executor that does not exist",
+         ("archive", "scan", "--data", "data", "--manifests", "m", "--executor", "nope"), 2,
+         ("'dask' or 'sync'", "not 'nope'")),
+    Case("`archive watch` with an events file that does not exist",
+         ("archive", "watch", "--data", "data", "--manifests", "m", "--events", "nope.jsonl",
+          "--once"), 2, ("--events", "nope.jsonl", "no such file")),
+    Case("`archive watch` fed a line that is not a notification",
+         ("archive", "watch", "--data", "data", "--manifests", "m", "--events", "bad.jsonl",
+          "--once", *SYNC), 2, ("line 2", "not an S3, MinIO or GCS Pub/Sub notification"),
+         setup=_write("bad.jsonl", '{"Event": "s3:TestEvent"}\n{"hello": 1}\n')),
+    Case("`archive mark` of a blob the scope does not have",
+         ("archive", "mark", "cordex/a.zarr", "b_zz_1", "archived", "--manifests", "m"), 2,
+         ("'b_zz_1'", "not a blob of scope 'cordex/a.zarr'", "`toolkit archive show`")),
+    Case("`archive mark` with a state that does not exist",
+         ("archive", "mark", "cordex/a.zarr", "b_tas_1", "frozen", "--manifests", "m"), 2,
+         ("'frozen'", "choose one of hot, writing")),
+    Case("`archive mark` of a transition tape does not make",
+         ("archive", "mark", "cordex/a.zarr", "b_tas_1", "recalled", "--manifests", "m"), 1,
+         ("b_tas_1", "is hot: it can go to writing", "--force")),
+    # ---------------------------------------------------------------- object stores
+    Case("an endpoint nothing listens on",
+         ("archive", "resolve", "--manifests", "s3://bkt/m", "x", "--endpoint",
+          "http://127.0.0.1:9", "--allow-http", "--path-style"), 2,
+         ("unreachable", "check the endpoint URL", "s3://bkt/m")),
+    Case("no credentials for a private bucket",
+         ("archive", "resolve", "--manifests", "s3://{bucket}/m", "x", *S3), 2,
+         ("access denied", "check credentials", "s3://"), env=NO_CREDS),
+    Case("a bucket that does not exist",
+         ("pyramid", "plan", "s3://no-such-bucket-here/x.zarr", *S3), 2,
+         ("no-such-bucket-here",)),
+)
+
+
+# ------------------------------------------------------------------------------- the world
+
+
+def _odd_store(path: Path) -> None:
+    """Coordinates lat/lon, and arrays of kinds a pyramid refuses."""
+    synthetic.write_store(storage.open_store(str(path)), shape=(32, 32), shards=(16, 16))
+    root = zarr.open_group(str(path), mode="a")
+    dims = ["lat", "lon"]
+    for name, dtype in (("text", "str"), ("wave", "complex64"), ("counts", "int16")):
+        a = root.create_array(name, shape=(32, 32), dtype=dtype, chunks=(16, 16),
+                              dimension_names=dims)  # fmt: skip
+        a[...] = np.ones((32, 32), dtype=object if dtype == "str" else dtype)
+
+
+def _build_world(w: Path) -> None:
+    synthetic.write_store(storage.open_store(str(w / "good.zarr")), shape=(40, 60), shards=(16, 16))
+    synthetic.write_store(
+        storage.open_store(str(w / "classes.zarr")), shape=(40, 60), shards=(16, 16),
+        kind="categorical",
+    )  # fmt: skip
+    _odd_store(w / "odd.zarr")
+    g = zarr.open_group(str(w / "nocoords.zarr"), mode="w")
+    g.create_array("v", shape=(32, 32), dtype="f4", chunks=(16, 16), dimension_names=["y", "x"])
+    g = zarr.open_group(str(w / "zero.zarr"), mode="w")
+    for dim, n in (("lat", 0), ("lon", 32)):
+        g.create_array(dim, shape=(n,), dtype="f8", chunks=(max(n, 1),), dimension_names=[dim])
+    g.create_array("v", shape=(0, 32), dtype="f4", chunks=(16, 16), dimension_names=["lat", "lon"])
+    g2 = zarr.open_group(str(w / "v2.zarr"), mode="w", zarr_format=2)
+    g2.create_array("v", shape=(8, 8), dtype="f4")
+    (w / "notes.txt").write_text("not a store")
+    # GRIB
+    shutil.copyfile(DATA / "grib" / GRIB, w / GRIB)
+    shutil.copyfile(DATA / "grib" / IDX, w / IDX)
+    whole = (DATA / "grib" / GRIB).read_bytes()
+    (w / "cut.grib2").write_bytes(whole[: len(whole) // 2])
+    # virtual: a simulated GFS archive, 9 files published, backfilled into `repo`
+    from toolkit.virtual.simulate import make_archive
+
+    archive = make_archive(
+        storage.open_store(str(w / "src")), kind="gfs", leads=[0, 3, 6], publish=False,
+        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)],
+    )  # fmt: skip
+    archive.publish(archive.files()[:9])
+    res = CliRunner().invoke(app, ["virtual", "backfill", "sim-gfs", "--repo", str(w / "repo"),
+                                   "--source", str(w / "src"), "--start", "2025-08-01T00",
+                                   *SYNC])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    # archive: a partitioned store
+    zarrgen.cordex_v3(storage.open_store(str(w / "data")))
+    res = CliRunner().invoke(app, ["archive", "partition", "--data", str(w / "data"),
+                                   "--manifests", str(w / "m"), "--t-max", "5000",
+                                   "--t-hot", "100", "--t-min", "3000"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    w = tmp_path_factory.mktemp("world")
+    _build_world(w)
+    return w
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_each_bad_input_is_one_line_and_loses_nothing(
+    case: Case, world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request
+) -> None:
+    w = tmp_path / "w"
+    shutil.copytree(world, w, symlinks=True)
+    if case.setup:
+        case.setup(w)
+    fill = {}
+    if any("{s3}" in a or "{bucket}" in a for a in case.argv):
+        from tests.conftest import make_bucket
+
+        fill["s3"] = request.getfixturevalue("s3_endpoint")
+        fill["bucket"] = make_bucket(fill["s3"])
+    argv = [a.format(**fill) for a in case.argv]
+    for name, value in case.env.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.chdir(w)
+    before = _files(w)
+    res = CliRunner().invoke(app, argv)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.exit_code == case.code, (res.exit_code, res.stderr, res.stdout)
+    assert "Traceback" not in res.output and "Traceback" not in res.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    at = 0
+    for fragment in case.says:
+        found = lines[0].find(fragment, at)
+        assert found >= 0, f"{fragment!r} not in (after col {at}): {lines[0]}"
+        at = found
+    after = _files(w)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing changed or gone
+    for rel in case.absent:
+        assert not (w / rel).exists(), f"{rel} was created"
+
+
+# ------------------------------------------------------------------------------- the doc
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    rows = [
+        f"| {_cell(c.input)} | {c.code} | {_cell(' … '.join(f'`{s}`' for s in c.says))} |"
+        for c in CASES
+    ]
+    head = (
+        "# Bad inputs and what toolkit says\n\n"
+        "Every row is a test (`tests/test_errors.py`) that runs the command on a prepared\n"
+        "world and asserts the exit code; that stderr is one line, `error: ...`, holding the\n"
+        "fragments shown (the object, the cause, the fix) in that order; that no traceback is\n"
+        "printed (`--debug` prints one); and that nothing that existed before changed.\n"
+        "Exit 2: the input must change. Exit 1: a check failed or a state refuses the change.\n"
+        "This table is rendered from the tests: `python -m tests.test_errors` rewrites it.\n\n"
+        "| input | exit code | message |\n|---|---|---|\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
+def test_the_catalogue_is_the_tests() -> None:
+    assert len(CASES) >= 40
+    assert DOC.read_text() == render(), "run: python -m tests.test_errors"
+
+
+if __name__ == "__main__":
+    DOC.write_text(render())
+    print(f"{DOC}: {len(CASES)} rows")
