@@ -192,3 +192,23 @@ def test_scan_on_a_local_cluster(tmp_path, local_cluster) -> None:
     assert [o.epoch for o in outcomes] == [1, 1, 1] and rep.stage("partition").gate_have == 3
     again, _ = scan(data, manifests, P, cluster=local_cluster)
     assert not any(o.written for o in again)
+
+
+def test_a_retried_write_that_meets_its_own_first_attempt_succeeds(any_store) -> None:
+    """A conditional PUT whose response was lost (the server applied it) and which the client
+    retries finds its own bytes there: that is success, not a conflict. Anything else still
+    conflicts."""
+    data = any_store.child("data")
+    zarrgen.cordex_v3(data, S)
+    ms = ManifestStore(any_store.child("manifests"))
+    first = propose(data, ms, S, P)
+    ms.write(first.manifest, None)
+    ms.write(first.manifest, None)  # the retry of a create
+    stored = ms.read(S)
+    pinned = stored.manifest.with_pin(Pin(f"{S}/tas", "me", "test"))
+    ms.write(pinned, stored)
+    ms.write(pinned, stored)  # the retry of an if-match, its version now stale
+    assert ms.read(S).manifest == pinned
+    other = stored.manifest.with_pin(Pin(f"{S}/pr", "you", "test"))
+    with pytest.raises(ManifestConflict, match="changed since epoch 1"):
+        ms.write(other, stored)

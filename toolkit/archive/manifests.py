@@ -74,29 +74,40 @@ class ManifestStore:
         """Create (no previous) or replace exactly the version read; refuse a non-increasing epoch."""
         manifest.check_successor(previous.manifest if previous else None)
         key = self.key(manifest.scope)
+        body = manifest.dumps()
         try:
             if previous is None:
-                return storage.put(self.store, key, manifest.dumps(), mode="create")
+                return storage.put(self.store, key, body, mode="create")
             return storage.put(
-                self.store, key, manifest.dumps(), mode=previous.version, break_lock=self.break_lock
+                self.store, key, body, mode=previous.version, break_lock=self.break_lock
             )
-        except storage.AlreadyExists:
-            raise ManifestConflict(
-                self.store.url, manifest.scope, "another partitioner created it first"
-            ) from None
-        except storage.LockHeld as err:
-            raise ManifestConflict(
-                self.store.url,
-                manifest.scope,
-                f"another partitioner is writing it: {err.detail}",
-                rerun=False,
-            ) from None
-        except storage.PreconditionFailed:
-            raise ManifestConflict(
-                self.store.url,
-                manifest.scope,
-                f"it changed since epoch {previous.manifest.epoch if previous else '-'} was read",
-            ) from None
+        except (storage.AlreadyExists, storage.PreconditionFailed) as err:
+            mine = None if isinstance(err, storage.LockHeld) else self._own_write(key, body)
+            if mine is not None:
+                return mine
+            raise self._conflict(manifest, previous, err) from None
+
+    def _own_write(self, key: str, body: bytes) -> storage.Version | None:
+        """The version of `key` when it holds exactly `body`: a retried conditional PUT (its
+        response lost, the server having applied it) met its own first attempt. Epochs only
+        grow, so no other writer stores these bytes."""
+        try:
+            stored = storage.get(self.store, key)
+        except storage.NotFound:
+            return None
+        return stored.version if stored.data == body else None
+
+    def _conflict(
+        self, manifest: Manifest, previous: Stored | None, err: Exception
+    ) -> ManifestConflict:
+        url, scope = self.store.url, manifest.scope
+        if isinstance(err, storage.LockHeld):
+            detail = f"another partitioner is writing it: {err.detail}"
+            return ManifestConflict(url, scope, detail, rerun=False)
+        if isinstance(err, storage.AlreadyExists):
+            return ManifestConflict(url, scope, "another partitioner created it first")
+        epoch = previous.manifest.epoch if previous else "-"
+        return ManifestConflict(url, scope, f"it changed since epoch {epoch} was read")
 
     def scopes(self) -> list[str]:
         return sorted(s for k in storage.list_keys(self.store) if (s := scope_of_key(k)))

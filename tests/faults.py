@@ -1,0 +1,146 @@
+"""A fault-injecting S3 proxy on 127.0.0.1, for tests that prove jobs survive a bad network.
+
+Clients talk to the proxy as their S3 endpoint; it forwards each request to the real server
+(the Host header untouched, so signatures still verify) unless the fault policy picks it:
+
+- `503`: answered `503 SlowDown` without forwarding (the server never saw it);
+- `slow`: forwarded after a delay;
+- `drop`: the connection closed before forwarding (no response at all);
+- `lost`: forwarded, then the connection closed before the response (the server applied it,
+  the client cannot know: a retried conditional write then meets its own first attempt).
+
+Faults are drawn from a seeded generator, so a failing run replays. `hold(match)` makes the
+proxy stop at the first request whose method and path match until `release()`, and tells the
+test it got there (`held.wait()`): a process can be killed with that request in flight.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+Match = Callable[[str, str], bool]  # (method, path) -> hold this one?
+
+
+class FaultProxy:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        rate: float = 0.0,
+        kinds: tuple[str, ...] = ("503", "slow", "drop"),
+        delay: float = 0.3,
+        seed: int = 0,
+    ) -> None:
+        target = urlparse(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.rate, self.kinds, self.delay = rate, kinds, delay
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.injected: Counter[str] = Counter()
+        self.requests = 0
+        self.hold_match: Match | None = None
+        self.held = threading.Event()
+        self._release = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                proxy.handle(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def hold(self, match: Match) -> None:
+        self.hold_match = match
+        self.held.clear()
+        self._release.clear()
+
+    def release(self) -> None:
+        self.hold_match = None
+        self._release.set()
+
+    def _pick(self) -> str | None:
+        with self.lock:
+            self.requests += 1
+            if self.rng.random() >= self.rate:
+                return None
+            kind = self.rng.choice(self.kinds)
+            self.injected[kind] += 1
+            return kind
+
+    def handle(self, req: BaseHTTPRequestHandler) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        body = req.rfile.read(length) if length else b""
+        match = self.hold_match
+        if match is not None and match(req.command, req.path):
+            self.held.set()
+            self._release.wait()
+        kind = self._pick()
+        if kind == "503":
+            payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+            req.send_response(503)
+            req.send_header("Content-Type", "application/xml")
+            req.send_header("Content-Length", str(len(payload)))
+            req.end_headers()
+            req.wfile.write(payload)
+            return
+        if kind == "drop":
+            _abort(req)
+            return
+        if kind == "slow":
+            time.sleep(self.delay)
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        headers = {k: v for k, v in req.headers.items() if k.lower() != "connection"}
+        conn.request(req.command, req.path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        if kind == "lost":
+            _abort(req)
+            return
+        req.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                req.send_header(k, v)
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        if req.command != "HEAD":
+            req.wfile.write(data)
+
+
+def _abort(req: BaseHTTPRequestHandler) -> None:
+    """Close the client's connection with no response (a reset, not a clean close)."""
+    req.close_connection = True
+    try:
+        req.connection.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
+        req.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

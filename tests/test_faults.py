@@ -1,0 +1,130 @@
+"""Faults injected from outside the code: jobs talk to S3 through a proxy that answers 503s,
+answers slowly, drops connections and loses responses to requests the server applied. Each job
+either completes with output identical to a clean run, or fails with one line; a rerun
+converges to the clean output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from tests.archive import zarrgen
+from tests.conftest import make_bucket, s3_options
+from tests.faults import FaultProxy
+from toolkit import storage
+from toolkit.pyramid import synthetic
+
+EXE = str(Path(sys.executable).parent / "toolkit")
+KINDS = ("503", "slow", "drop", "lost")
+
+
+def _opts(endpoint: str, region: bool = True) -> list[str]:
+    return ["--endpoint", endpoint, *(["--region", "us-east-1"] if region else []),
+            "--allow-http", "--path-style"]  # fmt: skip
+
+
+def converge(argv: list[str], attempts: int = 4) -> tuple[int, list[str]]:
+    """Run until it succeeds; every failed attempt must say why in exactly one line.
+    Returns how many attempts it took and the failure lines."""
+    failures = []
+    for n in range(1, attempts + 1):
+        res = subprocess.run([EXE, *argv], capture_output=True, text=True, timeout=600)
+        if res.returncode == 0:
+            return n, failures
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip() and "━" not in ln]
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        failures.append(errors[0])
+    raise AssertionError(f"no convergence in {attempts} runs: {failures}")
+
+
+def _objects(store: storage.Store, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
+    return {
+        k[len(prefix) + 1 :]: storage.get(store, k).data
+        for k in storage.list_keys(store, prefix)
+        if not k.endswith(skip)
+    }
+
+
+@pytest.mark.slow
+def test_a_pyramid_build_through_a_faulty_network(s3_endpoint: str) -> None:
+    bucket = make_bucket(s3_endpoint)
+    root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
+    for name in ("clean.zarr", "faulty.zarr"):
+        synthetic.write_store(root.child(name), shape=(96, 160), shards=(32, 32))
+    assert converge(["pyramid", "build", f"s3://{bucket}/clean.zarr", "--executor", "sync",
+                     "--levels", "3", *_opts(s3_endpoint)])[0] == 1  # fmt: skip
+    with FaultProxy(s3_endpoint, rate=0.15, kinds=KINDS, seed=1) as proxy:
+        runs, failures = converge(["pyramid", "build", f"s3://{bucket}/faulty.zarr",
+                                   "--executor", "sync", "--levels", "3", *_opts(proxy.url)])  # fmt: skip
+        assert sum(proxy.injected.values()) > 5, proxy.injected
+        proxy.rate = 0.0
+        res = subprocess.run([EXE, "pyramid", "verify", f"s3://{bucket}/faulty.zarr", "--private",
+                              "--executor", "sync", *_opts(proxy.url)],
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+    clean = _objects(root, "clean.zarr", skip=("plan.json",))
+    faulty = _objects(root, "faulty.zarr", skip=("plan.json",))
+    assert faulty.keys() == clean.keys()
+    for key in clean:
+        if key.endswith("zarr.json"):
+            assert json.loads(faulty[key]) == json.loads(clean[key]), key
+    for level in ("2x", "4x", "8x"):
+        a = zarr.open_array(root.child("clean.zarr").zarr(read_only=True), path=f"{level}/field")
+        b = zarr.open_array(root.child("faulty.zarr").zarr(read_only=True), path=f"{level}/field")
+        np.testing.assert_array_equal(a[...], b[...])
+
+
+@pytest.mark.slow
+def test_an_archive_scan_through_a_faulty_network(s3_endpoint: str) -> None:
+    bucket = make_bucket(s3_endpoint)
+    root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
+    for scope in ("cordex/a.zarr", "cordex/b.zarr", "other/c.zarr"):
+        zarrgen.cordex_v3(root.child("data"), scope)
+    policy = ["--t-max", "5000", "--t-hot", "100", "--t-min", "3000", "--executor", "sync"]
+    converge(["archive", "scan", "--data", f"s3://{bucket}/data", "--manifests",
+              f"s3://{bucket}/clean", *policy, *_opts(s3_endpoint)])  # fmt: skip
+    with FaultProxy(s3_endpoint, rate=0.2, kinds=KINDS, seed=2) as proxy:
+        runs, failures = converge(["archive", "scan", "--data", f"s3://{bucket}/data",
+                                   "--manifests", f"s3://{bucket}/faulty", *policy,
+                                   *_opts(proxy.url)])  # fmt: skip
+        assert proxy.injected["lost"] > 0, proxy.injected
+    # a manifest PUT whose response was lost is retried and finds its own bytes: no conflict
+    assert (runs, failures) == (1, [])
+    assert _objects(root, "faulty") == _objects(root, "clean")
+
+
+@pytest.mark.slow
+def test_a_virtual_backfill_through_a_faulty_network(s3_endpoint: str) -> None:
+    from toolkit.virtual.reader import open_dataset
+    from toolkit.virtual.simulate import make_archive
+
+    bucket = make_bucket(s3_endpoint)
+    where = s3_options(s3_endpoint)
+    make_archive(
+        storage.open_store(f"s3://{bucket}/src", **where), kind="gfs", leads=[0, 3, 6],
+        publish=True, inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(3)],
+    )  # fmt: skip
+    common = ["virtual", "backfill", "sim-gfs", "--source", f"s3://{bucket}/src", "--start",
+              "2025-08-01T00", "--executor", "sync", "--workers", "3"]  # fmt: skip
+    converge([*common, "--repo", f"s3://{bucket}/clean", *_opts(s3_endpoint, region=False)])
+    with FaultProxy(s3_endpoint, rate=0.1, kinds=KINDS, seed=3) as proxy:
+        runs, failures = converge(
+            [*common, "--repo", f"s3://{bucket}/faulty", *_opts(proxy.url, region=False)]
+        )
+        assert sum(proxy.injected.values()) > 3, proxy.injected
+        proxy.rate = 0.0
+        opened = {}
+        for name, endpoint in (("clean", s3_endpoint), ("faulty", proxy.url)):
+            options = {"endpoint": endpoint, "allow_http": True, "path_style": True}
+            opened[name] = open_dataset(
+                f"s3://{bucket}/{name}", credentials="env", store_options=options
+            ).load()
+    assert opened["faulty"].identical(opened["clean"])
