@@ -62,7 +62,7 @@ def test_a_pyramid_build_through_a_faulty_network(s3_endpoint: str) -> None:
     assert converge(["pyramid", "build", f"s3://{bucket}/clean.zarr", "--executor", "sync",
                      "--levels", "3", *_opts(s3_endpoint)])[0] == 1  # fmt: skip
     with FaultProxy(s3_endpoint, rate=0.15, kinds=KINDS, seed=1) as proxy:
-        runs, failures = converge(["pyramid", "build", f"s3://{bucket}/faulty.zarr",
+        converge(["pyramid", "build", f"s3://{bucket}/faulty.zarr",
                                    "--executor", "sync", "--levels", "3", *_opts(proxy.url)])  # fmt: skip
         assert sum(proxy.injected.values()) > 5, proxy.injected
         proxy.rate = 0.0
@@ -116,9 +116,7 @@ def test_a_virtual_backfill_through_a_faulty_network(s3_endpoint: str) -> None:
               "2025-08-01T00", "--executor", "sync", "--workers", "3"]  # fmt: skip
     converge([*common, "--repo", f"s3://{bucket}/clean", *_opts(s3_endpoint, region=False)])
     with FaultProxy(s3_endpoint, rate=0.1, kinds=KINDS, seed=3) as proxy:
-        runs, failures = converge(
-            [*common, "--repo", f"s3://{bucket}/faulty", *_opts(proxy.url, region=False)]
-        )
+        converge([*common, "--repo", f"s3://{bucket}/faulty", *_opts(proxy.url, region=False)])
         assert sum(proxy.injected.values()) > 3, proxy.injected
         proxy.rate = 0.0
         opened = {}
