@@ -48,6 +48,7 @@ class FaultProxy:
         self.requests = 0
         self.hold_match: Match | None = None
         self.held = threading.Event()
+        self.forward_held = True
         self._release = threading.Event()
         proxy = self
 
@@ -81,7 +82,10 @@ class FaultProxy:
         self.held.clear()
         self._release.clear()
 
-    def release(self) -> None:
+    def release(self, forward: bool = True) -> None:
+        """Let the held request go on (`forward`: to the server, as if it had left the dead
+        client's socket; else dropped, as if the kill had cut it off)."""
+        self.forward_held = forward
         self.hold_match = None
         self._release.set()
 
@@ -101,6 +105,9 @@ class FaultProxy:
         if match is not None and match(req.command, req.path):
             self.held.set()
             self._release.wait()
+            if not self.forward_held:
+                _abort(req)
+                return
         kind = self._pick()
         if kind == "503":
             payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"

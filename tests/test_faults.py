@@ -126,3 +126,60 @@ def test_a_virtual_backfill_through_a_faulty_network(s3_endpoint: str) -> None:
                 f"s3://{bucket}/{name}", credentials="env", store_options=options
             ).load()
     assert opened["faulty"].identical(opened["clean"])
+
+
+def _start(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([EXE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_when_held(proxy: FaultProxy, proc: subprocess.Popen[str], forward: bool) -> None:
+    """SIGKILL the process while the proxy holds its request, then let the request go on."""
+    assert proxy.held.wait(timeout=120), proc.communicate()[1] if proc.poll() is not None else ""
+    proc.kill()
+    proc.wait(timeout=60)
+    proxy.release(forward)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lands", [False, True], ids=["put-lost", "put-lands-after-death"])
+def test_killed_while_writing_a_manifest(s3_endpoint: str, lands: bool) -> None:
+    bucket = make_bucket(s3_endpoint)
+    root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
+    zarrgen.cordex_v3(root.child("data"))
+    scope = "cordex/a.zarr"
+    with FaultProxy(s3_endpoint) as proxy:
+        argv = ["archive", "partition", "--data", f"s3://{bucket}/data", "--manifests",
+                f"s3://{bucket}/m", "--t-max", "5000", "--t-hot", "100", "--t-min", "3000",
+                *_opts(proxy.url)]  # fmt: skip
+        proxy.hold(lambda method, path: method == "PUT" and path.endswith("/manifest.json"))
+        _kill_when_held(proxy, _start(argv), lands)
+        show = subprocess.run([EXE, "archive", "show", scope, "--manifests", f"s3://{bucket}/m",
+                               "--json", *_opts(proxy.url)], capture_output=True, text=True)  # fmt: skip
+        if lands:  # a reader sees the whole manifest, never part of one
+            assert show.returncode == 0 and json.loads(show.stdout)["epoch"] == 1
+        else:
+            assert show.returncode == 1 and "no manifest for scope" in show.stderr
+        assert converge(argv)[0] == 1
+    stored = json.loads(storage.get(root, f"m/{scope}/manifest.json").data)
+    assert stored["epoch"] == 1 and stored["blobs"]  # the rerun converged on one epoch
+
+
+@pytest.mark.slow
+def test_killed_while_writing_the_pyramid_root(s3_endpoint: str) -> None:
+    bucket = make_bucket(s3_endpoint)
+    root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
+    synthetic.write_store(root.child("p.zarr"), shape=(64, 96), shards=(32, 32))
+    before = storage.get(root, "p.zarr/zarr.json").data
+    with FaultProxy(s3_endpoint) as proxy:
+        argv = ["pyramid", "build", f"s3://{bucket}/p.zarr", "--executor", "sync",
+                "--levels", "2", *_opts(proxy.url)]  # fmt: skip
+        proxy.hold(lambda method, path: method == "PUT" and path.endswith("/p.zarr/zarr.json"))
+        _kill_when_held(proxy, _start(argv), forward=False)
+        # a reader sees the root as it was: whole, level 0 unchanged, no half-made layout
+        assert storage.get(root, "p.zarr/zarr.json").data == before
+        assert converge(argv)[0] == 1
+        res = subprocess.run([EXE, "pyramid", "verify", f"s3://{bucket}/p.zarr", "--private",
+                              "--executor", "sync", *_opts(proxy.url)],
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert "multiscales" in json.loads(storage.get(root, "p.zarr/zarr.json").data)["attributes"]
