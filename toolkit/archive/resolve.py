@@ -183,6 +183,97 @@ class Trie:
                 return node.scope[0].scope
         return None
 
+    def lookup_many(self, keys: Iterable[str]) -> list[Resolution]:
+        """`lookup` of every key, answers unchanged, for batches (event streams, listings).
+
+        The trie is walked once per prefix (the key up to its chunk part: its array, mostly)
+        and the answer kept for every key below it; a key then costs a split, a dict hit
+        and, in a bucketed array, its index arithmetic. A prefix whose trie node has children
+        (a cut could lie deeper) is never memoised: those keys take `lookup`.
+        """
+        memo: dict[str, Any] = {}
+        out: list[Resolution] = []
+        append = out.append
+        for key in keys:
+            i = _split(key)
+            head = key[:i] if i > 0 else None
+            entry = memo.get(head, _MISSING) if head is not None else None
+            if entry is _MISSING:
+                entry = memo[head] = self._array(head)  # type: ignore[index]
+            if entry is None:
+                append(self.lookup(key))
+                continue
+            rest = key[i + 1 :]
+            if rest.rpartition("/")[2] in entry.names:
+                append(entry.hot)
+            elif entry.fixed is not None:
+                append(entry.fixed)
+            else:
+                append(self._bucketed(entry, rest))
+        return out
+
+    def _array(self, head: str) -> _Array | None:
+        """The walk of `lookup` over `head`'s segments, kept; None when deeper segments could
+        still meet a trie node."""
+        parts = head.split("/")
+        node: _Node | None = self._root
+        best: _Node | None = None
+        depth = 0
+        scope: tuple[Manifest, frozenset[str]] | None = None
+        pin: Resolution | None = None
+        for i, seg in enumerate(parts):
+            node = node.children.get(seg) if node is not None else None
+            if node is None:
+                break
+            if node.scope is not None:
+                scope = node.scope
+            if node.pin is not None:
+                pin = node.pin
+            if node.cut is not None:
+                best, depth = node, i
+        if node is not None and node.children:
+            return None
+        entry = _Array()
+        if scope is not None:
+            entry.names = scope[1]
+            entry.hot = Resolution("hot", scope[0].scope, None, "hot_always", scope[0].epoch)
+        if pin is not None:
+            entry.fixed = pin
+        elif best is None:
+            entry.fixed = (
+                UNMANAGED
+                if scope is None
+                else Resolution(
+                    "unmanaged", scope[0].scope, None, "not partitioned yet", scope[0].epoch
+                )
+            )
+        elif best.bucket is None:
+            entry.fixed = best.cut
+        else:
+            cut = best.cut
+            assert cut is not None
+            entry.bucket = (best.bucket, cut.blob or "", best.bucket.width, cut.scope, cut.epoch)
+            between = parts[depth + 1 :]
+            entry.pre = "/".join(between) + "/" if between else ""
+        return entry
+
+    @staticmethod
+    def _bucketed(entry: _Array, rest: str) -> Resolution:
+        assert entry.bucket is not None
+        bucket, base, width, scope, epoch = entry.bucket
+        index = bucket.first_index(entry.pre + rest)
+        if index is None:
+            return Resolution(
+                "unmanaged", scope, None, "not a chunk key of a bucketed array", epoch
+            )
+        n = index // width
+        answer = entry.shared.get(n)
+        if answer is None:
+            answer = entry.shared[n] = Resolution(
+                "blob", scope, bucket_id(base, index, width), "bucket", epoch
+            )
+        return answer
+
     def lookup(self, key: str) -> Resolution:
         parts = key.split("/")
         node = self._root
@@ -230,6 +321,33 @@ class Trie:
             "bucket",
             cut.epoch,
         )
+
+
+class _Array:
+    """What `lookup_many` knows of one prefix (an array path, usually): everything a key below
+    it resolves to, but for its basename (hot names) and, in a bucketed array, its index."""
+
+    __slots__ = ("bucket", "fixed", "hot", "names", "pre", "shared")
+
+    def __init__(self) -> None:
+        self.names: frozenset[str] = _DEFAULT_NAMES
+        self.hot: Resolution = Resolution("hot", None, None, "hot_always", None)
+        self.fixed: Resolution | None = None
+        self.bucket: tuple[Bucket, str, int, str | None, int | None] | None = None
+        self.pre = ""  # the segments between the bucketed cut and the prefix's end, with "/"
+        self.shared: dict[int, Resolution] = {}  # bucket number -> its (shared) answer
+
+
+_MISSING = object()
+
+
+def _split(key: str) -> int:
+    """Where a key's chunk part starts ("/c/" or "/c." of the default encoding), else its
+    last "/": the prefix before it is what `lookup_many` memoises."""
+    i = key.find("/c/")
+    if i < 0:
+        i = key.find("/c.")
+    return i if i >= 0 else key.rfind("/")
 
 
 def _scope_below(node: _Node) -> str | None:
