@@ -373,10 +373,12 @@ def resolve(
         loaded, broken = _load(m)
         trie = Trie(loaded)
         todo = keys or [line.strip() for line in sys.stdin if line.strip()]
+        plain = root is None and not any("://" in k or k.startswith("/") for k in todo)
+        answers = trie.lookup_many(todo) if plain else [trie.resolve(k, root) for k in todo]
         results = []
-        for k in todo:
+        for k, answer in zip(todo, answers, strict=True):
             lost = next((s for s in broken if _under(k, s)), None)
-            results.append((k, _unreadable(lost) if lost else trie.resolve(k, root).to_dict()))
+            results.append((k, _unreadable(lost) if lost else answer.to_dict()))
     if as_json:
         with _errors():
             tiers = _tiers_of(m, {r["scope"] for _, r in results if r["kind"] == "blob"})

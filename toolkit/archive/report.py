@@ -46,19 +46,20 @@ def summarise(
     """Group objects (and events) by resolution; a blob's recall = one mount + bytes / rate."""
     rows: dict[tuple[str | None, str | None, str], BlobStats] = {}
 
-    def row(key: str) -> BlobStats:
-        r = trie.lookup(key)
+    def row(r: Any) -> BlobStats:
         ident = (r.scope, r.blob, r.kind)
         if ident not in rows:
             rows[ident] = BlobStats(r.scope, r.blob, r.kind)
         return rows[ident]
 
-    for key, size in objects:
-        s = row(key)
+    listed = list(objects)
+    for (_, size), r in zip(listed, trie.lookup_many(k for k, _ in listed), strict=True):
+        s = row(r)
         s.bytes += size
         s.objects += 1
-    for e in events:
-        s = row(e.key)
+    evs = list(events)
+    for e, r in zip(evs, trie.lookup_many(e.key for e in evs), strict=True):
+        s = row(r)
         if e.event == "read":
             s.reads += 1
         elif e.event == "write":

@@ -187,29 +187,45 @@ class Trie:
         """`lookup` of every key, answers unchanged, for batches (event streams, listings).
 
         The trie is walked once per prefix (the key up to its chunk part: its array, mostly)
-        and the answer kept for every key below it; a key then costs a split, a dict hit
+        and what it found kept for every key below it; a key then costs a split, a dict hit
         and, in a bucketed array, its index arithmetic. A prefix whose trie node has children
         (a cut could lie deeper) is never memoised: those keys take `lookup`.
         """
-        memo: dict[str, Any] = {}
+        memo: dict[str, tuple[Any, ...]] = {}
         out: list[Resolution] = []
         append = out.append
+        lookup = self.lookup
+        outside = _unpacked(_OUTSIDE)
         for key in keys:
-            i = _split(key)
-            head = key[:i] if i > 0 else None
-            entry = memo.get(head, _MISSING) if head is not None else None
-            if entry is _MISSING:
-                entry = memo[head] = self._array(head)  # type: ignore[index]
+            i = key.find("/c/")
+            chunked = i > 0
+            if not chunked:
+                i = _split(key)
+                if i <= 0:
+                    append(lookup(key))
+                    continue
+            head = key[:i]
+            known = memo.get(head)
+            if known is None:
+                if head.partition("/")[0] in self._root.children:
+                    known = memo[head] = _unpacked(self._array(head))
+                else:  # outside every loaded prefix from its first segment
+                    known = memo[head] = outside
+            entry, fixed, names, hot, digit_names, plain, width, shared = known
             if entry is None:
-                append(self.lookup(key))
-                continue
-            rest = key[i + 1 :]
-            if rest.rpartition("/")[2] in entry.names:
-                append(entry.hot)
-            elif entry.fixed is not None:
-                append(entry.fixed)
+                append(lookup(key))
+            elif (digit_names or key[-1] not in _DIGITS) and key[key.rfind("/") + 1 :] in names:
+                append(hot)
+            elif fixed is not None:
+                append(fixed)
+            elif plain and chunked:  # "<head>/c/<n>[/...]"
+                j = key.find("/", i + 3)
+                digits = key[i + 3 : j] if j > 0 else key[i + 3 :]
+                # isdigit, then int: what Bucket.first_index does, so the answers stay the same
+                answer = shared.get(int(digits) // width) if digits.isdigit() else None
+                append(answer if answer is not None else self._bucketed(entry, key[i + 1 :]))
             else:
-                append(self._bucketed(entry, rest))
+                append(self._bucketed(entry, key[i + 1 :]))
         return out
 
     def _array(self, head: str) -> _Array | None:
@@ -233,6 +249,8 @@ class Trie:
                 best, depth = node, i
         if node is not None and node.children:
             return None
+        if scope is None and pin is None and best is None:
+            return _OUTSIDE  # outside every scope: one shared answer
         entry = _Array()
         if scope is not None:
             entry.names = scope[1]
@@ -255,6 +273,10 @@ class Trie:
             entry.bucket = (best.bucket, cut.blob or "", best.bucket.width, cut.scope, cut.epoch)
             between = parts[depth + 1 :]
             entry.pre = "/".join(between) + "/" if between else ""
+            entry.width = best.bucket.width
+            entry.plain = (
+                not between and best.bucket.encoding == "default" and (best.bucket.separator == "/")
+            )
         return entry
 
     @staticmethod
@@ -327,7 +349,7 @@ class _Array:
     """What `lookup_many` knows of one prefix (an array path, usually): everything a key below
     it resolves to, but for its basename (hot names) and, in a bucketed array, its index."""
 
-    __slots__ = ("bucket", "fixed", "hot", "names", "pre", "shared")
+    __slots__ = ("bucket", "fixed", "hot", "names", "plain", "pre", "shared", "width")
 
     def __init__(self) -> None:
         self.names: frozenset[str] = _DEFAULT_NAMES
@@ -336,9 +358,32 @@ class _Array:
         self.bucket: tuple[Bucket, str, int, str | None, int | None] | None = None
         self.pre = ""  # the segments between the bucketed cut and the prefix's end, with "/"
         self.shared: dict[int, Resolution] = {}  # bucket number -> its (shared) answer
+        self.plain = False  # bucketed, default encoding, "/": the index is the segment after c
+        self.width = 1
 
 
-_MISSING = object()
+_DIGITS = frozenset("0123456789")
+
+
+def _unpacked(entry: _Array | None) -> tuple[Any, ...]:
+    """An entry as the tuple `lookup_many` unpacks per key (fields cost more than a tuple)."""
+    if entry is None:
+        return (None,) * 8
+    digit_names = any(n[-1:] in _DIGITS for n in entry.names)  # else a key ending in a digit
+    return (  # cannot be a hot name, and its basename need not be cut out
+        entry,
+        entry.fixed,
+        entry.names,
+        entry.hot,
+        digit_names,
+        entry.plain,
+        entry.width,
+        entry.shared,
+    )
+
+
+_OUTSIDE = _Array()
+_OUTSIDE.fixed = UNMANAGED
 
 
 def _split(key: str) -> int:
