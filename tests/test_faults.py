@@ -23,6 +23,7 @@ from toolkit.pyramid import synthetic
 
 EXE = str(Path(sys.executable).parent / "toolkit")
 KINDS = ("503", "slow", "drop", "lost")
+SERVERS = ["s3_endpoint", "seaweed_endpoint"]  # an emulator (moto), a real S3 server
 
 
 def _opts(endpoint: str, region: bool = True) -> list[str]:
@@ -54,7 +55,9 @@ def _objects(store: storage.Store, prefix: str, skip: tuple[str, ...] = ()) -> d
 
 
 @pytest.mark.slow
-def test_a_pyramid_build_through_a_faulty_network(s3_endpoint: str) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_pyramid_build_through_a_faulty_network(server: str, request) -> None:
+    s3_endpoint = request.getfixturevalue(server)
     bucket = make_bucket(s3_endpoint)
     root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
     for name in ("clean.zarr", "faulty.zarr"):
@@ -83,7 +86,9 @@ def test_a_pyramid_build_through_a_faulty_network(s3_endpoint: str) -> None:
 
 
 @pytest.mark.slow
-def test_an_archive_scan_through_a_faulty_network(s3_endpoint: str) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_archive_scan_through_a_faulty_network(server: str, request) -> None:
+    s3_endpoint = request.getfixturevalue(server)
     bucket = make_bucket(s3_endpoint)
     root = storage.open_store(f"s3://{bucket}", **s3_options(s3_endpoint))
     for scope in ("cordex/a.zarr", "cordex/b.zarr", "other/c.zarr"):
@@ -102,7 +107,9 @@ def test_an_archive_scan_through_a_faulty_network(s3_endpoint: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_virtual_backfill_through_a_faulty_network(s3_endpoint: str) -> None:
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_virtual_backfill_through_a_faulty_network(server: str, request) -> None:
+    s3_endpoint = request.getfixturevalue(server)
     from toolkit.virtual.reader import open_dataset
     from toolkit.virtual.simulate import make_archive
 

@@ -117,7 +117,10 @@ def test_rebuild_from_with_other_settings_refused(good):
     )
 
 
-def test_s3_store_through_the_cli(s3_endpoint):
+@pytest.mark.parametrize("server", ["s3_endpoint", "seaweed_endpoint"])
+def test_s3_store_through_the_cli(server, request):
+    """Build and verify on S3: an emulator (moto) and a real server (SeaweedFS)."""
+    s3_endpoint = request.getfixturevalue(server)
     bucket = make_bucket(s3_endpoint)
     url = f"s3://{bucket}/global.zarr"
     store = storage.open_store(url, **s3_options(s3_endpoint))

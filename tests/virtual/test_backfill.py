@@ -105,18 +105,23 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
 
 
-def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(s3_endpoint):
-    """Four workers, forks merged two at a time: two commit nodes (Icechunk arbitrates
-    concurrent commits on an object store), and a gate that probes all 12 files on the branch."""
+@pytest.mark.parametrize("server", ["s3_endpoint", "seaweed_endpoint"])
+def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(
+    server, request, local_cluster
+):
+    """Four blocks, forks merged two at a time: two commit nodes, run at once on two worker
+    processes, their commits racing on the server (Icechunk arbitrates concurrent commits on an
+    object store; SeaweedFS is a real S3 server), and a gate that probes all 12 files."""
     from tests.conftest import make_bucket, s3_options
     from tests.virtual.test_repo import public_bucket
 
-    opts = s3_options(s3_endpoint)
+    endpoint = request.getfixturevalue(server)
+    opts = s3_options(endpoint)
     _, files, ds = sim(
-        storage.open_store(f"s3://{public_bucket(s3_endpoint)}/src", **opts),
-        storage.open_store(f"s3://{make_bucket(s3_endpoint)}/repo", **opts),
+        storage.open_store(f"s3://{public_bucket(endpoint)}/src", **opts),
+        storage.open_store(f"s3://{make_bucket(endpoint)}/repo", **opts),
     )
-    report = backfill(ds, start=START, workers=4, executor="sync", fan_in=2)
+    report = backfill(ds, start=START, workers=4, cluster=local_cluster, fan_in=2)
     out = report.stage("commit").result
     assert len(out.commits) == 2 and len(out.ingested) == 12
     assert report.stage("commit").nodes == 2

@@ -55,7 +55,7 @@ def stores(kind: str, tmp_path, request) -> tuple[storage.Store, storage.Store]:
         return storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     from tests.virtual.test_repo import public_bucket
 
-    endpoint = request.getfixturevalue("s3_endpoint")
+    endpoint = request.getfixturevalue("s3_endpoint" if kind == "s3" else "seaweed_endpoint")
     opts = s3_options(endpoint)
     return (
         storage.open_store(f"s3://{public_bucket(endpoint)}/src", **opts),
@@ -155,7 +155,7 @@ class Reader(threading.Thread):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", "s3", "seaweed"])
 def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_workers):
     src, repo_store = stores(kind, tmp_path, request)
     archive = make_archive(src, kind="gfs", inits=INITS, leads=[0, 3, 6], publish=False)
