@@ -31,6 +31,9 @@ def s3_endpoint() -> Iterator[str]:
     server.stop()
 
 
+ROTATING = 400  # identities ROT0000.. on the real S3 server, for credential-expiry tests
+
+
 def _free_port() -> int:
     import socket
 
@@ -97,7 +100,11 @@ def seaweed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "name": "reader",
         "credentials": [{"accessKey": "READER", "secretKey": "reader-secret"}],
         "actions": ["Read:readable", "List:readable"],  # one bucket: any other is denied
-    }]}))  # fmt: skip
+    }] + [{
+        "name": f"rotating{n}",  # short-lived keys a refreshing provider hands out in turn
+        "credentials": [{"accessKey": f"ROT{n:04d}", "secretKey": f"rot-secret-{n}"}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    } for n in range(ROTATING)]}))  # fmt: skip
     port = _free_port()
     ports = [f"-{name}={_free_port()}" for name in
              ("master.port", "volume.port", "filer.port", "webdav.port", "admin.port")]  # fmt: skip

@@ -38,11 +38,15 @@ class FaultProxy:
         kinds: tuple[str, ...] = ("503", "slow", "drop"),
         delay: float = 0.3,
         seed: int = 0,
+        expires: Callable[[str], float | None] | None = None,
     ) -> None:
         target = urlparse(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.rate, self.kinds, self.delay = rate, kinds, delay
         self.rng = random.Random(seed)
+        self.expires = expires  # access key -> when it stops being accepted (epoch seconds)
+        self.expired: Counter[str] = Counter()  # refused as expired, per access key
+        self.keys: set[str] = set()  # access keys seen
         self.lock = threading.Lock()
         self.injected: Counter[str] = Counter()
         self.requests = 0
@@ -89,6 +93,20 @@ class FaultProxy:
         self.hold_match = None
         self._release.set()
 
+    def _expired(self, req: BaseHTTPRequestHandler) -> bool:
+        """Refuse a request signed with a key past its expiry (400 ExpiredToken, as S3 does)."""
+        key = _access_key(req)
+        if key is None:
+            return False
+        self.keys.add(key)
+        assert self.expires is not None
+        until = self.expires(key)
+        if until is None or time.time() <= until:
+            return False
+        self.expired[key] += 1
+        _refuse(req, 400, "ExpiredToken", "The provided token has expired.")
+        return True
+
     def _pick(self) -> str | None:
         with self.lock:
             self.requests += 1
@@ -108,6 +126,8 @@ class FaultProxy:
             if not self.forward_held:
                 _abort(req)
                 return
+        if self.expires is not None and self._expired(req):
+            return
         kind = self._pick()
         if kind == "503":
             payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
@@ -139,6 +159,49 @@ class FaultProxy:
         req.end_headers()
         if req.command != "HEAD":
             req.wfile.write(data)
+
+
+def _access_key(req: BaseHTTPRequestHandler) -> str | None:
+    auth = req.headers.get("Authorization") or ""
+    _, found, rest = auth.partition("Credential=")
+    return rest.split("/", 1)[0] if found else None
+
+
+def _refuse(req: BaseHTTPRequestHandler, status: int, code: str, message: str) -> None:
+    payload = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+    req.send_response(status)
+    req.send_header("Content-Type", "application/xml")
+    req.send_header("Content-Length", str(len(payload)))
+    req.end_headers()
+    if req.command != "HEAD":
+        req.wfile.write(payload)
+
+
+class Rotating:
+    """A refreshing credential provider over short-lived keys: key n is handed out during
+    [t0 + n*ttl, t0 + (n+1)*ttl) and expires at its end; the proxy refuses it after that
+    (`expires`), as a server refuses an expired session token."""
+
+    def __init__(self, t0: float, ttl: float, count: int, grace: float = 0.5) -> None:
+        self.t0, self.ttl, self.count, self.grace = t0, ttl, count, grace
+        self.calls = 0
+
+    def __call__(self) -> dict[str, object]:
+        from datetime import UTC, datetime
+
+        self.calls += 1
+        n = min(int((time.time() - self.t0) / self.ttl), self.count - 1)
+        return {
+            "access_key_id": f"ROT{n:04d}",
+            "secret_access_key": f"rot-secret-{n}",
+            "token": None,
+            "expires_at": datetime.fromtimestamp(self.t0 + (n + 1) * self.ttl, UTC),
+        }
+
+    def expires(self, access_key: str) -> float | None:
+        if not access_key.startswith("ROT"):
+            return None
+        return self.t0 + (int(access_key[3:]) + 1) * self.ttl + self.grace
 
 
 def _abort(req: BaseHTTPRequestHandler) -> None:

@@ -190,3 +190,41 @@ def test_killed_while_writing_the_pyramid_root(s3_endpoint: str) -> None:
                              capture_output=True, text=True, timeout=600)  # fmt: skip
         assert res.returncode == 0, res.stdout + res.stderr
     assert "multiscales" in json.loads(storage.get(root, "p.zarr/zarr.json").data)["attributes"]
+
+
+@pytest.mark.slow
+def test_a_long_build_survives_its_credentials_expiring(seaweed_endpoint: str) -> None:
+    """Level 0 is read and every level written with keys that live 0.3 s each, handed out by a
+    provider that refreshes; the server side (the proxy) refuses a key once it has expired.
+    The build spans many keys and succeeds; the same build holding one key fails, in one
+    exception that says the token expired."""
+    import time
+
+    from tests.conftest import ROTATING
+    from tests.faults import Rotating
+    from toolkit.pyramid.build import build
+
+    bucket = make_bucket(seaweed_endpoint)
+    where = s3_options(seaweed_endpoint)
+    for name in ("p.zarr", "q.zarr"):
+        synthetic.write_store(storage.open_store(f"s3://{bucket}/{name}", **where),
+                              shape=(256, 512), shards=(32, 32))  # fmt: skip
+    t0 = time.time()
+    rotating = Rotating(t0, ttl=0.3, count=ROTATING)
+    with FaultProxy(seaweed_endpoint, expires=rotating.expires) as proxy:
+        options = {**where, "endpoint": proxy.url}
+        store = storage.open_store(f"s3://{bucket}/p.zarr", credential_provider=rotating, **options)
+        report = build(store, levels=3, executor="sync")
+        assert len(proxy.keys) >= 4, (proxy.keys, time.time() - t0)  # it outlived 3 keys
+        assert rotating.calls >= len(proxy.keys)
+        assert not proxy.expired, proxy.expired  # refreshed before expiry, never after
+        assert report.stages[-1].gate_have == report.stages[-1].gate_want
+        stale = Rotating(time.time(), ttl=0.3, count=1)  # one key, never renewed
+        fixed = stale()
+        held = storage.open_store(
+            f"s3://{bucket}/q.zarr", credential_provider=lambda: {**fixed, "expires_at": None},
+            **options,
+        )  # fmt: skip
+        proxy.expires = stale.expires
+        with pytest.raises(Exception, match=r"(?i)expired"):
+            build(held, levels=3, executor="sync")
