@@ -69,6 +69,14 @@ def _newer_format(path: Path) -> None:
     path.write_bytes(bytes(head))
 
 
+def _built_then_changed(w: Path) -> None:
+    """Build good.zarr's pyramid, then write new values into one level-0 chunk."""
+    res = CliRunner().invoke(app, ["pyramid", "build", str(w / "good.zarr"), "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    field = zarr.open_array(str(w / "good.zarr"), path="field", mode="r+")
+    field[:4, :4] = 7.0
+
+
 SYNC = ("--executor", "sync")
 S3 = ("--endpoint", "{s3}", "--region", "us-east-1", "--allow-http", "--path-style")
 SW = ("--endpoint", "{sw}", "--region", "us-east-1", "--allow-http", "--path-style")
@@ -188,6 +196,13 @@ CASES: tuple[Case, ...] = (
         2,
         ("plan.json", "--rebuild-from 2x"),
         setup=_write("good.zarr/.pyramid/plan.json", '{"tool": "someone else"}'),
+    ),
+    Case(
+        "a store whose level 0 changed after its pyramid was built",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        2,
+        ("good.zarr", "level 0 changed since the last build", "--rebuild-from 2x"),
+        setup=_built_then_changed,
     ),
     Case(
         "`pyramid verify --sample 0`",
