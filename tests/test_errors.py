@@ -181,7 +181,7 @@ CASES: tuple[Case, ...] = (
         "a zero-size array",
         ("pyramid", "plan", "zero.zarr"),
         2,
-        ("'v'", "coordinate 'lat' needs >= 2 values"),
+        ("'v'", "is empty (shape (0, 32))", "write data first"),
     ),
     Case(
         "a corrupt `.pyramid/plan.json`",

@@ -145,6 +145,11 @@ def read_source(store: storage.Store, variables: list[str] | None = None) -> Sou
             f"{store.url}: no array to pyramid ({detail or 'the root has no array of 2+ dims'})"
         )
     for name, meta in candidates.items():
+        if 0 in meta.shape:
+            raise PlanError(
+                f"array {name!r} is empty (shape {tuple(meta.shape)}): there is nothing to "
+                "pyramid; write data first, or pick another with --variable"
+            )
         for d in meta.dims[-2:]:
             if len(coords[d]) != meta.shape[meta.dims.index(d)]:
                 raise PlanError(f"array {name!r}: coordinate {d!r} length differs from its dim")
