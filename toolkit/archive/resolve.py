@@ -232,21 +232,7 @@ class Trie:
         """The walk of `lookup` over `head`'s segments, kept; None when deeper segments could
         still meet a trie node."""
         parts = head.split("/")
-        node: _Node | None = self._root
-        best: _Node | None = None
-        depth = 0
-        scope: tuple[Manifest, frozenset[str]] | None = None
-        pin: Resolution | None = None
-        for i, seg in enumerate(parts):
-            node = node.children.get(seg) if node is not None else None
-            if node is None:
-                break
-            if node.scope is not None:
-                scope = node.scope
-            if node.pin is not None:
-                pin = node.pin
-            if node.cut is not None:
-                best, depth = node, i
+        node, best, depth, scope, pin = self._walk(parts)
         if node is not None and node.children:
             return None
         if scope is None and pin is None and best is None:
@@ -296,15 +282,16 @@ class Trie:
             )
         return answer
 
-    def lookup(self, key: str) -> Resolution:
-        parts = key.split("/")
-        node = self._root
+    def _walk(self, parts: list[str]) -> tuple[Any, ...]:
+        """Down the trie along `parts`: (the node reached, None if the walk fell off; the
+        deepest cut, its segment index; the scope; the deepest pin)."""
+        node: _Node | None = self._root
         best: _Node | None = None
         depth = 0
         scope: tuple[Manifest, frozenset[str]] | None = None
         pin: Resolution | None = None
         for i, seg in enumerate(parts):
-            node = node.children.get(seg)  # type: ignore[assignment]
+            node = node.children.get(seg) if node is not None else None
             if node is None:
                 break
             if node.scope is not None:
@@ -313,6 +300,11 @@ class Trie:
                 pin = node.pin
             if node.cut is not None:
                 best, depth = node, i
+        return node, best, depth, scope, pin
+
+    def lookup(self, key: str) -> Resolution:
+        parts = key.split("/")
+        _, best, depth, scope, pin = self._walk(parts)
         names = scope[1] if scope is not None else _DEFAULT_NAMES
         if parts[-1] in names:
             where = scope[0] if scope is not None else None

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from toolkit import storage
-from toolkit.archive.manifests import MANIFEST_NAME
 from toolkit.archive.tiers import TierError, TierState
 
 __all__ = ["TIERS_NAME", "TierConflict", "TierStore"]
@@ -76,6 +75,3 @@ class TierStore:
             f"tier state of scope {scope!r} at {self.store.url} changed {RETRIES} times while "
             "being updated; nothing was written: rerun"
         )
-
-    def has_manifest(self, scope: str) -> bool:
-        return storage.exists(self.store, f"{scope}/{MANIFEST_NAME}")
