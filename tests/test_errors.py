@@ -130,6 +130,12 @@ CASES: tuple[Case, ...] = (
         ("'field'", "flag", "--force-method"),
     ),
     Case(
+        "a class map holding a value its flag_values do not declare",
+        ("pyramid", "build", "stray.zarr", *SYNC),
+        1,
+        ("'field'", "hold 9", "declared classes", "y=21, x=33", "add 9 to its flag_values"),
+    ),
+    Case(
         "`--method mode` on a float field",
         ("pyramid", "build", "good.zarr", "--method", "mode", *SYNC),
         2,
@@ -577,6 +583,11 @@ def _build_world(w: Path) -> None:
         storage.open_store(str(w / "classes.zarr")), shape=(40, 60), shards=(16, 16),
         kind="categorical",
     )  # fmt: skip
+    synthetic.write_store(
+        storage.open_store(str(w / "stray.zarr")), shape=(40, 60), shards=(16, 16),
+        kind="categorical",
+    )  # fmt: skip
+    zarr.open_array(str(w / "stray.zarr"), path="field", mode="r+")[21, 33] = 9
     _odd_store(w / "odd.zarr")
     g = zarr.open_group(str(w / "nocoords.zarr"), mode="w")
     g.create_array("v", shape=(32, 32), dtype="f4", chunks=(16, 16), dimension_names=["y", "x"])

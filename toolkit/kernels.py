@@ -20,8 +20,11 @@ from numba import njit
 
 __all__ = [
     "METHODS",
+    "class_counts_level0",
     "joint_valid",
+    "mode_of_class_counts",
     "pool",
+    "pool_class_counts",
     "pool_level0",
     "pool_mode",
 ]
@@ -539,3 +542,185 @@ def pool_mode(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mode of every `factor`x`factor` level-0 window (ties to the smallest label)."""
     return pool(values, valid, "mode", nodata, factor)
+
+
+# --- mode at cascade cost: per-window class counts carried from level to level -----------------
+# A mode level keeps, beside its labels, how many level-0 pixels of each declared class fell in
+# each window ([L, h, w], classes in ascending label order). The next level's counts are 2x2 sums
+# of these, so its mode (the first largest count: ties go to the smallest label) is exactly the
+# mode of its level-0 window, and level 0 is read once, by the first level.
+
+
+@njit(nogil=True, cache=True)
+def _class_counts0(values, lo, lut, f, counts, count):  # pragma: no cover - numba
+    """`lut[clamp(v - lo + 1)]` is v's class, L for nodata, L + 1 for a stray value: every pixel
+    lands in some row of `counts` [L + 2, h, w] with no branch on the data."""
+    h, w = values.shape
+    nl = counts.shape[0] - 2
+    top = lut.shape[0] - 1
+    counts[:] = 0
+    count[:] = 0
+    for y in range(h):
+        oy = y // f
+        crow = count[oy]
+        for x in range(w):
+            d = min(max(np.int64(values[y, x]) - lo + 1, 0), top)
+            c = lut[d]
+            ox = x // f
+            counts[c, oy, ox] += 1
+            crow[ox] += np.uint32(c < nl)
+
+
+@njit(nogil=True, cache=True)
+def _class_counts2(values, lo, lut, counts, count):  # pragma: no cover - numba
+    """Factor 2: a row pair's class indices first, then each class's 2x2 sum by comparisons
+    (the loop over output columns vectorises; no scatter). Rows L, L + 1 as `_class_counts0`."""
+    h, w = values.shape
+    nl = counts.shape[0] - 2
+    oh, ow = count.shape
+    top = lut.shape[0] - 1
+    i0 = np.empty(2 * ow, dtype=np.int32)
+    i1 = np.empty(2 * ow, dtype=np.int32)
+    for oy in range(oh):
+        y0 = 2 * oy
+        for x in range(2 * ow):
+            i0[x] = lut[min(max(np.int64(values[y0, x]) - lo + 1, 0), top)] if x < w else nl
+            i1[x] = (
+                lut[min(max(np.int64(values[y0 + 1, x]) - lo + 1, 0), top)]
+                if x < w and y0 + 1 < h
+                else nl
+            )
+        crow = count[oy]
+        for ox in range(ow):
+            crow[ox] = 0
+        for c in range(nl + 2):
+            row = counts[c, oy]
+            for ox in range(ow):
+                x = 2 * ox
+                n = (
+                    np.int32(i0[x] == c)
+                    + np.int32(i0[x + 1] == c)
+                    + np.int32(i1[x] == c)
+                    + np.int32(i1[x + 1] == c)
+                )
+                row[ox] = n
+                if c < nl:
+                    crow[ox] += np.uint32(n)
+
+
+@njit(nogil=True, cache=True)
+def _pool_counts2(src, dst, count):  # pragma: no cover - numba
+    nl, h, w = src.shape
+    _, oh, ow = dst.shape
+    count[:] = 0
+    for c in range(nl):
+        for oy in range(oh):
+            y0 = 2 * oy
+            has_y1 = y0 + 1 < h
+            for ox in range(ow):
+                x0 = 2 * ox
+                s = np.uint64(src[c, y0, x0])
+                if x0 + 1 < w:
+                    s += np.uint64(src[c, y0, x0 + 1])
+                if has_y1:
+                    s += np.uint64(src[c, y0 + 1, x0])
+                    if x0 + 1 < w:
+                        s += np.uint64(src[c, y0 + 1, x0 + 1])
+                dst[c, oy, ox] = s
+                count[oy, ox] += np.uint32(s)
+
+
+@njit(nogil=True, cache=True)
+def _mode_of_counts(counts, labels, nodata, out):  # pragma: no cover - numba
+    """Rank each class by a key (its count, then the smaller class index) with no branch on
+    the data; a window whose best count is 0 is nodata."""
+    nl, oh, ow = counts.shape
+    key = np.zeros(ow, dtype=np.int64)
+    for oy in range(oh):
+        key[:] = 0
+        for c in range(nl):
+            row = counts[c, oy]
+            tie = np.int64(255 - c)
+            for ox in range(ow):
+                key[ox] = max(key[ox], (np.int64(row[ox]) << 8) | tie)
+        for ox in range(ow):
+            k = key[ox]
+            out[oy, ox] = labels[255 - (k & 255)] if (k >> 8) != 0 else nodata
+
+
+class StrayLabel(ValueError):
+    """A level-0 value that is neither nodata nor one of the declared classes."""
+
+    def __init__(self, value: int, n: int, labels: np.ndarray, at: tuple[int, int]) -> None:
+        self.value, self.n, self.labels, self.at = value, n, labels, at
+        super().__init__(
+            f"{n} pixel(s) hold {value}, which is neither nodata nor one of the declared "
+            f"classes {labels.tolist()} (flag_values)"
+        )
+
+
+def class_lut(labels: np.ndarray, fill: int) -> tuple[int, np.ndarray]:
+    """(lo, lut) for `_class_counts0`: lut[v - lo + 1] is v's class index, L for `fill`, L + 1
+    for anything else (its two ends catch every value outside the table)."""
+    nl = len(labels)
+    lo = min(int(labels[0]), int(fill))
+    hi = max(int(labels[-1]), int(fill))
+    lut = np.full(hi - lo + 3, nl + 1, dtype=np.int64)
+    lut[labels.astype(np.int64) - lo + 1] = np.arange(nl)
+    lut[int(fill) - lo + 1] = nl
+    return lo, lut
+
+
+def class_counts_level0(
+    values: np.ndarray,
+    fill: int,
+    labels: np.ndarray,
+    factor: int = 2,
+    dtype: np.dtype | str = "uint16",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-window counts of each class in a level-0 plane `values[H, W]`: (counts [L, h, w],
+    valid count [h, w] uint32). `labels` is sorted ascending (at most 256); `fill` is nodata;
+    any other value raises `StrayLabel` (its counts would be lost, and the mode with them)."""
+    if values.ndim != 2 or values.dtype.kind not in "iu":
+        raise ValueError(
+            f"class counts want an integer [y, x] plane, got {values.dtype} {values.shape}"
+        )
+    if not 0 < len(labels) <= 256:
+        raise ValueError(f"class counts take 1 to 256 classes, got {len(labels)}")
+    h, w = values.shape
+    oh, ow = -(-h // factor), -(-w // factor)
+    nl = len(labels)
+    counts = np.empty((nl + 2, oh, ow), dtype=dtype)
+    count = np.empty((oh, ow), dtype=np.uint32)
+    lo, lut = class_lut(labels, fill)
+    if factor == 2:
+        _class_counts2(np.ascontiguousarray(values), lo, lut, counts, count)
+    else:
+        _class_counts0(np.ascontiguousarray(values), lo, lut, factor, counts, count)
+    if counts[nl + 1].any():
+        where = np.argwhere((values != fill) & ~np.isin(values, labels))
+        y, x = (int(i) for i in where[0])
+        raise StrayLabel(int(values[y, x]), len(where), labels, (y, x))
+    return counts[:nl], count
+
+
+def pool_class_counts(
+    counts: np.ndarray, dtype: np.dtype | str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Factor-2 sums of class counts [L, H, W] (partial edge windows sum what they have):
+    (counts [L, h, w] in `dtype`, valid count [h, w] uint32)."""
+    nl, h, w = counts.shape
+    out = np.empty((nl, -(-h // 2), -(-w // 2)), dtype=dtype or counts.dtype)
+    count = np.empty(out.shape[1:], dtype=np.uint32)
+    _pool_counts2(np.ascontiguousarray(counts), out, count)
+    return out, count
+
+
+def mode_of_class_counts(
+    counts: np.ndarray, labels: np.ndarray, nodata: int, out_dtype: np.dtype | str
+) -> np.ndarray:
+    """The label with the largest count in each window (ties: the smaller label); `nodata`
+    where a window counts nothing."""
+    out = np.empty(counts.shape[1:], dtype=out_dtype)
+    _mode_of_counts(np.ascontiguousarray(counts), labels, out.dtype.type(nodata), out)
+    return out

@@ -16,6 +16,7 @@ from toolkit.pyramid.plan import (
     PlanError,
     PyramidPlan,
     choose_method,
+    declared_classes,
     plan_pyramid,
 )
 from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource
@@ -58,6 +59,7 @@ def _plan(
         levels=levels,
         max_shard=max_shard,
         method_from=why,
+        classes=declared_classes(src.arrays, src.attrs),
     )
 
 
@@ -92,7 +94,11 @@ def _sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
     for v in lvl.vars:
         a = src.arrays[v.var]
         band_axis = a.dims.index(p.band_dim) if p.band_dim else None
-        if k == 0 or p.method == "mode":
+        if k > 0 and v.classes:  # mode: the parent's class counts, summed 2x2
+            pv = p.levels[k - 1].var(v.var)
+            path = f"{p.levels[k - 1].group}/{pv.classes_name}"
+            out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
+        elif k == 0 or p.method == "mode":
             out.append(VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis))
         else:
             parent = p.levels[k - 1]

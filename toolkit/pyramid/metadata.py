@@ -190,6 +190,53 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 attributes=count_attrs,
                 chunk_key_encoding=v.key_encoding,
             )
+            if v.classes:
+                _create_classes(zstore, lvl.group, v, src.attrs.get(v.var, {}), sharded)
+
+
+def _create_classes(zstore: Any, group: str, v: Any, attrs: dict[str, Any], sharded: bool) -> None:
+    """The class-count array (how many level-0 pixels of each class each window holds: what
+    the next mode level sums, and each class's cover fraction with the count plane) and its
+    class coordinate, labelled with the classes' CF meanings."""
+    shape, dims, shards, chunks = v.classes_layout()
+    labels = np.asarray(v.classes, dtype=v.dtype)
+    meanings = str(attrs.get("flag_meanings", "")).split()
+    flags = [int(x) for x in np.atleast_1d(np.asarray(attrs.get("flag_values", [])))]
+    named = dict(zip(flags, meanings, strict=False)) if len(meanings) == len(flags) else {}
+    coord_attrs: dict[str, Any] = {"long_name": f"class of {v.var}"}
+    if named:
+        coord_attrs |= {
+            "flag_values": labels.tolist(),
+            "flag_meanings": " ".join(named.get(int(c), str(c)) for c in labels),
+        }
+    arr = _create(
+        zstore,
+        f"{group}/{v.class_dim}",
+        shape=labels.shape,
+        dtype=labels.dtype,
+        chunks=labels.shape,
+        dimension_names=[v.class_dim],
+        attributes=coord_attrs,
+    )
+    arr[:] = labels
+    out_attrs = {
+        "long_name": f"level-0 pixels of each class of {v.var} in each cell",
+        "units": "1",
+    }
+    if "grid_mapping" in attrs:
+        out_attrs["grid_mapping"] = attrs["grid_mapping"]
+    _create(
+        zstore,
+        f"{group}/{v.classes_name}",
+        shape=shape,
+        dtype=v.classes_dtype,
+        chunks=chunks,
+        shards=shards if sharded else None,
+        fill_value=0,
+        dimension_names=list(dims),
+        attributes=out_attrs,
+        chunk_key_encoding=v.key_encoding,
+    )
 
 
 def level_attrs(attrs: dict[str, Any], base: Any, v: Any) -> dict[str, Any]:
@@ -225,6 +272,7 @@ def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:
     names += sorted({d for v in lvl.vars for d in v.dims[:-2] if d in src.coords})
     for v in lvl.vars:
         names += [v.var, v.count_name]
+        names += [v.classes_name, v.class_dim] if v.classes else []
     return [f"{group}/zarr.json", *(f"{group}/{n}/zarr.json" for n in names)]
 
 

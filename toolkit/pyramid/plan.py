@@ -36,6 +36,7 @@ __all__ = [
     "check_dtype",
     "child_shard_size",
     "choose_method",
+    "declared_classes",
     "decode_keys",
     "desired_shard",
     "flagged",
@@ -49,6 +50,7 @@ __all__ = [
 TILE = 512
 MAX_SHARD = 4096
 GROW_BELOW = 1024  # shards smaller than this grow level by level (tile chunks inside shards)
+MAX_CLASSES = 64  # declared classes a mode pyramid carries counts of (more: re-read level 0)
 PLAN_KEY = ".pyramid/plan.json"
 BACKUP_KEY = ".pyramid/backup.json"
 
@@ -86,14 +88,16 @@ class ShardTask:
     index: tuple[int, ...]
     data_key: str
     count_key: str
+    classes_key: str | None = None  # the class-count object of a cascading mode level
 
     @property
     def key(self) -> str:
         return self.data_key
 
     @property
-    def objects(self) -> tuple[str, str]:
-        return (self.data_key, self.count_key)
+    def objects(self) -> tuple[str, ...]:
+        extra = (self.classes_key,) if self.classes_key else ()
+        return (self.data_key, self.count_key, *extra)
 
 
 @dataclass(frozen=True)
@@ -112,10 +116,38 @@ class VarLevel:
     count_shards: tuple[int, ...]
     count_chunks: tuple[int, ...]
     key_encoding: dict[str, Any]
+    classes: tuple[int, ...] = ()  # mode with declared classes: their per-window counts cascade
+    classes_dtype: str = "uint16"
 
     @property
     def count_name(self) -> str:
         return f"{self.var}_count"
+
+    @property
+    def classes_name(self) -> str:
+        """The class-count array: level-0 pixels of each class in each window."""
+        return f"{self.var}_class_count"
+
+    @property
+    def class_dim(self) -> str:
+        return f"{self.var}_class"
+
+    def classes_layout(
+        self,
+    ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+        """(shape, dims, shards, chunks) of the class-count array: the class axis before y, x,
+        whole in every shard and chunk."""
+        n = len(self.classes)
+
+        def put(t: tuple[Any, ...], v: Any) -> tuple[Any, ...]:
+            return (*t[:-2], v, *t[-2:])
+
+        return (
+            put(self.shape, n),
+            put(self.dims, self.class_dim),
+            put(self.shards, n),
+            put(self.chunks, n),
+        )
 
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(-(-n // s) for n, s in zip(self.shape, self.shards, strict=True))
@@ -158,6 +190,9 @@ class PyramidPlan:
     @property
     def digest(self) -> str:
         parts = [_Key(f"{lvl.group}:{lvl.tasks.digest}") for lvl in self.levels]
+        carried = {v.var: v.classes for v in self.levels[0].vars if v.classes}
+        if carried:  # what the class counts count is part of what was built
+            parts.append(_Key("classes:" + json.dumps(carried, sort_keys=True)))
         parts.append(_Key("settings:" + json.dumps(self.settings(), sort_keys=True)))
         return stable(parts).digest[:16] + self.source_digest[:8]
 
@@ -342,6 +377,32 @@ def choose_method(
 # ----------------------------------------------------------------------------- planning
 
 
+def declared_classes(
+    arrays: Mapping[str, ArrayMeta], attrs: Mapping[str, Mapping[str, Any]]
+) -> dict[str, tuple[int, ...]]:
+    """Each integer array's classes from CF `flag_values`, nodata (its fill) left out, when
+    there are at most MAX_CLASSES spanning at most 2**16 values; such a mode pyramid carries
+    per-class counts from level to level instead of re-reading level 0 for every level."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, a in arrays.items():
+        flags = attrs.get(name, {}).get("flag_values")
+        if flags is None or np.dtype(a.dtype).kind not in "iu":
+            continue
+        try:
+            values = sorted({int(v) for v in np.atleast_1d(np.asarray(flags)).tolist()})
+        except (TypeError, ValueError):
+            continue
+        labels = tuple(v for v in values if a.fill_value is None or v != int(a.fill_value))
+        if 0 < len(labels) <= MAX_CLASSES and labels[-1] - labels[0] < 2**16:
+            out[name] = labels
+    return out
+
+
+def classes_dtype(k: int) -> str:
+    """Counts of a 2^k x 2^k window: uint16 while 4^k fits, else uint32."""
+    return "uint16" if 4**k <= np.iinfo(np.uint16).max else "uint32"
+
+
 def _output_dtype(method: str, dtype: str) -> str:
     dt = np.dtype(dtype)
     kind = dt.kind
@@ -413,6 +474,8 @@ def _var_level(
     band_dim: str | None,
     shape: tuple[int, int],
     shard_yx: tuple[int, int],
+    classes: tuple[int, ...] = (),
+    k: int = 1,
 ) -> VarLevel:
     lead = len(a.shape) - 2
     out_shape = (*a.shape[:lead], *shape)
@@ -442,6 +505,8 @@ def _var_level(
         count_shards=tuple(shards[d] for d in keep),
         count_chunks=tuple(chunks[d] for d in keep),
         key_encoding=a.key_encoding,
+        classes=classes if (method == "mode" and band_dim is None) else (),
+        classes_dtype=classes_dtype(k),
     )
 
 
@@ -470,12 +535,17 @@ def _children(
 def _task(group: str, v: VarLevel, idx: tuple[int, ...], band_axis: int | None) -> ShardTask:
     enc = parse_chunk_key_encoding(v.key_encoding)
     cidx = tuple(i for d, i in enumerate(idx) if d != band_axis)
+    classes_key = None
+    if v.classes:
+        kidx = (*idx[:-2], 0, *idx[-2:])
+        classes_key = f"{group}/{v.classes_name}/{enc.encode_chunk_key(kidx)}"
     return ShardTask(
         group=group,
         var=v.var,
         index=idx,
         data_key=f"{group}/{v.var}/{enc.encode_chunk_key(idx)}",
         count_key=f"{group}/{v.count_name}/{enc.encode_chunk_key(cidx)}",
+        classes_key=classes_key,
     )
 
 
@@ -490,10 +560,12 @@ def plan_pyramid(
     max_shard: int = MAX_SHARD,
     max_task_bytes: int = MAX_TASK_BYTES,
     method_from: str = "given",
+    classes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> PyramidPlan:
     """Plan every level from the level-0 arrays and their listed shard keys (relative to each
     array). Refused: more levels than halvings to one pixel, and any level whose largest task
-    would read more than `max_task_bytes`."""
+    would read more than `max_task_bytes`. `classes`: each array's declared classes
+    (`declared_classes`), which a mode pyramid without a band dim carries counts of."""
     spatial, base = _check_arrays(arrays, method, band_dim)
     n_levels = level_count(base, tile) if levels is None else levels
     if n_levels < 1:
@@ -518,6 +590,7 @@ def plan_pyramid(
 
     prev_shards = {n: arrays[n].grid for n in names}
     prev_shape = {n: arrays[n].shape for n in names}
+    prev_classes: dict[str, str] = {}
     out_levels: list[LevelPlan] = []
     naive: list[int] = []
     parent_group = ""
@@ -532,14 +605,28 @@ def plan_pyramid(
             py, px = prev_shards[name][-2:]
             sy = child_shard_size(py, desired_shard(py, max_shard))
             sx = child_shard_size(px, desired_shard(px, max_shard))
-            v = _var_level(a, method, band_dim, shape, (sy, sx))
+            v = _var_level(a, method, band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k)
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
             kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)
             grid = v.grid_shape()
             kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
             n_naive += _prod(grid)
             tasks.extend(_task(group, v, i, band_axis) for i in kids)
-            need = task_bytes(a, v, method, k, prev_shape[name])
+            need = task_bytes(a, v, method, k, prev_shape[name], prev_classes.get(name, ""))
+            if need > max_task_bytes and v.classes:  # too many classes to carry: re-read
+                rest = {n: c for n, c in (classes or {}).items() if n != name}
+                return plan_pyramid(
+                    arrays,
+                    listings,
+                    method=method,
+                    band_dim=band_dim,
+                    levels=levels,
+                    tile=tile,
+                    max_shard=max_shard,
+                    max_task_bytes=max_task_bytes,
+                    method_from=method_from,
+                    classes=rest,
+                )
             if need > max_task_bytes:
                 raise PlanError(
                     f"level {group} of {name!r}: one {method} task would read "
@@ -550,6 +637,7 @@ def plan_pyramid(
             present[name] = kids
             prev_shards[name] = v.shards
             prev_shape[name] = v.shape
+            prev_classes[name] = v.classes_dtype
         out_levels.append(LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks)))
         naive.append(n_naive)
         parent_group = group
@@ -572,17 +660,29 @@ def max_levels(shape: tuple[int, int]) -> int:
     return max(1, *(int(np.ceil(np.log2(n))) if n > 1 else 0 for n in shape))
 
 
-def task_bytes(a: ArrayMeta, v: VarLevel, method: str, k: int, parent: tuple[int, ...]) -> int:
-    """What the largest task of level `k` reads: the block of its source (level 0 for mode,
-    which does not cascade, else the parent level with its count plane) under one shard."""
-    mode = method == "mode"
-    factor = 2**k if mode else 2
-    src = a.shape if (mode or k == 1) else parent
+def task_bytes(
+    a: ArrayMeta,
+    v: VarLevel,
+    method: str,
+    k: int,
+    parent: tuple[int, ...],
+    parent_classes_dtype: str = "",
+) -> int:
+    """What the largest task of level `k` reads: the block of its source under one shard
+    (level 0 for the first level and for mode without class counts, which re-reads it at
+    factor 2^k; else the parent level: its count plane, or its class counts for mode)."""
+    direct = method == "mode" and not v.classes
+    factor = 2**k if direct else 2
+    first = direct or k == 1
+    src = a.shape if first else parent
     block = _prod(v.shards[:-2]) * _prod(
         min(s * factor, n) for s, n in zip(v.shards[-2:], src[-2:], strict=True)
     )
-    item = np.dtype(a.dtype if (mode or k == 1) else v.dtype).itemsize
-    return block * (item + (0 if (mode or k == 1) else 4))
+    if first:
+        return block * np.dtype(a.dtype).itemsize
+    if v.classes:
+        return block * len(v.classes) * np.dtype(parent_classes_dtype or "uint32").itemsize
+    return block * (np.dtype(v.dtype).itemsize + 4)
 
 
 def _prod(xs: Iterable[int]) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["mean_tolerance", "reduce_level0"]
+__all__ = ["class_counts", "mean_tolerance", "reduce_level0"]
 
 MODE_CELLS = 1 << 24  # windows x labels counted at once by the mode reference
 
@@ -88,6 +88,17 @@ def _mode(block: np.ndarray, ok: np.ndarray, factor: int) -> np.ndarray:
         best = labels[np.argmax(tally, axis=1)]  # argmax: the first, so the smallest label
         out[s : s + step] = best
     return out.reshape(lead)
+
+
+def class_counts(block: np.ndarray, fill: Any, labels: np.ndarray, factor: int) -> np.ndarray:
+    """How many valid pixels of each label every window holds: [T, L, h, w] int64 for a
+    level-0 block [T, H, W] (one band: class counts are kept for single-band mode only)."""
+    ok = _valid(block, fill)
+    out = [
+        _windows((block == label) & ok, factor, False).sum(axis=-1, dtype=np.int64)
+        for label in labels
+    ]
+    return np.stack(out, axis=1)
 
 
 def mean_tolerance(level: int, window_abs_max: np.ndarray, dtype: Any) -> np.ndarray:

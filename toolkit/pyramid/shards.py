@@ -3,9 +3,12 @@
 The mean/min/max/sum cascade reads the parent level and its count plane, count-weighted: min,
 max, counts and integer sums equal the reducer on the level-0 window bitwise; a float mean or
 sum at level k is within k ulps (of the window's largest magnitude) of it, each step rounding
-once (`toolkit.pyramid.reference` states and checks this). Mode is not composable, so a mode
-level reads the level-0 window itself (factor 2^k), in row bands to bound memory: exact, at the
-price of one level-0 read per mode level. Every shard is written, an all-nodata one included.
+once (`toolkit.pyramid.reference` states and checks this). Mode is not composable from modes,
+so a mode level with declared classes (CF flag_values) writes how many level-0 pixels of each
+class its windows hold, and the next level sums those 2x2: exact, and level 0 is read once.
+Mode without declared classes reads the level-0 window itself (factor 2^k), in row bands to
+bound memory: exact, at the price of one level-0 read per level. Every shard is written, an
+all-nodata one included.
 """
 
 from __future__ import annotations
@@ -33,12 +36,16 @@ class VarSource:
     src_shape: tuple[int, ...]
     factor: int
     band_axis: int | None
+    from_classes: bool = False  # src_path is the parent's class counts (mode cascade)
 
     def path(self, group: str) -> str:
         return f"{group}/{self.out.var}"
 
     def count_path(self, group: str) -> str:
         return f"{group}/{self.out.count_name}"
+
+    def classes_path(self, group: str) -> str:
+        return f"{group}/{self.out.classes_name}"
 
 
 def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
@@ -77,14 +84,21 @@ def _level0_weights(vals: np.ndarray, fill: Any) -> np.ndarray:
     )
 
 
+def _with_class_axis(reg: tuple[slice, ...], n: int) -> tuple[slice, ...]:
+    return (*reg[:-2], slice(0, n), *reg[-2:])
+
+
 def compute(
     store: storage.Store, spec: VarSource, method: str, index: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(data, count) of one output shard, exactly as the builder writes them."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(data, count, class counts or None) of one output shard, exactly as the builder writes
+    them."""
     out = spec.out
     reg = region(out, index)
+    if method == "mode" and out.classes:
+        return _compute_classes(store, spec, reg)
     if method == "mode" and spec.src_count_path is None:
-        return _compute_banded(store, spec, reg)
+        return (*_compute_banded(store, spec, reg), None)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
     raw = np.asarray(open_array(store, spec.src_path)[sreg])
     vals, lead = _to_canonical(raw, spec.band_axis)
@@ -94,7 +108,52 @@ def compute(
             open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)]
         )
         weights = cnt.reshape((-1, *cnt.shape[-2:]))
-    return _pool_all(vals, weights, lead, spec, method)
+    return (*_pool_all(vals, weights, lead, spec, method), None)
+
+
+class StrayClass(ValueError):
+    """Level 0 holds a value that is neither nodata nor a declared class (names the array)."""
+
+
+def _compute_classes(
+    store: storage.Store, spec: VarSource, reg: tuple[slice, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mode from class counts: level 0's classes counted per 2x2 window, or the parent's
+    counts summed 2x2; the mode is the class with the most (ties: the smaller label)."""
+    out = spec.out
+    labels = np.asarray(out.classes)
+    n = len(labels)
+    sreg = source_region(reg, 2, spec.src_shape, None)
+    if spec.from_classes:
+        raw = np.asarray(open_array(store, spec.src_path)[_with_class_axis(sreg, n)])
+        lead = raw.shape[:-3]
+        src = raw.reshape((-1, *raw.shape[-3:]))
+        pooled = [kernels.pool_class_counts(s, out.classes_dtype) for s in src]
+    else:
+        raw = np.asarray(open_array(store, spec.src_path)[sreg])
+        lead = raw.shape[:-2]
+        planes = raw.reshape((-1, *raw.shape[-2:]))
+        try:
+            pooled = [
+                kernels.class_counts_level0(p, spec.src_fill, labels, 2, out.classes_dtype)
+                for p in planes
+            ]
+        except kernels.StrayLabel as err:
+            y, x = sreg[-2].start + err.at[0], sreg[-1].start + err.at[1]
+            raise StrayClass(
+                f"array {out.var!r}: {err}, the first at level-0 y={y}, x={x}; add {err.value} "
+                "to its flag_values and flag_meanings, or set those pixels to its fill value"
+            ) from None
+    counts = np.stack([c for c, _ in pooled])
+    valid = np.stack([v for _, v in pooled])
+    data = np.stack(
+        [kernels.mode_of_class_counts(c, labels, out.fill_value, out.dtype) for c in counts]
+    )
+    return (
+        data.reshape((*lead, *data.shape[-2:])),
+        valid.reshape((*lead, *valid.shape[-2:])),
+        counts.reshape((*lead, *counts.shape[-3:])),
+    )
 
 
 def _pool_all(
@@ -160,12 +219,16 @@ class BuildShard:
 
     def __call__(self, task: ShardTask) -> str:
         spec = self.spec(task.var)
-        data, count = compute(self.store, spec, self.method, task.index)
+        data, count, classes = compute(self.store, spec, self.method, task.index)
         reg = region(spec.out, task.index)
-        # count first: the data object is the task's "done" marker
+        # count (and class counts) first: the data object is the task's "done" marker
         open_array(self.store, spec.count_path(self.group), True)[
             _count_region(reg, spec.band_axis)
         ] = count
+        if classes is not None:
+            open_array(self.store, spec.classes_path(self.group), True)[
+                _with_class_axis(reg, len(spec.out.classes))
+            ] = classes
         open_array(self.store, spec.path(self.group), True)[reg] = data
         return task.key
 
@@ -180,7 +243,7 @@ class DoneShards:
 
     def __call__(self) -> frozenset[str]:
         have = set(storage.list_keys(self.store, self.group + "/"))
-        return frozenset(t.key for t in self.tasks if t.data_key in have and t.count_key in have)
+        return frozenset(t.key for t in self.tasks if all(k in have for k in t.objects))
 
 
 def source_block(

@@ -343,7 +343,40 @@ class SampleCheck:
             out += fail("count-range", f"a count exceeds the {factor}x{factor} window")
         for tile in _tiles(reg, factor):
             out += self._against_reference(t, spec, reg, tile, canon, cnt, factor, fail)
+            if spec.out.classes and not out:
+                out += self._classes_against_reference(t, spec, reg, tile, cnt, factor, fail)
         return out
+
+    def _classes_against_reference(
+        self, t: ShardTask, spec: VarSource, reg: tuple[slice, ...], tile: tuple[slice, slice],
+        cnt: np.ndarray, factor: int, fail: Callable[[str, str], list[Failure]],
+    ) -> list[Failure]:  # fmt: skip
+        """A mode level's class counts: each window's pixels of each class, counted by numpy
+        from level 0, and summing to the count plane."""
+        from toolkit.pyramid.reference import class_counts
+
+        l0 = self.level0[t.var]
+        z = self.store.zarr(read_only=True)
+        base = zarr_open(z, l0.path)
+        labels = np.asarray(spec.out.classes)
+        ys, xs = (
+            slice((o.start + w.start) * factor, min((o.start + w.stop) * factor, n))
+            for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
+        )
+        block = np.asarray(base[(*reg[:-2], ys, xs)])
+        want = class_counts(block.reshape((-1, *block.shape[-2:])), l0.fill, labels, factor)
+        sel = (*reg[:-2], slice(0, len(labels)), *(
+            slice(o.start + w.start, o.start + w.stop) for o, w in zip(reg[-2:], tile, strict=True)
+        ))  # fmt: skip
+        got = np.asarray(zarr_open(z, spec.classes_path(t.group))[sel])
+        got = got.reshape((-1, *got.shape[-3:]))
+        where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
+        if not np.array_equal(got.astype(np.int64), want):
+            n = int((got != want).sum())
+            return fail("classes", f"{n} class count(s) differ from the numpy reference ({where})")
+        if not np.array_equal(got.sum(axis=1, dtype=np.int64), cnt[:, tile[0], tile[1]]):
+            return fail("classes", f"class counts do not sum to the count plane ({where})")
+        return []
 
     def _against_reference(
         self, t: ShardTask, spec: VarSource, reg: tuple[slice, ...], tile: tuple[slice, slice],
@@ -599,7 +632,11 @@ def verify(
                 Failure(lp["group"], "-", "plan", "planned shards differ from the record")
             )
     prefixes = {
-        lvl.group: tuple(f"{lvl.group}/{n}/" for v in lvl.vars for n in (v.var, v.count_name))
+        lvl.group: tuple(
+            f"{lvl.group}/{n}/"
+            for v in lvl.vars
+            for n in (v.var, v.count_name, *((v.classes_name,) if v.classes else ()))
+        )
         for lvl in p.levels
     }
     coords = {d: np.asarray(src.coords[d]) for d in p.spatial_dims}

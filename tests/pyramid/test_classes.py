@@ -1,0 +1,155 @@
+"""Mode at cascade cost: class counts carried from level to level stay exactly the level-0 mode.
+
+A mode pyramid over declared classes (CF flag_values) writes, per level, how many level-0 pixels
+of each class fell in each window; the next level sums them 2x2. These tests hold the cascade to
+the direct definition (tests/pyramid/oracle.py, one window at a time), show that levels past the
+first no longer read level 0, and that classes outside the declaration are refused, not dropped.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.pyramid.oracle import reduce0
+from toolkit import kernels, storage
+from toolkit.pyramid import build, plan, synthetic, verify
+from toolkit.pyramid.plan import MAX_CLASSES, ArrayMeta, declared_classes
+
+
+def mem() -> storage.Store:
+    return storage.open_store(f"memory://{uuid.uuid4().hex}")
+
+
+@st.composite
+def label_planes(draw):
+    h = draw(st.integers(1, 37))
+    w = draw(st.integers(1, 37))
+    labels = sorted(draw(st.sets(st.integers(-300, 300), min_size=1, max_size=6)))
+    fill = draw(st.integers(-301, 301).filter(lambda v: v not in labels))
+    pool = [*labels, fill]
+    seed = draw(st.integers(0, 2**32 - 1))
+    values = np.random.default_rng(seed).choice(pool, size=(h, w)).astype(np.int16)
+    return values, fill, np.asarray(labels, dtype=np.int16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(label_planes(), st.integers(1, 6))
+def test_cascaded_class_counts_give_the_level0_mode_at_every_level(case, levels):
+    values, fill, labels = case
+    counts, valid = kernels.class_counts_level0(values, fill, labels, 2, "uint32")
+    for k in range(1, levels + 1):
+        f = 2**k
+        if k > 1:
+            counts, valid = kernels.pool_class_counts(counts)
+        mode = kernels.mode_of_class_counts(counts, labels, fill, values.dtype)
+        want, want_count = reduce0(values[None], fill, "mode", f, fill, values.dtype)
+        np.testing.assert_array_equal(valid, want_count)
+        np.testing.assert_array_equal(mode, want[0])
+        # each class's count is the number of its pixels in the window
+        for i, label in enumerate(labels):
+            got = counts[i]
+            _, n = reduce0(np.where(values == label, 1, 0)[None].astype(np.int16), 0, "sum", f, 0)
+            np.testing.assert_array_equal(got, n)
+
+
+def test_a_value_outside_the_declared_classes_is_refused_where_it_is():
+    values = np.array([[1, 2, 0], [7, 1, 7]], dtype=np.uint8)
+    with pytest.raises(kernels.StrayLabel) as err:
+        kernels.class_counts_level0(values, 0, np.array([1, 2], np.uint8))
+    assert (err.value.value, err.value.n, err.value.at) == (7, 2, (1, 0))
+
+
+def test_classes_come_from_flag_values_without_nodata():
+    def meta(dtype, fill):
+        return ArrayMeta("lc", (8, 8), ("y", "x"), (4, 4), (4, 4), dtype, fill)
+
+    arrays = {"lc": meta("uint8", 0), "t": meta("float32", float("nan"))}
+    attrs = {"lc": {"flag_values": [0, 3, 1, 2]}, "t": {"flag_values": [1, 2]}}
+    assert declared_classes(arrays, attrs) == {"lc": (1, 2, 3)}  # floats are no classes
+    many = {"lc": {"flag_values": list(range(MAX_CLASSES + 2))}}
+    assert declared_classes(arrays, many) == {}  # too many to carry: the level-0 re-read path
+
+
+def _classes_store(store: storage.Store, shape=(83, 117), shards=(16, 16), seed=5) -> np.ndarray:
+    info = synthetic.write_store(store, kind="categorical", shape=shape, shards=shards, seed=seed)
+    return info["values"]
+
+
+def test_a_class_pyramid_is_the_level0_mode_and_counts_every_class():
+    store = mem()
+    values = _classes_store(store)
+    p = plan(store, levels=4)
+    assert p.method == "mode" and all(
+        v.classes == (1, 2, 3, 4) for lvl in p.levels for v in lvl.vars
+    )
+    build(store, levels=4, executor="sync")
+    result = verify(store, sample=50, executor="sync")
+    assert result.ok, [str(f) for f in result.failures]
+    z = store.zarr(read_only=True)
+    for k in range(1, 5):
+        f = 2**k
+        want, want_count = reduce0(values[None], 0, "mode", f, 0, np.uint8)
+        np.testing.assert_array_equal(zarr.open_array(z, path=f"{f}x/field")[...], want[0])
+        counts = zarr.open_array(z, path=f"{f}x/field_class_count")[...]
+        assert counts.shape == (4, *want[0].shape)
+        np.testing.assert_array_equal(counts.sum(axis=0), want_count)
+        np.testing.assert_array_equal(
+            counts[2], reduce0((values == 3)[None].astype(np.uint8), 0, "sum", f, 0)[1]
+        )
+    ds = xr.open_zarr(store.zarr(read_only=True), group="4x", consolidated=False)
+    assert ds["field_class_count"].dims == ("field_class", "lat", "lon")
+    assert ds["field_class"].values.tolist() == [1, 2, 3, 4]
+    assert ds["field_class"].attrs["flag_meanings"] == "water forest cropland urban"
+
+
+def test_levels_past_the_first_never_read_level_0(tmp_path):
+    """Scramble level 0's values after 2x is built (same objects, so the plan still holds):
+    rebuilding 4x onwards gives the same levels, because they come from 2x's class counts."""
+    path = tmp_path / "lc.zarr"
+    store = storage.open_store(str(path))
+    values = _classes_store(store, shape=(64, 96), shards=(16, 16))
+    build(store, levels=3, executor="sync")
+    before = {g: zarr.open_array(str(path), path=f"{g}/field")[...] for g in ("4x", "8x")}
+    field = zarr.open_array(str(path), path="field", mode="r+")
+    field[...] = np.where(values == 0, 0, 5 - values).astype(np.uint8)  # relabel every class
+    build(store, levels=3, rebuild_from="4x", executor="sync")
+    for g, old in before.items():
+        np.testing.assert_array_equal(zarr.open_array(str(path), path=f"{g}/field")[...], old)
+    # and the verifier, which pools level 0 itself, sees that the levels no longer match it
+    assert not verify(store, sample=20, executor="sync").ok
+
+
+def test_tampered_class_counts_fail_the_verifier():
+    store = mem()
+    _classes_store(store, shape=(40, 60))
+    build(store, levels=2, executor="sync")
+    arr = zarr.open_array(store.zarr(), path="2x/field_class_count", mode="r+")
+    block = arr[...]
+    block[1, 0, 0] += 1
+    arr[...] = block
+    result = verify(store, sample=100, executor="sync")
+    assert ("2x", "classes") in {(f.level, f.check) for f in result.failures}
+
+
+def test_mode_without_declared_classes_still_reads_level_0_and_is_exact():
+    store = mem()
+    values = _classes_store(store, shape=(50, 70))
+    root = zarr.open_array(store.zarr(), path="field", mode="r+")
+    attrs = dict(root.attrs)
+    for k in ("flag_values", "flag_meanings"):
+        attrs.pop(k)
+    root.attrs.clear()
+    root.attrs.update(attrs)
+    p = plan(store, method="mode", levels=3)
+    assert not any(v.classes for lvl in p.levels for v in lvl.vars)
+    build(store, method="mode", levels=3, executor="sync")
+    assert not storage.list_keys(store, "2x/field_class_count/")
+    want, _ = reduce0(values[None], 0, "mode", 8, 0, np.uint8)
+    np.testing.assert_array_equal(zarr.open_array(store.zarr(), path="8x/field")[...], want[0])
