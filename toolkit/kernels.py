@@ -20,11 +20,11 @@ from numba import njit
 
 __all__ = [
     "METHODS",
-    "class_counts_level0",
+    "classes_level0",
     "joint_valid",
     "mode_of_class_counts",
     "pool",
-    "pool_class_counts",
+    "pool_classes",
     "pool_level0",
     "pool_mode",
 ]
@@ -572,62 +572,125 @@ def _class_counts0(values, lo, lut, f, counts, count):  # pragma: no cover - num
 
 
 @njit(nogil=True, cache=True)
-def _class_counts2(values, lo, lut, counts, count):  # pragma: no cover - numba
-    """Factor 2: a row pair's class indices first, then each class's 2x2 sum by comparisons
-    (the loop over output columns vectorises; no scatter). Rows L, L + 1 as `_class_counts0`."""
-    h, w = values.shape
-    nl = counts.shape[0] - 2
-    oh, ow = count.shape
+def _class_row(row, lo, lut, direct, even, odd):  # pragma: no cover - numba
+    """Class indices of one level-0 row, even and odd columns apart (L: nodata, L + 1: stray;
+    a missing last odd column stays as it was set); returns the stray count. `direct`: the
+    table covers every value of the row's dtype (uint8, uint16), so no clamping."""
     top = lut.shape[0] - 1
-    i0 = np.empty(2 * ow, dtype=np.int32)
-    i1 = np.empty(2 * ow, dtype=np.int32)
-    for oy in range(oh):
-        y0 = 2 * oy
-        for x in range(2 * ow):
-            i0[x] = lut[min(max(np.int64(values[y0, x]) - lo + 1, 0), top)] if x < w else nl
-            i1[x] = (
-                lut[min(max(np.int64(values[y0 + 1, x]) - lo + 1, 0), top)]
-                if x < w and y0 + 1 < h
-                else nl
-            )
-        crow = count[oy]
-        for ox in range(ow):
-            crow[ox] = 0
-        for c in range(nl + 2):
-            row = counts[c, oy]
-            for ox in range(ow):
-                x = 2 * ox
-                n = (
-                    np.int32(i0[x] == c)
-                    + np.int32(i0[x + 1] == c)
-                    + np.int32(i1[x] == c)
-                    + np.int32(i1[x + 1] == c)
-                )
-                row[ox] = n
-                if c < nl:
-                    crow[ox] += np.uint32(n)
+    stray_c = lut.max()
+    w = row.shape[0]
+    stray = 0
+    if direct:
+        for ox in range(w >> 1):
+            a = lut[row[2 * ox]]
+            b = lut[row[2 * ox + 1]]
+            even[ox] = a
+            odd[ox] = b
+            stray += (a == stray_c) + (b == stray_c)
+        if w & 1:
+            a = lut[row[w - 1]]
+            even[w >> 1] = a
+            stray += a == stray_c
+        return stray
+    for ox in range(w >> 1):
+        a = lut[min(max(np.int64(row[2 * ox]) - lo + 1, 0), top)]
+        b = lut[min(max(np.int64(row[2 * ox + 1]) - lo + 1, 0), top)]
+        even[ox] = a
+        odd[ox] = b
+        stray += (a == stray_c) + (b == stray_c)
+    if w & 1:
+        a = lut[min(max(np.int64(row[w - 1]) - lo + 1, 0), top)]
+        even[w >> 1] = a
+        stray += a == stray_c
+    return stray
 
 
 @njit(nogil=True, cache=True)
-def _pool_counts2(src, dst, count):  # pragma: no cover - numba
+def _classes2(values, lo, lut, direct, labels, nodata, counts, count, out):  # pragma: no cover
+    """Factor 2 from level 0, one pass: each output row's class counts by comparisons, the
+    count plane, and the mode ranked by a key (count, then the smaller class) as the counts
+    are made; every inner loop is a simple one over output columns (they vectorise; no
+    scatter). Returns the stray pixel count."""
+    h = values.shape[0]
+    nl, oh, ow = counts.shape
+    e0 = np.full(ow, nl, dtype=np.int32)
+    o0 = np.full(ow, nl, dtype=np.int32)  # a missing last column stays nodata
+    e1 = np.full(ow, nl, dtype=np.int32)
+    o1 = np.full(ow, nl, dtype=np.int32)
+    n = np.empty(ow, dtype=np.int32)
+    key = np.empty(ow, dtype=np.int32)
+    tally = np.empty(ow, dtype=np.int32)
+    stray = 0
+    for oy in range(oh):
+        y0 = 2 * oy
+        stray += _class_row(values[y0], lo, lut, direct, e0, o0)
+        if y0 + 1 < h:
+            stray += _class_row(values[y0 + 1], lo, lut, direct, e1, o1)
+        else:
+            e1[:] = nl
+            o1[:] = nl
+        key[:] = 0
+        tally[:] = 0
+        for c in range(nl):
+            cc = np.int32(c)
+            tie = np.int32(255 - c)
+            for ox in range(ow):
+                n[ox] = (
+                    np.int32(e0[ox] == cc)
+                    + np.int32(o0[ox] == cc)
+                    + np.int32(e1[ox] == cc)
+                    + np.int32(o1[ox] == cc)
+                )
+            row = counts[c, oy]
+            for ox in range(ow):
+                row[ox] = n[ox]
+            for ox in range(ow):
+                tally[ox] += n[ox]
+            for ox in range(ow):
+                key[ox] = max(key[ox], (n[ox] << 8) | tie)
+        crow = count[oy]
+        orow = out[oy]
+        for ox in range(ow):
+            k = key[ox]
+            crow[ox] = tally[ox]
+            orow[ox] = labels[255 - (k & 255)] if (k >> 8) != 0 else nodata
+    return stray
+
+
+@njit(nogil=True, cache=True)
+def _pool_classes2(src, labels, nodata, dst, count, out):  # pragma: no cover - numba
+    """Factor-2 sums of class counts, the count plane and the mode in one pass (as `_classes2`);
+    a missing last row or column adds nothing."""
     nl, h, w = src.shape
     _, oh, ow = dst.shape
-    count[:] = 0
-    for c in range(nl):
-        for oy in range(oh):
-            y0 = 2 * oy
-            has_y1 = y0 + 1 < h
-            for ox in range(ow):
-                x0 = 2 * ox
-                s = np.uint64(src[c, y0, x0])
-                if x0 + 1 < w:
-                    s += np.uint64(src[c, y0, x0 + 1])
-                if has_y1:
-                    s += np.uint64(src[c, y0 + 1, x0])
-                    if x0 + 1 < w:
-                        s += np.uint64(src[c, y0 + 1, x0 + 1])
-                dst[c, oy, ox] = s
-                count[oy, ox] += np.uint32(s)
+    wf = w >> 1
+    zero = np.zeros(w, dtype=src.dtype)
+    key = np.zeros(ow, dtype=np.int64)
+    for oy in range(oh):
+        y0 = 2 * oy
+        crow = count[oy]
+        key[:] = 0
+        crow[:] = 0
+        for c in range(nl):
+            r0 = src[c, y0]
+            r1 = src[c, y0 + 1] if y0 + 1 < h else zero
+            drow = dst[c, oy]
+            tie = np.int64(255 - c)
+            for ox in range(wf):
+                x = 2 * ox
+                n = np.int64(r0[x]) + np.int64(r0[x + 1]) + np.int64(r1[x]) + np.int64(r1[x + 1])
+                drow[ox] = n
+                crow[ox] += np.uint32(n)
+                key[ox] = max(key[ox], (n << 8) | tie)
+            if ow > wf:
+                n = np.int64(r0[w - 1]) + np.int64(r1[w - 1])
+                drow[wf] = n
+                crow[wf] += np.uint32(n)
+                key[wf] = max(key[wf], (n << 8) | tie)
+        orow = out[oy]
+        for ox in range(ow):
+            k = key[ox]
+            orow[ox] = labels[255 - (k & 255)] if (k >> 8) != 0 else nodata
 
 
 @njit(nogil=True, cache=True)
@@ -659,28 +722,39 @@ class StrayLabel(ValueError):
         )
 
 
-def class_lut(labels: np.ndarray, fill: int) -> tuple[int, np.ndarray]:
-    """(lo, lut) for `_class_counts0`: lut[v - lo + 1] is v's class index, L for `fill`, L + 1
-    for anything else (its two ends catch every value outside the table)."""
+def class_lut(
+    labels: np.ndarray, fill: int, dtype: np.dtype | None = None
+) -> tuple[int, np.ndarray, bool]:
+    """(lo, lut, direct) for the class kernels: lut[v - lo + 1] is v's class index, L for
+    `fill`, L + 1 for anything else (its two ends catch every value outside the table). For
+    uint8 and uint16 data the table covers the whole dtype instead: lut[v] (direct)."""
     nl = len(labels)
+    direct = dtype is not None and np.dtype(dtype).kind == "u" and np.dtype(dtype).itemsize <= 2
+    if direct:
+        lut = np.full(1 << (8 * np.dtype(dtype).itemsize), nl + 1, dtype=np.int32)
+        lut[labels.astype(np.int64)] = np.arange(nl)
+        lut[int(fill)] = nl
+        return 0, lut, True
     lo = min(int(labels[0]), int(fill))
     hi = max(int(labels[-1]), int(fill))
-    lut = np.full(hi - lo + 3, nl + 1, dtype=np.int64)
+    lut = np.full(hi - lo + 3, nl + 1, dtype=np.int32)
     lut[labels.astype(np.int64) - lo + 1] = np.arange(nl)
     lut[int(fill) - lo + 1] = nl
-    return lo, lut
+    return lo, lut, False
 
 
-def class_counts_level0(
+def classes_level0(
     values: np.ndarray,
     fill: int,
     labels: np.ndarray,
     factor: int = 2,
     dtype: np.dtype | str = "uint16",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-window counts of each class in a level-0 plane `values[H, W]`: (counts [L, h, w],
-    valid count [h, w] uint32). `labels` is sorted ascending (at most 256); `fill` is nodata;
-    any other value raises `StrayLabel` (its counts would be lost, and the mode with them)."""
+    out_dtype: np.dtype | str | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mode of each window of a level-0 plane `values[H, W]` from its class counts:
+    (mode [h, w], counts [L, h, w] in `dtype`, valid count [h, w] uint32). `labels` is sorted
+    ascending (at most 256); `fill` is nodata, and the mode's nodata; any other value raises
+    `StrayLabel` (its counts would be lost, and the mode with them)."""
     if values.ndim != 2 or values.dtype.kind not in "iu":
         raise ValueError(
             f"class counts want an integer [y, x] plane, got {values.dtype} {values.shape}"
@@ -690,30 +764,48 @@ def class_counts_level0(
     h, w = values.shape
     oh, ow = -(-h // factor), -(-w // factor)
     nl = len(labels)
-    counts = np.empty((nl + 2, oh, ow), dtype=dtype)
+    out_t = np.dtype(out_dtype or values.dtype)
+    labels64 = np.asarray(labels, dtype=np.int64)
     count = np.empty((oh, ow), dtype=np.uint32)
-    lo, lut = class_lut(labels, fill)
     if factor == 2:
-        _class_counts2(np.ascontiguousarray(values), lo, lut, counts, count)
+        lo, lut, direct = class_lut(labels, fill, values.dtype)
+        counts = np.empty((nl, oh, ow), dtype=dtype)
+        out = np.empty((oh, ow), dtype=out_t)
+        values = np.ascontiguousarray(values)
+        nodata = out_t.type(fill)
+        stray = _classes2(values, lo, lut, direct, labels64, nodata, counts, count, out)
     else:
-        _class_counts0(np.ascontiguousarray(values), lo, lut, factor, counts, count)
-    if counts[nl + 1].any():
+        lo, lut, _ = class_lut(labels, fill)
+        scratch = np.empty((nl + 2, oh, ow), dtype=dtype)
+        _class_counts0(np.ascontiguousarray(values), lo, lut, factor, scratch, count)
+        stray = int(scratch[nl + 1].sum())
+        counts = scratch[:nl]
+        out = mode_of_class_counts(counts, labels, fill, out_t)
+    if stray:
         where = np.argwhere((values != fill) & ~np.isin(values, labels))
         y, x = (int(i) for i in where[0])
         raise StrayLabel(int(values[y, x]), len(where), labels, (y, x))
-    return counts[:nl], count
+    return out, counts, count
 
 
-def pool_class_counts(
-    counts: np.ndarray, dtype: np.dtype | str | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Factor-2 sums of class counts [L, H, W] (partial edge windows sum what they have):
-    (counts [L, h, w] in `dtype`, valid count [h, w] uint32)."""
+def pool_classes(
+    counts: np.ndarray,
+    labels: np.ndarray,
+    nodata: int,
+    out_dtype: np.dtype | str,
+    dtype: np.dtype | str | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The next level from class counts [L, H, W]: factor-2 sums (partial edge windows sum what
+    they have), and their mode: (mode [h, w], counts [L, h, w] in `dtype`, count [h, w])."""
     nl, h, w = counts.shape
-    out = np.empty((nl, -(-h // 2), -(-w // 2)), dtype=dtype or counts.dtype)
-    count = np.empty(out.shape[1:], dtype=np.uint32)
-    _pool_counts2(np.ascontiguousarray(counts), out, count)
-    return out, count
+    out_counts = np.empty((nl, -(-h // 2), -(-w // 2)), dtype=dtype or counts.dtype)
+    count = np.empty(out_counts.shape[1:], dtype=np.uint32)
+    out = np.empty(out_counts.shape[1:], dtype=out_dtype)
+    labels64 = np.asarray(labels, dtype=np.int64)
+    _pool_classes2(
+        np.ascontiguousarray(counts), labels64, out.dtype.type(nodata), out_counts, count, out
+    )
+    return out, out_counts, count
 
 
 def mode_of_class_counts(

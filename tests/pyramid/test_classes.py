@@ -31,38 +31,45 @@ def mem() -> storage.Store:
 def label_planes(draw):
     h = draw(st.integers(1, 37))
     w = draw(st.integers(1, 37))
-    labels = sorted(draw(st.sets(st.integers(-300, 300), min_size=1, max_size=6)))
-    fill = draw(st.integers(-301, 301).filter(lambda v: v not in labels))
+    dtype = draw(st.sampled_from([np.int16, np.uint8, np.uint16]))  # clamped and whole tables
+    lo, hi = {np.int16: (-300, 300), np.uint8: (0, 255), np.uint16: (0, 65535)}[dtype]
+    labels = sorted(draw(st.sets(st.integers(lo, hi), min_size=1, max_size=6)))
+    fill = draw(st.integers(lo, hi).filter(lambda v: v not in labels))
     pool = [*labels, fill]
     seed = draw(st.integers(0, 2**32 - 1))
-    values = np.random.default_rng(seed).choice(pool, size=(h, w)).astype(np.int16)
-    return values, fill, np.asarray(labels, dtype=np.int16)
+    values = np.random.default_rng(seed).choice(pool, size=(h, w)).astype(dtype)
+    return values, fill, np.asarray(labels, dtype=dtype)
 
 
 @settings(max_examples=150, deadline=None)
 @given(label_planes(), st.integers(1, 6))
 def test_cascaded_class_counts_give_the_level0_mode_at_every_level(case, levels):
     values, fill, labels = case
-    counts, valid = kernels.class_counts_level0(values, fill, labels, 2, "uint32")
     for k in range(1, levels + 1):
         f = 2**k
-        if k > 1:
-            counts, valid = kernels.pool_class_counts(counts)
-        mode = kernels.mode_of_class_counts(counts, labels, fill, values.dtype)
+        if k == 1:
+            mode, counts, valid = kernels.classes_level0(values, fill, labels, 2, "uint32")
+        else:
+            mode, counts, valid = kernels.pool_classes(counts, labels, fill, values.dtype)
         want, want_count = reduce0(values[None], fill, "mode", f, fill, values.dtype)
         np.testing.assert_array_equal(valid, want_count)
         np.testing.assert_array_equal(mode, want[0])
         # each class's count is the number of its pixels in the window
         for i, label in enumerate(labels):
-            got = counts[i]
-            _, n = reduce0(np.where(values == label, 1, 0)[None].astype(np.int16), 0, "sum", f, 0)
-            np.testing.assert_array_equal(got, n)
+            ones = np.where(values == label, 1, 0)[None].astype(np.int16)
+            np.testing.assert_array_equal(counts[i], reduce0(ones, 0, "sum", f, 0)[1])
+        # any factor straight from level 0 (the general kernel) agrees with the cascade
+        direct, direct_counts, _ = kernels.classes_level0(values, fill, labels, f, "uint32")
+        np.testing.assert_array_equal(direct, mode)
+        np.testing.assert_array_equal(direct_counts, counts)
 
 
-def test_a_value_outside_the_declared_classes_is_refused_where_it_is():
-    values = np.array([[1, 2, 0], [7, 1, 7]], dtype=np.uint8)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_a_value_outside_the_declared_classes_is_refused_where_it_is(dtype, factor):
+    values = np.array([[1, 2, 0], [7, 1, 7]], dtype=dtype)
     with pytest.raises(kernels.StrayLabel) as err:
-        kernels.class_counts_level0(values, 0, np.array([1, 2], np.uint8))
+        kernels.classes_level0(values, 0, np.array([1, 2], dtype), factor)
     assert (err.value.value, err.value.n, err.value.at) == (7, 2, (1, 0))
 
 

@@ -128,14 +128,17 @@ def _compute_classes(
         raw = np.asarray(open_array(store, spec.src_path)[_with_class_axis(sreg, n)])
         lead = raw.shape[:-3]
         src = raw.reshape((-1, *raw.shape[-3:]))
-        pooled = [kernels.pool_class_counts(s, out.classes_dtype) for s in src]
+        pooled = [
+            kernels.pool_classes(s, labels, out.fill_value, out.dtype, out.classes_dtype)
+            for s in src
+        ]
     else:
         raw = np.asarray(open_array(store, spec.src_path)[sreg])
         lead = raw.shape[:-2]
         planes = raw.reshape((-1, *raw.shape[-2:]))
         try:
             pooled = [
-                kernels.class_counts_level0(p, spec.src_fill, labels, 2, out.classes_dtype)
+                kernels.classes_level0(p, spec.src_fill, labels, 2, out.classes_dtype, out.dtype)
                 for p in planes
             ]
         except kernels.StrayLabel as err:
@@ -144,11 +147,9 @@ def _compute_classes(
                 f"array {out.var!r}: {err}, the first at level-0 y={y}, x={x}; add {err.value} "
                 "to its flag_values and flag_meanings, or set those pixels to its fill value"
             ) from None
-    counts = np.stack([c for c, _ in pooled])
-    valid = np.stack([v for _, v in pooled])
-    data = np.stack(
-        [kernels.mode_of_class_counts(c, labels, out.fill_value, out.dtype) for c in counts]
-    )
+    data = np.stack([m for m, _, _ in pooled])
+    counts = np.stack([c for _, c, _ in pooled])
+    valid = np.stack([v for _, _, v in pooled])
     return (
         data.reshape((*lead, *data.shape[-2:])),
         valid.reshape((*lead, *valid.shape[-2:])),
