@@ -191,12 +191,14 @@ class Plan:
 
     `holds_gil`: the services hold the GIL (GRIB decoding), so the embedded default runs them in
     spawned processes; False (numba kernels, zarr I/O) lets it use threads, which start in
-    milliseconds instead of seconds.
+    milliseconds instead of seconds. `work_bytes`: about how much the plan reads, when known;
+    the `auto` executor runs a small plan in this process instead of starting a cluster.
     """
 
     name: str
     stages: tuple[Stage, ...]
     holds_gil: bool = True
+    work_bytes: int | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]

@@ -40,3 +40,14 @@ def test_bad_usage_exit_2(tmp_path):
     assert "nearest" in r.output
     r = runner.invoke(app, ["pyramid", "plan", str(path), "--variable", "missing"])
     assert r.exit_code == 2 and "missing" in r.output
+
+
+def test_executor_dask_starts_the_embedded_cluster_even_for_small_work(tmp_path):
+    path = tmp_path / "s.zarr"
+    synthetic.write_store(storage.open_store(str(path)), shape=(40, 60), shards=(16, 16))
+    r = runner.invoke(app, ["pyramid", "build", str(path), "--executor", "dask"])
+    assert r.exit_code == 0, r.output
+    assert "dashboard: http" in r.output and "small build" not in r.output
+    r = runner.invoke(app, ["pyramid", "verify", str(path)])  # auto: samples are small work
+    assert r.exit_code == 0, r.output
+    assert "dashboard:" not in r.output

@@ -12,13 +12,14 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
-
-from distributed import Client, LocalCluster
+from typing import TYPE_CHECKING, Any
 
 from toolkit.engine.versions import check_versions
 
-ClusterLike = None | str | Client | Any
+if TYPE_CHECKING:  # distributed is imported when a cluster is wanted: a run in this process
+    from distributed import Client, LocalCluster  # does not pay half a second for it
+
+ClusterLike = Any  # None | str | Client | Session | anything with .get_client()
 
 
 class ClusterUnreachable(ConnectionError):
@@ -38,6 +39,8 @@ def embedded(
     exception naming the stage and task, so the worker's "Compute Failed" dump would only
     repeat it; `--debug` keeps distributed's logging as it is.
     """
+    from distributed import LocalCluster
+
     common: dict[str, Any] = {"dashboard_address": ":0"}
     if quiet:
         common["silence_logs"] = logging.CRITICAL
@@ -65,6 +68,8 @@ def dashboard(client: Client) -> str:
 
 
 def _current_client() -> Client | None:
+    from distributed import Client
+
     try:
         return Client.current(allow_global=True)
     except ValueError:
@@ -88,6 +93,8 @@ def connect(
     `check`: compare package versions on client, scheduler and workers (`check_versions`).
     `quiet`: an embedded cluster's workers do not log what the caller is told anyway.
     """
+    from distributed import Client
+
     if isinstance(cluster, Session):
         yield cluster.client(holds_gil=holds_gil)
         return
@@ -166,6 +173,11 @@ class Session:
                 self._stack.enter_context(performance_report(str(self.performance_report)))
             self._client = client
         return self._client
+
+    @property
+    def embedded_unstarted(self) -> bool:
+        """Nothing given and nothing started yet: the `auto` executor may stay in-process."""
+        return self.cluster is None and self._client is None
 
     def get_client(self) -> Client:
         return self.client()

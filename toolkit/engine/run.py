@@ -30,7 +30,7 @@ from toolkit.plan import (
 )
 
 Progress = Callable[[str, int, int], None]
-Executor = Literal["dask", "sync"]
+Executor = Literal["auto", "dask", "sync"]
 TICK_SECONDS = 0.2  # a stripe node reports its progress at most this often (and when done)
 
 
@@ -224,6 +224,22 @@ def _run_dask(
                 client.unsubscribe_topic(topic)
 
 
+IN_PROCESS_BYTES = 1 << 30  # `auto`: a plan reading less runs in this process
+
+
+def choose_executor(plan: Plan, cluster: ClusterLike, executor: Executor) -> str:
+    """`auto` is `sync` (this process: nothing to start, no dashboard) when no cluster was given
+    or started and the plan says it reads under IN_PROCESS_BYTES, a few seconds of work that a
+    cluster's start-up and per-stage round trips would only slow; otherwise `dask`."""
+    if executor != "auto":
+        return executor
+    from toolkit.engine.cluster import Session
+
+    nothing_given = cluster is None or (isinstance(cluster, Session) and cluster.embedded_unstarted)
+    small = plan.work_bytes is not None and plan.work_bytes < IN_PROCESS_BYTES
+    return "sync" if nothing_given and small else "dask"
+
+
 def run(
     plan: Plan,
     cluster: ClusterLike = None,
@@ -244,10 +260,11 @@ def run(
     t0 = time.time()
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:8]
     counter = _Counter(plan, progress)
+    executor = choose_executor(plan, cluster, executor)  # type: ignore[assignment]
     if executor == "sync":
         summaries = _run_sync(plan, run_id, counter)
     elif executor == "dask":
         summaries = _run_dask(plan, cluster, run_id, counter)
     else:
-        raise ValueError(f"executor must be 'dask' or 'sync', not {executor!r}")
+        raise ValueError(f"executor must be 'auto', 'dask' or 'sync', not {executor!r}")
     return _report(plan, executor, summaries, t0)

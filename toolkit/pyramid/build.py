@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
@@ -133,7 +135,21 @@ def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
                 done=DoneShards(src.store, lvl.group, tuple(lvl.tasks)),
             )
         )
-    return Plan(f"pyramid-{p.method}", tuple(stages), holds_gil=False)  # numba kernels, zarr I/O
+    return Plan(
+        f"pyramid-{p.method}",
+        tuple(stages),
+        holds_gil=False,  # numba kernels, zarr I/O
+        work_bytes=level0_bytes(src) * 4 // 3,  # level 0 once, then a third of it for the rest
+    )
+
+
+def level0_bytes(src: Source) -> int:
+    """The bytes of the level-0 objects that exist (decoded), from the listing."""
+    total = 0
+    for name, a in src.arrays.items():
+        per = int(np.prod(a.grid)) * np.dtype(a.dtype).itemsize
+        total += per * len(list(src.listings.get(name, ())))
+    return total
 
 
 def _level_index(p: PyramidPlan, level: str | int) -> int:
@@ -194,7 +210,7 @@ def build(
     band_dim: str | None = None,
     levels: int | None = None,
     cluster: Any = None,
-    executor: str = "dask",
+    executor: str = "auto",
     progress: Callable[[str, int, int], None] | None = None,
     rebuild_from: str | int | None = None,
     max_shard: int = MAX_SHARD,

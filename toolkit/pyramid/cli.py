@@ -55,7 +55,14 @@ MaxShard = Annotated[
     int, typer.Option("--max-shard", help="Largest output shard side (px); levels grow to it.")
 ]
 Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
-Executor = Annotated[str, typer.Option(help="dask or sync")]
+Executor = Annotated[
+    str,
+    typer.Option(
+        help="auto: this process for small work (under 1 GiB to read, nothing to start), "
+        "else a cluster (--cluster, or an embedded one with its dashboard); dask: always a "
+        "cluster; sync: always this process."
+    ),
+]
 
 
 def _options(
@@ -141,7 +148,7 @@ def build_cmd(
             help="Delete this level (e.g. 4x) and every coarser one, then rebuild.",
         ),
     ] = None,
-    executor: Executor = "dask",
+    executor: Executor = "auto",
     max_shard: MaxShard = 4096,
     force_method: ForceMethod = False,
     endpoint: Endpoint = None,
@@ -172,6 +179,11 @@ def build_cmd(
                 **opts,
             )
     print_report(report)
+    if executor == "auto" and report.executor == "sync":
+        console.print(
+            "[dim]small build: ran in this process; --executor dask runs it on a cluster "
+            "with its dashboard[/dim]"
+        )
 
 
 @app.command("verify")
@@ -186,7 +198,7 @@ def verify_cmd(
         ),
     ] = 4,
     cluster: Cluster = None,
-    executor: Executor = "dask",
+    executor: Executor = "auto",
     private: Annotated[
         bool,
         typer.Option(

@@ -417,6 +417,14 @@ class SampleCheck:
         return []
 
 
+def _pixel_bytes(src: Any) -> int:
+    """The most bytes one level-0 pixel column of a shard holds (leading dims included)."""
+    return max(
+        (int(np.prod(a.grid[:-2])) * np.dtype(a.dtype).itemsize for a in src.arrays.values()),
+        default=8,
+    )
+
+
 def zarr_open(z: Any, path: str) -> Any:
     import zarr
 
@@ -577,7 +585,7 @@ def verify(
     source: str | storage.Store,
     sample: int = 4,
     cluster: Any = None,
-    executor: str = "dask",
+    executor: str = "auto",
     progress: Callable[[str, int, int], None] | None = None,
     private: bool = False,
     **options: Any,
@@ -685,7 +693,13 @@ def verify(
         ),
     )
     report = run(
-        Plan(f"pyramid-verify-{p.method}", stages, holds_gil=False),
+        Plan(
+            f"pyramid-verify-{p.method}",
+            stages,
+            holds_gil=False,
+            # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
+            work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
+        ),
         cluster=cluster,
         executor=executor,
         progress=progress,
