@@ -24,7 +24,13 @@ def commit() -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--", "toolkit") else "")
 
 
-def write(name: str, rows: list[dict[str, Any]], notes: str = "") -> Path:
+def write(
+    name: str,
+    rows: list[dict[str, Any]],
+    notes: str = "",
+    more: dict[str, tuple[str, list[dict[str, Any]]]] | None = None,
+) -> Path:
+    """`rows` as the first table; `more` adds titled tables: title -> (notes, rows)."""
     RESULTS.mkdir(exist_ok=True)
     meta = {
         "benchmark": name,
@@ -34,22 +40,23 @@ def write(name: str, rows: list[dict[str, Any]], notes: str = "") -> Path:
         "python": platform.python_version(),
         "notes": notes,
     }
-    (RESULTS / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    cols = list(rows[0]) if rows else []
-    lines = [
-        f"# {name}",
-        "",
-        f"{meta['when']} at commit {meta['commit']}. {notes}",
-        "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
-    ]
-    for r in rows:
-        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
+    extra = {title: {"notes": n, "rows": r} for title, (n, r) in (more or {}).items()}
+    doc = {**meta, "rows": rows, **({"tables": extra} if extra else {})}
+    (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2))
+    lines = [f"# {name}", "", f"{meta['when']} at commit {meta['commit']}. {notes}", ""]
+    lines += _table(rows)
+    for title, (n, r) in (more or {}).items():
+        lines += ["", f"## {title}", "", n, "", *_table(r)]
     path = RESULTS / f"{name}.md"
     path.write_text("\n".join(lines) + "\n")
     print(path.read_text())
     return path
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    cols = list(rows[0]) if rows else []
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return out + ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
 
 
 def _fmt(v: Any) -> str:
