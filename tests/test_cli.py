@@ -154,3 +154,31 @@ def test_unreachable_cluster_exits_2(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, (proc.stdout, proc.stderr[-1500:])
     assert "127.0.0.1:9" in proc.stderr
+
+
+def test_the_console_script_keeps_exit_codes_and_output_when_it_skips_teardown(
+    tmp_path: Path,
+) -> None:
+    """`toolkit.cli.main` ends the process without module teardown: the exit code of each
+    kind of ending and every line written must survive that."""
+    from toolkit import storage
+    from toolkit.pyramid import synthetic
+
+    exe = str(Path(sys.executable).parent / "toolkit")
+    path = tmp_path / "s.zarr"
+    synthetic.write_store(storage.open_store(str(path)), shape=(40, 60), shards=(16, 16))
+
+    def toolkit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
+
+    built = toolkit("pyramid", "build", str(path), "--levels", "2")
+    assert built.returncode == 0, built.stderr
+    assert "pyramid-mean" in built.stdout and built.stdout.rstrip().endswith("┘")  # whole table
+    assert "small build: ran in this process" in built.stderr
+    zarr_json = path / "field" / "zarr.json"
+    zarr_json.write_text(zarr_json.read_text().replace('"units"', '"unit"'))  # level 0 edited
+    failed = toolkit("pyramid", "verify", str(path))
+    assert failed.returncode == 1 and "check(s) failed" in failed.stderr
+    usage = toolkit("pyramid", "build", str(tmp_path / "nope.zarr"))
+    assert usage.returncode == 2 and usage.stderr.startswith("error: ")
+    assert toolkit("--version").stdout.strip().startswith("toolkit ")

@@ -5,7 +5,11 @@ Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable s
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import sys
+import threading
 from importlib.metadata import version as _dist_version
 from pathlib import Path
 from typing import Annotated
@@ -119,7 +123,28 @@ def demo(
 
 
 def main() -> None:
-    app()
+    """The `toolkit` console script.
+
+    Once the command has ended, its threads have finished and every atexit handler has run,
+    the process exits without the interpreter tearing down its modules: numba's and LLVM's
+    teardown alone takes 0.3-0.4 s (benchmarks/results/pyramid_build.md), and a command has
+    nothing left to finalize by then.
+    """
+    try:
+        app()
+        code: int | str | None = 0
+    except SystemExit as done:
+        code = done.code
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":

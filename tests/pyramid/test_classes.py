@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.pyramid.oracle import reduce0
 from toolkit import kernels, storage
 from toolkit.pyramid import build, plan, synthetic, verify
-from toolkit.pyramid.plan import MAX_CLASSES, ArrayMeta, declared_classes
+from toolkit.pyramid.plan import MAX_CLASSES, ArrayMeta, PlanError, declared_classes
 
 
 def mem() -> storage.Store:
@@ -160,3 +160,16 @@ def test_mode_without_declared_classes_still_reads_level_0_and_is_exact():
     assert not storage.list_keys(store, "2x/field_class_count/")
     want, _ = reduce0(values[None], 0, "mode", 8, 0, np.uint8)
     np.testing.assert_array_equal(zarr.open_array(store.zarr(), path="8x/field")[...], want[0])
+
+
+def test_rebuilding_upper_levels_after_the_classes_changed_is_refused(tmp_path):
+    path = tmp_path / "lc.zarr"
+    store = storage.open_store(str(path))
+    _classes_store(store, shape=(64, 96))
+    build(store, levels=3, executor="sync")
+    arr = zarr.open_array(str(path), path="field", mode="r+")
+    arr.attrs["flag_values"] = [0, 1, 2, 3, 4, 5]
+    arr.attrs["flag_meanings"] = "nodata water forest cropland urban ice"
+    with pytest.raises(PlanError, match=r"count the classes .*rebuild with --rebuild-from 2x"):
+        build(store, levels=3, rebuild_from="4x", executor="sync")
+    assert zarr.open_array(str(path), path="4x/field_class_count").shape[0] == 4  # kept

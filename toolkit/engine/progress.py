@@ -24,23 +24,33 @@ ProgressFn = Callable[[str, int, int], None]
 def progress_bar(console: Console | None = None) -> Iterator[ProgressFn]:
     """Yield a `progress(stage, done, total)` callback that draws a bar per stage.
 
+    The bars appear with the first progress: a command that fails before any work prints its
+    one error line and nothing else (an empty bar display still ends with a blank line).
     What was printed before is flushed first: in Jupyter the bars live in an output widget,
     and a kernel's stdout flushed while it is showing lands inside it, where each redraw
     clears it (the dashboard link printed just before would vanish)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bars:
-        ids: dict[str, Any] = {}
+    bars: Progress | None = None
+    ids: dict[str, Any] = {}
 
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in ids:
-                ids[stage] = bars.add_task(stage, total=total)
-            bars.update(ids[stage], completed=done)
+    def update(stage: str, done: int, total: int) -> None:
+        nonlocal bars
+        if bars is None:
+            bars = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+            bars.start()
+        if stage not in ids:
+            ids[stage] = bars.add_task(stage, total=total)
+        bars.update(ids[stage], completed=done)
 
+    try:
         yield update
+    finally:
+        if bars is not None:
+            bars.stop()

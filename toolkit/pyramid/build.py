@@ -196,6 +196,13 @@ def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None
             f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
             f"rebuild with --rebuild-from {first}"
         )
+    then_classes = {v["var"]: list(v.get("classes", [])) for v in old["level_plans"][0]["vars"]}
+    now_classes = {v.var: list(v.classes) for v in p.levels[0].vars}
+    if then_classes != now_classes:  # the kept class counts count other classes
+        raise PlanError(
+            f"{store.url}: the levels below {frm} count the classes {then_classes}, not "
+            f"{now_classes} (flag_values changed); rebuild with --rebuild-from {first}"
+        )
     if old.get("source_digest") != p.source_digest:
         raise PlanError(
             f"{store.url}: level 0 changed since the levels below {frm} were built; "
