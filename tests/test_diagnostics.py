@@ -70,7 +70,7 @@ def test_embedded_dashboard_answers_while_the_run_is_on(tmp_path: Path) -> None:
         heard.append(answers(line.removeprefix("dashboard: ")))  # the cluster is up now
 
     with Session(announce=announce) as session:
-        report = build(storage.open_store(str(store)), levels=2, cluster=session)
+        report = build(storage.open_store(str(store)), levels=2, cluster=session, executor="dask")
     assert heard == [True]
     assert report.stage("2x").gate_have == report.stage("2x").gate_want
 
