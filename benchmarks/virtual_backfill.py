@@ -9,7 +9,7 @@
       which ranged-GETs every message's header), files opened serially and with 8 threads,
       groups concatenated, `.vz.to_icechunk()` + one commit.
 (c) commits and max rebase attempts vs worker count (1, 2, 4, 8, 16) for the same backfill on the
-    LocalCluster (rebase attempts are stamped into each commit's metadata by toolkit.virtual.repo).
+    LocalCluster (rebase attempts are stamped into each commit's metadata by toolkit.icechunk).
 
 Run: .venv/bin/python -m benchmarks virtual_backfill
   -> benchmarks/results/virtual_backfill_{refs,contention}.{json,md}
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._report import write
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run

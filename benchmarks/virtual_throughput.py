@@ -32,8 +32,8 @@ import gribberish
 import numpy as np
 
 from benchmarks._report import write
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.layout import sync_dims_to
 from toolkit.virtual.refs import chunk_key

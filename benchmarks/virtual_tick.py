@@ -1,7 +1,7 @@
 """Operational tick latency: a source file is published -> its refs are visible on main.
 
 An archive of 10^5, 10^6 and 10^7 refs is laid down in bulk (one Icechunk session, refs set
-per array slab with the store's vectorised `set_virtual_refs_arr`, which toolkit.virtual.repo
+per array slab with the store's vectorised `set_virtual_refs_arr`, which toolkit.icechunk
 does not wrap, then `repo.commit`), with and without manifest splitting on init_time. Then the
 real operational path runs — `toolkit.virtual.update.update()` (lease, metadata refresh,
 filter, poll/discover, .idx + header check, whole-file commit to main) — while a thread
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._report import write
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.dataset import RepoSettings
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.layout import sync_dims_to

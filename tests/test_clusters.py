@@ -19,10 +19,10 @@ import xarray as xr
 from typer.testing import CliRunner
 
 from tests.archive import zarrgen
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.pyramid import build, synthetic, verify
-from toolkit.virtual import repo as R
 from toolkit.virtual.simulate import make_archive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.virtual import open_dataset
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.dataset import Analysis, withheld
 from toolkit.virtual.datasets import DATASETS

@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 
 from tests.virtual.test_job import assert_exact
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.plan import IncompleteStageError
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive

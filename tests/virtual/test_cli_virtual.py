@@ -165,7 +165,7 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
     import xarray as xr
 
     from tests.virtual.datasets.test_real_datasets import lay_out
-    from toolkit.virtual import repo as R
+    from toolkit import icechunk as R
     from toolkit.virtual.datasets import gfs
 
     src = storage.open_store(str(tmp_path / "bucket"))

@@ -25,8 +25,8 @@ from tests.virtual.e2e.hooks import (
     fingerprint,
     sim_job,
 )
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill, temp_branch
 from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import ensure_repo, run

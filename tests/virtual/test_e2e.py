@@ -24,8 +24,8 @@ import xarray as xr
 from tests.conftest import make_bucket, s3_options
 from tests.virtual.e2e.hooks import at_steps
 from tests.virtual.test_job import VARS
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.read import file_refs

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.virtual.test_backfill import START, sim
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.virtual import repo as R
 from toolkit.virtual import skips
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.datasets.sim import sim_gfs

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from tests.virtual.test_backfill import INITS, START, main_ds, sim
 from tests.virtual.test_job import assert_exact
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import RegionOverlap, Setup, Step, backfill, temp_branch
 from toolkit.virtual.inflight import in_flight, marker
 from toolkit.virtual.write import run

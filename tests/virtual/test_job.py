@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.layout import MetadataDrift
 from toolkit.virtual.simulate import expected_values, make_archive

@@ -11,8 +11,8 @@ import pytest
 import xarray as xr
 
 from tests.virtual.test_backfill import sim
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.read import discover, file_refs
 from toolkit.virtual.simulate import expected_values
 from toolkit.virtual.write import commit_batch, ensure_repo, run

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.virtual import open_dataset
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.define import grib_forecast, variable
 from toolkit.virtual.validate import validate

@@ -13,8 +13,8 @@ import pytest
 import zarr
 
 from tests.conftest import make_bucket, s3_options
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 
 VALUES = np.arange(32, dtype="<f4")
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.virtual.test_backfill import START, main_ds, sim
 from tests.virtual.test_job import assert_exact
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease, LeaseHeld, LeaseLost

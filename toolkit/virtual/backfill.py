@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import icechunk as R
 from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.tasks import stable
-from toolkit.virtual import repo as R
 from toolkit.virtual.filetable import Keys
 from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent, sync_dims_to

@@ -106,7 +106,7 @@ def _dataset(
 ) -> Any:
     """The job writing dataset `name` (known, or `module:NAME`) into `repo` (and its
     `replicas`); `source` (a mirror, a local copy) replaces its bucket."""
-    from toolkit.virtual import repo as R
+    from toolkit import icechunk as R
     from toolkit.virtual.datasets import build
     from toolkit.virtual.write import Job
 
@@ -132,8 +132,8 @@ def _dataset(
 
 def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
     """Open a repo that must already exist, creating nothing where it is not."""
+    from toolkit import icechunk as R
     from toolkit import storage
-    from toolkit.virtual import repo as R
 
     try:
         store = _open(url, endpoint, allow_http, path_style, must_exist=True)
@@ -144,10 +144,10 @@ def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style:
 
 def _errors() -> Any:
     from toolkit.console import exit_codes
+    from toolkit.icechunk import BranchMoved, OutsideContainers
     from toolkit.virtual.backfill import RegionOverlap
     from toolkit.virtual.layout import MetadataDrift
     from toolkit.virtual.lease import LeaseHeld, LeaseLost
-    from toolkit.virtual.repo import BranchMoved, OutsideContainers
     from toolkit.virtual.update import BackfillInFlight, FarBehind
     from toolkit.virtual.validate import ValidationFailed
 
@@ -437,8 +437,8 @@ def inspect(
 
     from rich.table import Table
 
+    from toolkit import icechunk as R
     from toolkit.console import out
-    from toolkit.virtual import repo as R
     from toolkit.virtual.inflight import in_flight
 
     with _errors():
@@ -490,8 +490,8 @@ def abort(
     path_style: PathStyle = False,
 ) -> None:
     """Drop an in-flight backfill: delete its temp branch and marker. Main is untouched."""
+    from toolkit import icechunk as R
     from toolkit.console import out
-    from toolkit.virtual import repo as R
     from toolkit.virtual.inflight import abort as drop
 
     with _errors():

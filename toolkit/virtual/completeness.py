@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.virtual import repo as R
+from toolkit import icechunk as R
 from toolkit.virtual.dataset import check_tiers
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import canon, chunk_key

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.plan import Report
-from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 
 

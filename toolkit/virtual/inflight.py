@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.virtual import repo as R
+from toolkit import icechunk as R
 
 PREFIX = "backfill-"
 MARKER_SUFFIX = "-main-at-setup"

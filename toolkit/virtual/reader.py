@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 
 __all__ = ["open_dataset"]
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from toolkit import icechunk as R
 from toolkit.plan import Report, StageReport
-from toolkit.virtual import repo as R
 from toolkit.virtual import skips
 from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import icechunk as R
 from toolkit.engine import run
 from toolkit.plan import Gate, Plan, Report, Stage
 from toolkit.tasks import stable
-from toolkit.virtual import repo as R
 from toolkit.virtual.completeness import Cell, Completeness, completeness, label_text, window_of
 from toolkit.virtual.dataset import region_bounds
 from toolkit.virtual.grib.message import sections

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolkit.virtual import repo as R
+from toolkit import icechunk as R
 from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template

@@ -16,8 +16,8 @@ import pytest
 import xarray as xr
 import zarr
 
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.dataset import probe
 from toolkit.virtual.datasets import DATASETS, gefs, gfs, hrrr
 from toolkit.virtual.datasets.common import NOAA_REGION, carried

@@ -22,8 +22,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual import repo as R
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.refs import ArrayGeometry
 from toolkit.virtual.write import AUDIT_EVENT, Job

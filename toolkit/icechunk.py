@@ -1,4 +1,6 @@
-"""The Icechunk edge: the only module that imports icechunk.
+"""The Icechunk edge: the only module that imports icechunk, below the jobs beside
+`toolkit.storage`, so that any job (virtual datasets today, pyramids of them next) stands on it
+without importing another job.
 
 Datasets describe their storage with the real Icechunk objects this module's factories build
 (virtual chunk containers, manifest splitting), so nothing lossy stands between a dataset and
