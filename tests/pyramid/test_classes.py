@@ -80,6 +80,8 @@ def test_classes_come_from_flag_values_without_nodata():
     arrays = {"lc": meta("uint8", 0), "t": meta("float32", float("nan"))}
     attrs = {"lc": {"flag_values": [0, 3, 1, 2]}, "t": {"flag_values": [1, 2]}}
     assert declared_classes(arrays, attrs) == {"lc": (1, 2, 3)}  # floats are no classes
+    beyond = {"lc": {"flag_values": [0, 1, 2, 300]}}  # 300 cannot occur in uint8 data
+    assert declared_classes(arrays, beyond) == {"lc": (1, 2)}
     many = {"lc": {"flag_values": list(range(MAX_CLASSES + 2))}}
     assert declared_classes(arrays, many) == {}  # too many to carry: the level-0 re-read path
 

@@ -392,7 +392,12 @@ def declared_classes(
             values = sorted({int(v) for v in np.atleast_1d(np.asarray(flags)).tolist()})
         except (TypeError, ValueError):
             continue
-        labels = tuple(v for v in values if a.fill_value is None or v != int(a.fill_value))
+        info = np.iinfo(np.dtype(a.dtype))  # a flag value the dtype cannot hold never occurs
+        labels = tuple(
+            v
+            for v in values
+            if info.min <= v <= info.max and (a.fill_value is None or v != int(a.fill_value))
+        )
         if 0 < len(labels) <= MAX_CLASSES and labels[-1] - labels[0] < 2**16:
             out[name] = labels
     return out
