@@ -175,3 +175,17 @@ def test_rebuilding_upper_levels_after_the_classes_changed_is_refused(tmp_path):
     with pytest.raises(PlanError, match=r"count the classes .*rebuild with --rebuild-from 2x"):
         build(store, levels=3, rebuild_from="4x", executor="sync")
     assert zarr.open_array(str(path), path="4x/field_class_count").shape[0] == 4  # kept
+
+
+def test_the_verifier_checks_the_class_arrays_metadata():
+    store = mem()
+    _classes_store(store, shape=(40, 60))
+    build(store, levels=2, executor="sync")
+    assert verify(store, executor="sync").ok
+    coord = zarr.open_array(store.zarr(), path="4x/field_class", mode="r+")
+    coord[...] = np.array([1, 2, 4, 3], np.uint8)  # the labels no longer name the counts' order
+    result = verify(store, executor="sync")
+    assert ("4x", "metadata") in {(f.level, f.check) for f in result.failures}
+    assert any(
+        "field_class" in f.shard and "want [1, 2, 3, 4]" in f.detail for f in result.failures
+    )

@@ -137,7 +137,7 @@ class MetaCheck:
             out.append(Failure(group, node, "metadata", detail))
 
         for v in lp["vars"]:
-            for name, shape, dims, shards, chunks, dtype in (
+            arrays = [
                 (v["var"], v["shape"], v["dims"], v["shards"], v["chunks"], v["dtype"]),
                 (
                     f"{v['var']}_count",
@@ -147,7 +147,32 @@ class MetaCheck:
                     v["count_chunks"],
                     "uint32",
                 ),
-            ):
+            ]
+            classes = list(v.get("classes") or [])
+            if classes:  # the class counts a mode level carries: the class axis before y, x
+                n, cdim = len(classes), f"{v['var']}_class"
+
+                def put(t: list[Any], x: Any) -> list[Any]:
+                    return [*t[:-2], x, *t[-2:]]
+
+                arrays.append(
+                    (
+                        f"{v['var']}_class_count",
+                        put(v["shape"], n),
+                        put(v["dims"], cdim),
+                        put(v["shards"], n),
+                        put(v["chunks"], n),
+                        v["classes_dtype"],
+                    )
+                )
+                try:
+                    labels = zarr.open_array(z, path=f"{group}/{cdim}", mode="r")[...].tolist()
+                except Exception as err:
+                    bad(cdim, f"class coordinate cannot be opened: {err}")
+                else:
+                    if labels != classes:
+                        bad(cdim, f"classes are {labels}, want {classes}")
+            for name, shape, dims, shards, chunks, dtype in arrays:
                 try:
                     arr = zarr.open_array(z, path=f"{group}/{name}", mode="r")
                 except Exception as err:
