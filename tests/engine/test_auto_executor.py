@@ -57,6 +57,13 @@ def test_a_given_or_started_cluster_is_always_used(store) -> None:
         assert choose_executor(plan, session, "auto") == "dask"
 
 
+def test_asking_for_a_performance_report_asks_for_a_cluster(store, tmp_path) -> None:
+    report = tmp_path / "perf.html"
+    with Session(None, performance_report=report) as session:
+        assert run(sized(store, 0), cluster=session, executor="auto").executor == "dask"
+    assert report.exists()  # distributed's report, written when the session closed
+
+
 def test_a_small_plan_runs_here_and_says_so(store) -> None:
     report = run(sized(store, 1024), executor="auto")
     assert report.executor == "sync"

@@ -176,8 +176,9 @@ class Session:
 
     @property
     def embedded_unstarted(self) -> bool:
-        """Nothing given and nothing started yet: the `auto` executor may stay in-process."""
-        return self.cluster is None and self._client is None
+        """Nothing given, nothing started and no cluster report asked for: the `auto` executor
+        may stay in this process (distributed's performance report needs a cluster)."""
+        return self.cluster is None and self._client is None and self.performance_report is None
 
     def get_client(self) -> Client:
         return self.client()

@@ -9,8 +9,8 @@ chunk sizes) comes from the dataset's template, key text from zarr's own chunk-k
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as _dt
+import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
