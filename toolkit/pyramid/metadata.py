@@ -172,23 +172,15 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 attributes=attrs,
                 chunk_key_encoding=v.key_encoding,
             )
-            count_attrs = {
-                "long_name": f"level-0 pixels valid in every band pooled into each {v.var} cell",
-                "units": "1",
-            }
-            if "grid_mapping" in attrs:
-                count_attrs["grid_mapping"] = attrs["grid_mapping"]
-            _create(
+            _create_counts(
                 zstore,
                 f"{lvl.group}/{v.count_name}",
-                shape=v.count_shape,
-                dtype="uint32",
-                chunks=v.count_chunks,
-                shards=v.count_shards if sharded else None,
-                fill_value=0,
-                dimension_names=list(v.count_dims),
-                attributes=count_attrs,
-                chunk_key_encoding=v.key_encoding,
+                f"level-0 pixels valid in every band pooled into each {v.var} cell",
+                attrs,
+                v.key_encoding,
+                "uint32",
+                (v.count_shape, tuple(v.count_dims), v.count_shards, v.count_chunks),
+                sharded,
             )
             if v.classes:
                 _create_classes(zstore, lvl.group, v, src.attrs.get(v.var, {}), sharded)
@@ -219,23 +211,45 @@ def _create_classes(zstore: Any, group: str, v: Any, attrs: dict[str, Any], shar
         attributes=coord_attrs,
     )
     arr[:] = labels
-    out_attrs = {
-        "long_name": f"level-0 pixels of each class of {v.var} in each cell",
-        "units": "1",
-    }
-    if "grid_mapping" in attrs:
-        out_attrs["grid_mapping"] = attrs["grid_mapping"]
-    _create(
+    _create_counts(
         zstore,
         f"{group}/{v.classes_name}",
+        f"level-0 pixels of each class of {v.var} in each cell",
+        attrs,
+        v.key_encoding,
+        v.classes_dtype,
+        (shape, dims, shards, chunks),
+        sharded,
+    )
+
+
+def _create_counts(
+    zstore: Any,
+    path: str,
+    long_name: str,
+    data_attrs: dict[str, Any],
+    encoding: dict[str, Any],
+    dtype: str,
+    layout: tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[int, ...]],
+    sharded: bool,
+) -> None:
+    """A count array beside a level's data (the count plane, the class counts): unitless,
+    fill 0, on the data's grid mapping; `layout` is (shape, dims, shards, chunks)."""
+    shape, dims, shards, chunks = layout
+    attrs: dict[str, Any] = {"long_name": long_name, "units": "1"}
+    if "grid_mapping" in data_attrs:
+        attrs["grid_mapping"] = data_attrs["grid_mapping"]
+    _create(
+        zstore,
+        path,
         shape=shape,
-        dtype=v.classes_dtype,
+        dtype=dtype,
         chunks=chunks,
         shards=shards if sharded else None,
         fill_value=0,
         dimension_names=list(dims),
-        attributes=out_attrs,
-        chunk_key_encoding=v.key_encoding,
+        attributes=attrs,
+        chunk_key_encoding=encoding,
     )
 
 
