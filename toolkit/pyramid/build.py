@@ -148,7 +148,7 @@ def level0_bytes(src: Source) -> int:
     total = 0
     for name, a in src.arrays.items():
         per = int(np.prod(a.grid)) * np.dtype(a.dtype).itemsize
-        total += per * len(list(src.listings.get(name, ())))
+        total += per * len(src.listings.get(name, ()))
     return total
 
 

@@ -115,32 +115,12 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
         }
         storage.put(store, f"{lvl.group}/zarr.json", json.dumps(group_doc, indent=2).encode())
         for dim, n in ((ydim, lvl.shape[0]), (xdim, lvl.shape[1])):
-            vals = level_coords(src.coords[dim], lvl.factor, n)
-            arr = _create(
-                zstore,
-                f"{lvl.group}/{dim}",
-                shape=(n,),
-                dtype="float64",
-                chunks=(n,),
-                dimension_names=[dim],
-                attributes=src.attrs.get(dim, {}),
-                fill_value=np.nan,
-            )
-            arr[:] = vals
+            vals = level_coords(src.coords[dim], lvl.factor, n).astype("float64")
+            _write_coord(zstore, lvl.group, dim, vals, src.attrs.get(dim, {}), np.nan)
         leading = {d for v in lvl.vars for d in v.dims[:-2]}
         for dim in sorted(leading):
             if dim in src.coords:
-                vals = src.coords[dim]
-                arr = _create(
-                    zstore,
-                    f"{lvl.group}/{dim}",
-                    shape=vals.shape,
-                    dtype=vals.dtype,
-                    chunks=vals.shape,
-                    dimension_names=[dim],
-                    attributes=src.attrs.get(dim, {}),
-                )
-                arr[:] = vals
+                _write_coord(zstore, lvl.group, dim, src.coords[dim], src.attrs.get(dim, {}))
         for name in src.crs:
             base = zarr.open_array(store.zarr(read_only=True), path=name, mode="r")
             arr = _create(
@@ -201,16 +181,7 @@ def _create_classes(zstore: Any, group: str, v: Any, attrs: dict[str, Any], shar
             "flag_values": labels.tolist(),
             "flag_meanings": " ".join(named.get(int(c), str(c)) for c in labels),
         }
-    arr = _create(
-        zstore,
-        f"{group}/{v.class_dim}",
-        shape=labels.shape,
-        dtype=labels.dtype,
-        chunks=labels.shape,
-        dimension_names=[v.class_dim],
-        attributes=coord_attrs,
-    )
-    arr[:] = labels
+    _write_coord(zstore, group, v.class_dim, labels, coord_attrs)
     _create_counts(
         zstore,
         f"{group}/{v.classes_name}",
@@ -221,6 +192,25 @@ def _create_classes(zstore: Any, group: str, v: Any, attrs: dict[str, Any], shar
         (shape, dims, shards, chunks),
         sharded,
     )
+
+
+def _write_coord(
+    zstore: Any, group: str, dim: str, values: Any, attrs: dict[str, Any], fill: Any = None
+) -> None:
+    """A level's 1-D coordinate array `group/dim`, one chunk, written whole."""
+    values = np.asarray(values)
+    kw = {} if fill is None else {"fill_value": fill}
+    arr = _create(
+        zstore,
+        f"{group}/{dim}",
+        shape=values.shape,
+        dtype=values.dtype,
+        chunks=values.shape,
+        dimension_names=[dim],
+        attributes=attrs,
+        **kw,
+    )
+    arr[:] = values
 
 
 def _create_counts(
