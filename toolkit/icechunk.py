@@ -30,10 +30,12 @@ from toolkit import storage
 
 __all__ = [
     "BranchMoved",
+    "BranchView",
     "ConflictError",
     "NotARepo",
     "OutsideContainers",
     "RepoRef",
+    "SessionView",
     "VirtualConfig",
     "chunk_coordinates",
     "chunks_present",
@@ -41,9 +43,11 @@ __all__ = [
     "create_branch",
     "delete_branch",
     "exists_many",
+    "finalize_branch",
     "fork",
     "gcs_container",
     "history",
+    "is_repo",
     "local_container",
     "manifest_append_dim_split",
     "manifest_report",
@@ -424,6 +428,57 @@ def readonly(repo: ic.Repository, branch: str = "main", snapshot: str | None = N
     if snapshot is not None:
         return repo.readonly_session(snapshot_id=snapshot)
     return repo.readonly_session(branch)
+
+
+def is_repo(store: storage.Store) -> bool:
+    """Whether an Icechunk repo is at `store` (a local path that does not exist is not one)."""
+    if store.is_local and not store.local_path.exists():
+        return False
+    return _exists(store)
+
+
+@dataclass(frozen=True)
+class BranchView:
+    """A branch's head as a read-only store for `toolkit.storage` (a `ZarrView`): every
+    `zarr()` opens a session at the head as it is then, so a gate or a done-set that observes
+    it sees every commit made so far. Picklable: it carries the repo's location, not a session."""
+
+    ref: RepoRef
+    branch: str = "main"
+
+    @property
+    def url(self) -> str:
+        return f"{self.ref.url}@{self.branch}"
+
+    def zarr(self, read_only: bool = True) -> Any:
+        if not read_only:
+            raise ValueError(f"{self.url}: a branch head is read-only; write through a session")
+        return readonly(self.ref.open(), self.branch).store
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One session (writable, a fork or a snapshot) as a store for `toolkit.storage`. Pickles
+    when its session does (forks and read-only sessions do; a writable session refuses)."""
+
+    url: str
+    session: Any
+
+    def zarr(self, read_only: bool = False) -> Any:
+        return self.session.store
+
+
+def finalize_branch(repo: ic.Repository, branch: str, marker: str, url: str) -> str:
+    """main := `branch` if main is still where `marker` recorded it at setup; then drop both
+    branches. Replayable: with the branch already gone, main's head is the answer."""
+    if branch not in branches(repo):
+        return snapshot_of(repo, "main")
+    head = snapshot_of(repo, branch)
+    if head != snapshot_of(repo, "main"):
+        reset_branch(repo, "main", head, expected=snapshot_of(repo, marker))
+    delete_branch(repo, branch)
+    delete_branch(repo, marker)
+    return head
 
 
 def set_virtual_refs(

@@ -4,6 +4,11 @@ Every other module talks to storage through `Store` (a picklable handle that kno
 its non-secret options) and the functions below, which turn obstore's errors into toolkit
 errors naming the store, the key and the cause.
 
+A store reached through a zarr store object instead (an Icechunk snapshot or session, see
+`toolkit.icechunk.BranchView`) is a `ZarrView`: anything with a `url` and a `zarr(read_only)`.
+`get`, `put`, `exists`, `list_keys`, `iter_keys`, `delete` and `delete_prefix` serve it through
+zarr's store API, so a job that only reads and writes zarr keys runs on either kind unchanged.
+
 Credentials never travel: a `Store` pickles as (url, options, credential provider reference) and
 reopens on the other side, where obstore reads the environment / instance metadata or calls the
 provider, which refreshes. Explicit secret options are refused when pickling.
@@ -23,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
 import obstore
@@ -42,6 +47,7 @@ __all__ = [
     "Store",
     "Unreachable",
     "Version",
+    "ZarrView",
     "delete",
     "delete_prefix",
     "exists",
@@ -193,6 +199,77 @@ class Blob:
     data: bytes
     version: Version
     last_modified: datetime
+
+
+class ZarrView(Protocol):
+    """A store seen through a zarr store object (no obstore handle): its keys are zarr keys."""
+
+    url: str
+
+    def zarr(self, read_only: bool = False) -> Any: ...
+
+
+def _view(store: Any) -> bool:
+    return not isinstance(store, Store)
+
+
+def _zsync(coro: Any) -> Any:
+    from zarr.core.sync import sync
+
+    return sync(coro)
+
+
+def _view_call(store: Any, key: str | None, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except StorageError:
+        raise
+    except Exception as err:  # the zarr store's own errors (Icechunk: a key it cannot hold)
+        detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        raise StorageError(store.url, key, detail) from err
+
+
+def _view_keys(store: Any, prefix: str) -> list[str]:
+    zs = store.zarr(read_only=True)
+    p = prefix.strip("/")
+
+    async def run() -> list[str]:
+        return [k async for k in zs.list_prefix(p + "/" if p else "")]
+
+    return _view_call(store, prefix or None, lambda: _zsync(run()))
+
+
+def _view_get(store: Any, key: str) -> bytes:
+    from zarr.core.buffer import default_buffer_prototype
+
+    zs = store.zarr(read_only=True)
+    buf = _view_call(store, key, lambda: _zsync(zs.get(key, default_buffer_prototype())))
+    if buf is None:
+        raise NotFound(store.url, key, "no such key")
+    return bytes(buf.to_bytes())
+
+
+def _view_put(store: Any, key: str, data: bytes, mode: Any) -> Version:
+    from zarr.core.buffer import default_buffer_prototype
+
+    if isinstance(mode, Version):
+        raise StorageError(store.url, key, "a zarr view cannot update conditionally")
+    zs = store.zarr(read_only=False)
+    body = default_buffer_prototype().buffer.from_bytes(data)
+    if mode == "create" and _view_call(store, key, lambda: _zsync(zs.exists(key))):
+        raise AlreadyExists(store.url, key, "exists")
+    _view_call(store, key, lambda: _zsync(zs.set(key, body)))
+    return Version()
+
+
+def _view_delete(store: Any, keys: list[str]) -> None:
+    zs = store.zarr(read_only=False)
+
+    async def run() -> None:
+        for k in keys:
+            await zs.delete(k)
+
+    _view_call(store, keys[0] if keys else None, lambda: _zsync(run()))
 
 
 # --------------------------------------------------------------------------- the handle
@@ -402,13 +479,18 @@ def list_objects(store: Store, prefix: str = "") -> list[ObjectInfo]:
     return infos
 
 
-def list_keys(store: Store, prefix: str = "") -> list[str]:
+def list_keys(store: Store | ZarrView, prefix: str = "") -> list[str]:
     """Keys under `prefix`, sorted (LocalStore lists in arbitrary order)."""
+    if _view(store):
+        return sorted(_view_keys(store, prefix))
     return [i.key for i in list_objects(store, prefix)]
 
 
-def iter_keys(store: Store, prefix: str = "") -> Iterator[str]:
+def iter_keys(store: Store | ZarrView, prefix: str = "") -> Iterator[str]:
     """Keys under `prefix` page by page, unsorted: for counting huge prefixes."""
+    if _view(store):
+        yield from _view_keys(store, prefix)
+        return
     if _absent(store):
         return
     try:
@@ -419,8 +501,10 @@ def iter_keys(store: Store, prefix: str = "") -> Iterator[str]:
         raise _translate(err, store, prefix or None) from err
 
 
-def get(store: Store, key: str) -> Blob:
+def get(store: Store | ZarrView, key: str) -> Blob:
     """Body and version from one GET."""
+    if _view(store):
+        return Blob(key, _view_get(store, key), Version(), datetime.fromtimestamp(0))
     if _absent(store):
         raise NotFound(store.url, key, "the store's directory does not exist")
     try:
@@ -451,7 +535,10 @@ def head(store: Store, key: str) -> ObjectInfo:
         raise _translate(err, store, key) from err
 
 
-def exists(store: Store, key: str) -> bool:
+def exists(store: Store | ZarrView, key: str) -> bool:
+    if _view(store):
+        zs = store.zarr(read_only=True)
+        return bool(_view_call(store, key, lambda: _zsync(zs.exists(key))))
     try:
         head(store, key)
     except NotFound:
@@ -463,7 +550,11 @@ PutMode = Literal["overwrite", "create"] | Version
 
 
 def put(
-    store: Store, key: str, data: bytes, mode: PutMode = "overwrite", break_lock: bool = False
+    store: Store | ZarrView,
+    key: str,
+    data: bytes,
+    mode: PutMode = "overwrite",
+    break_lock: bool = False,
 ) -> Version:
     """Write one object.
 
@@ -472,6 +563,8 @@ def put(
     a conditional write takes a leased lock (`LockHeld` while another writer's lease runs);
     `break_lock` takes over a lock left by a writer known to be gone.
     """
+    if _view(store):
+        return _view_put(store, key, data, mode)
     if isinstance(mode, Version):
         if store.is_local:
             return _local_conditional_update(store, key, data, mode, break_lock)
@@ -565,16 +658,21 @@ def _local_conditional_update(
         obstore.delete(store.inner, lock)
 
 
-def delete(store: Store, key: str) -> None:
+def delete(store: Store | ZarrView, key: str) -> None:
+    if _view(store):
+        return _view_delete(store, [key])
     try:
         obstore.delete(store.inner, key)
     except Exception as err:
         raise _translate(err, store, key) from err
 
 
-def delete_prefix(store: Store, prefix: str) -> int:
+def delete_prefix(store: Store | ZarrView, prefix: str) -> int:
     """Delete every object under `prefix`; returns how many."""
     keys = list_keys(store, prefix)
+    if _view(store):
+        _view_delete(store, keys)
+        return len(keys)
     for start in range(0, len(keys), 1000):
         batch = keys[start : start + 1000]
         try:

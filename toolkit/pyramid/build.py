@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,13 +33,32 @@ def plan(
     levels: int | None = None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
     **options: Any,
 ) -> PyramidPlan:
     """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only).
 
-    `method` None chooses the operator from what the data means (`choose_method`)."""
-    src = read_source(open_source(source, **options), variables)
+    `method` None chooses the operator from what the data means (`choose_method`). `source`
+    may be an Icechunk repo (its main branch; `select`/`latest` restrict its positions)."""
+    from toolkit.pyramid.repo import open_repo_source, repo_source
+
+    ref = open_repo_source(source, **options)
+    if ref is not None:
+        src, _ = repo_source(ref, variables, select, latest)
+    else:
+        _no_positions(source, select, latest)
+        src = read_source(open_source(source, **options), variables)
     return _plan(src, method, band_dim, levels, max_shard, force_method)
+
+
+def _no_positions(source: Any, select: Any, latest: bool) -> None:
+    if select or latest:
+        flag = "--select" if select else "--latest"
+        raise PlanError(
+            f"{flag}: {getattr(source, 'url', source)} is a Zarr store; positions are chosen "
+            "only in an Icechunk repo source (a Zarr store is built whole)"
+        )
 
 
 def _plan(
@@ -222,10 +241,41 @@ def build(
     rebuild_from: str | int | None = None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
+    credentials: Literal["anonymous", "env"] = "anonymous",
     **options: Any,
 ) -> Report:
     """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
-    chooses the operator from what the data means (`toolkit.pyramid.plan.choose_method`)."""
+    chooses the operator from what the data means (`toolkit.pyramid.plan.choose_method`).
+
+    An Icechunk repo as `source` (a virtual dataset's) gets its levels inside it, landed on
+    main in one move (`toolkit.pyramid.repo`); `select` {dim: [values]} and `latest` restrict
+    the positions built, `credentials` is how its GRIB sources are read."""
+    from toolkit.pyramid.repo import build_repo, open_repo_source
+
+    ref = open_repo_source(source, credentials, **options)
+    if ref is not None:
+        if rebuild_from is not None:
+            raise PlanError(
+                f"--rebuild-from: {ref.url} is an Icechunk repo, whose levels are rebuilt by "
+                "position: drop the level groups in a commit, or build other --select positions"
+            )
+        return build_repo(
+            ref,
+            variables,
+            method,
+            band_dim,
+            levels,
+            select=select,
+            latest=latest,
+            cluster=cluster,
+            executor=executor,
+            progress=progress,
+            max_shard=max_shard,
+            force_method=force_method,
+        )
+    _no_positions(source, select, latest)
     store = open_source(source, **options)
     src = read_source(store, variables)
     p = _plan(src, method, band_dim, levels, max_shard, force_method)

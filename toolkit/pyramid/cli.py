@@ -32,7 +32,25 @@ from toolkit.console import err_console as console
 
 app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
 
-Source = Annotated[str, typer.Argument(help="Store URL: a path, file://, memory://, s3://...")]
+Source = Annotated[
+    str,
+    typer.Argument(
+        help="Zarr v3 store, or an Icechunk repo (a virtual dataset's): a path, file://, "
+        "memory://, s3://..."
+    ),
+]
+Select = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--select",
+        help="DIM=VALUE (repeatable): an Icechunk repo source's positions to build, e.g. "
+        "init_time=2025-08-01T06 or lead_time=3h; every position by default.",
+    ),
+]
+Latest = Annotated[
+    bool,
+    typer.Option("--latest", help="Only the newest position of an Icechunk repo's append dim."),
+]
 Variables = Annotated[
     list[str] | None, typer.Option("--variable", "-v", help="Variable to pyramid (repeatable).")
 ]
@@ -83,6 +101,19 @@ def _options(
     return options
 
 
+def _selection(items: list[str] | None) -> dict[str, list[str]]:
+    """`--select DIM=VALUE` options as {dim: [values]}; a malformed one is bad usage."""
+    from toolkit.pyramid.plan import PlanError
+
+    out: dict[str, list[str]] = {}
+    for item in items or ():
+        dim, sep, value = item.partition("=")
+        if not sep or not dim.strip() or not value.strip():
+            raise PlanError(f"--select {item!r}: want DIM=VALUE, e.g. init_time=2025-08-01T06")
+        out.setdefault(dim.strip(), []).append(value.strip())
+    return out
+
+
 def _exit_codes() -> Any:
     from toolkit.pyramid.plan import PlanError
 
@@ -99,6 +130,8 @@ def plan_cmd(
     levels: Levels = None,
     max_shard: MaxShard = 4096,
     force_method: ForceMethod = False,
+    select: Select = None,
+    latest: Latest = False,
     endpoint: Endpoint = None,
     region: Region = None,
     anonymous: Anonymous = False,
@@ -111,7 +144,16 @@ def plan_cmd(
     with _exit_codes():
         opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
         p = plan(
-            source, variable or None, method, band_dim, levels, max_shard, force_method, **opts
+            source,
+            variable or None,
+            method,
+            band_dim,
+            levels,
+            max_shard,
+            force_method,
+            select=_selection(select),
+            latest=latest,
+            **opts,
         )
     table = Table(
         title=f"pyramid plan {p.digest} ({p.method}: {p.method_from}; {', '.join(p.variables)})"
@@ -151,6 +193,8 @@ def build_cmd(
     executor: Executor = "auto",
     max_shard: MaxShard = 4096,
     force_method: ForceMethod = False,
+    select: Select = None,
+    latest: Latest = False,
     endpoint: Endpoint = None,
     region: Region = None,
     allow_http: AllowHttp = False,
@@ -176,6 +220,8 @@ def build_cmd(
                 rebuild_from=rebuild_from,
                 max_shard=max_shard,
                 force_method=force_method,
+                select=_selection(select),
+                latest=latest,
                 **opts,
             )
     print_report(report)

@@ -347,15 +347,52 @@ def update_root(src: Source, plan: PyramidPlan) -> None:
     backup(src)
     blob = storage.get(store, "zarr.json")
     doc = json.loads(blob.data)
-    attrs = doc.setdefault("attributes", {})
-    conventions = [c for c in attrs.get("zarr_conventions", []) if c.get("uuid") not in ADDED_UUIDS]
-    attrs["zarr_conventions"] = [*conventions, REGISTRATION, SPATIAL_REGISTRATION]
-    attrs["multiscales"] = multiscales(src, plan)
-    attrs.update(spatial_attrs(src, plan))
+    doc["attributes"] = root_attributes(doc.get("attributes", {}), src, plan)
     storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())
     with warnings.catch_warnings():  # zarr notes consolidation is not in the v3 spec yet
         warnings.simplefilter("ignore", UserWarning)
         zarr.consolidate_metadata(store.zarr())  # one request serves the whole pyramid
+
+
+def root_attributes(attrs: dict[str, Any], src: Source, plan: PyramidPlan) -> dict[str, Any]:
+    """The root's attributes with the multiscales layout, the spatial keys and both
+    conventions' registrations added (replacing what an earlier build added)."""
+    out = dict(attrs)
+    conventions = [c for c in out.get("zarr_conventions", []) if c.get("uuid") not in ADDED_UUIDS]
+    out["zarr_conventions"] = [*conventions, REGISTRATION, SPATIAL_REGISTRATION]
+    out["multiscales"] = multiscales(src, plan)
+    out.update(spatial_attrs(src, plan))
+    return out
+
+
+def set_root_attrs(src: Source, plan: PyramidPlan, extra: dict[str, Any]) -> None:
+    """The root attributes through zarr (a store that versions its own history, such as an
+    Icechunk session, needs neither the backup nor consolidation)."""
+    group = zarr.open_group(src.store.zarr(), mode="r+", use_consolidated=False)
+    now = dict(group.attrs)
+    want = {**root_attributes(now, src, plan), **extra}
+    if want != now:
+        group.attrs.update(want)
+
+
+def grow_levels(src: Source, plan: PyramidPlan) -> None:
+    """Levels made for a shorter level 0 (an update appended positions) take its leading
+    extent: every level array is resized and its leading coordinates rewritten."""
+    zstore = src.store.zarr()
+    for lvl in plan.levels:
+        grown = False
+        for v in lvl.vars:
+            arrays = [(v.var, v.shape), (v.count_name, v.count_shape)]
+            if v.classes:
+                arrays.append((v.classes_name, v.classes_layout()[0]))
+            for name, shape in arrays:
+                arr = zarr.open_array(zstore, path=f"{lvl.group}/{name}", mode="r+")
+                if tuple(arr.shape) != tuple(shape):
+                    arr.resize(shape)
+                    grown = True
+        if grown:
+            for dim in sorted({d for v in lvl.vars for d in v.dims[:-2] if d in src.coords}):
+                _write_coord(zstore, lvl.group, dim, src.coords[dim], src.attrs.get(dim, {}))
 
 
 def strip_added(doc: dict[str, Any]) -> dict[str, Any]:

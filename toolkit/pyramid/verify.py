@@ -119,8 +119,11 @@ class MetaCheck:
     attrs: dict[str, dict[str, Any]]  # level-0 attributes of data vars and CRS vars
     crs: tuple[str, ...]
     node_keys: tuple[str, ...]
+    versioned: bool = False  # an Icechunk repo: its history is the backup, nothing consolidates
 
     def __call__(self, check: Check) -> list[Failure]:
+        if check.name == "." and self.versioned:
+            return self._root_versioned()
         if check.name == ".":
             return self._root()
         return self._level(check.name)
@@ -263,6 +266,18 @@ class MetaCheck:
                     "zarr.json",
                     f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
                 )
+        return out
+
+    def _root_versioned(self) -> list[Failure]:
+        """In a repo, level 0's nodes are the dataset's own (their history is the repo's): the
+        root must carry the layout and both conventions; the levels are checked one by one."""
+        attrs = json.loads(storage.get(self.store, "zarr.json").data).get("attributes", {})
+        out = []
+        if "multiscales" not in attrs:
+            out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
+        have = {c.get("uuid") for c in attrs.get("zarr_conventions", [])}
+        if not set(metadata.ADDED_UUIDS) <= have:
+            out.append(Failure(".", "zarr.json", "root-diff", "conventions not registered"))
         return out
 
     def _root(self) -> list[Failure]:
@@ -529,6 +544,16 @@ class ClientCheck:
     # cell centres per spatial dim (resolution and bounds follow from them)
     crs: dict[str, dict[str, Any]] = field(default_factory=dict)
     axes: dict[str, np.ndarray] = field(default_factory=dict)
+    repo: bool = False  # `url` is an Icechunk repo: read main through a read-only session
+
+    def _zarr(self, opts: dict[str, Any]) -> Any:
+        store = storage.open_store(self.url, **opts)
+        if not self.repo:
+            return store.zarr(read_only=True)
+        from toolkit import icechunk as R
+
+        handle = R.open_repo(store, "env" if self.private else "anonymous", fresh=True)
+        return R.readonly(handle).store
 
     def seen(self, group: str, ds: Any) -> list[Failure]:
         """CRS, resolution and bounds as xarray shows them, against level 0's."""
@@ -568,9 +593,8 @@ class ClientCheck:
         if self.url.startswith(("s3://", "gs://", "az://")) and not self.private:
             opts["anonymous"] = True
         try:
-            store = storage.open_store(self.url, **opts)
             ds = xr.open_zarr(
-                store.zarr(read_only=True),
+                self._zarr(opts),
                 group=None if group == "." else group,
                 consolidated=False,
                 chunks=None,
@@ -622,8 +646,21 @@ def verify(
     """
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
-    store = open_source(source, **options)
-    doc = recorded_plan(store)
+    from toolkit import icechunk as R
+    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source
+
+    ref = open_repo_source(source, **options)
+    if ref is not None:
+        store: Any = R.BranchView(ref, "main")
+        root = json.loads(storage.get(store, "zarr.json").data).get("attributes", {})
+        doc = root.get(SETTINGS_ATTR)
+        if doc is None:
+            return VerifyResult(
+                (Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first"),)
+            )
+    else:
+        store = open_source(source, **options)
+        doc = recorded_plan(store)
     if doc is None:
         read_source(store)  # a store that is not zarr v3 at all is bad usage, not a failed check
         return VerifyResult(
@@ -649,6 +686,8 @@ def verify(
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
+    if ref is not None:  # a repo records settings; the plan is what main's level 0 asks now
+        doc = {**json.loads(p.to_json()), "digest": p.digest}
     if p.digest != doc["digest"]:
         failures.append(
             Failure(
@@ -696,15 +735,17 @@ def verify(
         _stage(
             "verify-metadata",
             [Check("meta", g) for g in [".", *groups]],
-            MetaCheck(store, doc, coords, meta_attrs, src.crs, src.node_keys),
+            MetaCheck(
+                store, doc, coords, meta_attrs, src.crs, src.node_keys, versioned=ref is not None
+            ),
         ),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources, level0)),
         _stage(
             "verify-client",
             [Check("client", g) for g in [".", *groups]],
             ClientCheck(
-                store.url,
-                dict(store.options),
+                ref.url if ref is not None else store.url,
+                dict((ref.store if ref is not None else store).options),
                 shapes,
                 p.variables,
                 private,
@@ -714,6 +755,7 @@ def verify(
                     if (gm := src.attrs.get(v, {}).get("grid_mapping")) in src.attrs
                 },
                 coords,
+                repo=ref is not None,
             ),
         ),
     )
@@ -721,7 +763,7 @@ def verify(
         Plan(
             f"pyramid-verify-{p.method}",
             stages,
-            holds_gil=False,
+            holds_gil=ref is not None,  # a repo's level 0 decodes GRIB (holds the GIL)
             # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
             work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
         ),

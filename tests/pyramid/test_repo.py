@@ -1,0 +1,229 @@
+"""Pyramids of a virtual GRIB dataset, inside its Icechunk repo: real GRIB2 (encoded by ecCodes),
+refs backfilled into a real repo, level 0 decoded by gribberish's codec on the workers, levels
+written through forks and landed on main in one move."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from tests.virtual.test_backfill import START, sim
+from toolkit import icechunk as R
+from toolkit import storage
+from toolkit.pyramid import build, plan, verify
+from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.repo import PREFIX
+from toolkit.virtual.backfill import backfill
+from toolkit.virtual.simulate import expected_values
+
+VARS = ["temperature", "temperature_2m"]
+TOOLKIT = str(Path(sys.executable).with_name("toolkit"))  # the console script users run
+
+
+def window_reference(a: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of the valid (non-NaN) level-0 pixels of every f x f window (edge windows partial),
+    and how many there are: numpy only, straight from level 0."""
+    *lead, h, w = a.shape
+    ny, nx = -(-h // f), -(-w // f)
+    pad = np.full((*lead, ny * f, nx * f), np.nan, a.dtype)
+    pad[..., :h, :w] = a
+    win = pad.reshape(*lead, ny, f, nx, f)
+    count = np.sum(~np.isnan(win), axis=(-3, -1))
+    total = np.nansum(win.astype(np.float64), axis=(-3, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return mean, count
+
+
+def level0(files, name: str) -> np.ndarray:
+    """The simulator's encoded values (what ecCodes wrote), as [init, lead, (level,) y, x]."""
+    inits = sorted({f.init for f in files})
+    leads = sorted({f.lead for f in files})
+    levels = [0.4, 500.0, 1000.0] if name == "temperature" else [None]
+    out = []
+    for i in inits:
+        row = []
+        for lead in leads:
+            planes = [expected_values(name, i, lead, level=lv) for lv in levels]
+            row.append(np.stack(planes) if name == "temperature" else planes[0])
+        out.append(np.stack(row))
+    return np.stack(out).astype(np.float32)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    _archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    backfill(ds, start=START, workers=2, executor="sync")
+    return tmp_path / "repo", files, ds
+
+
+def main_level(path, group: str | None) -> xr.Dataset:
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    return xr.open_zarr(R.readonly(handle).store, group=group, consolidated=False)
+
+
+def test_every_level_equals_numpy_of_the_encoded_fields(repo):
+    path, files, _ = repo
+    report = build(str(path), VARS, levels=3, executor="sync")
+    assert [s.name for s in report.stages] == [
+        "setup", "2x", "2x-commit", "4x", "4x-commit", "8x", "8x-commit", "finalize",
+    ]  # fmt: skip
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    assert R.branches(handle) == ["main"]  # the temp branch and its marker are gone
+    for name in VARS:
+        a = level0(files, name)
+        for k in (1, 2, 3):
+            ds = main_level(path, f"{2**k}x")
+            want, count = window_reference(a, 2**k)
+            got = ds[name].values
+            np.testing.assert_array_equal(ds[f"{name}_count"].values, count)
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+            assert np.array_equal(np.isnan(got), count == 0)
+    # the levels and level 0 are one snapshot: the level commits are on main's history
+    messages = [c.message for c in R.history(handle)]
+    assert messages[0].startswith("pyramid 8x") and any("setup" in m for m in messages)
+    root = main_level(path, None)
+    assert [x["asset"] for x in root.attrs["multiscales"]["layout"]] == [".", "2x", "4x", "8x"]
+    assert verify(str(path), executor="sync").ok
+
+
+def test_select_and_latest_build_only_those_positions_then_extend(repo):
+    path, _files, _ = repo
+    r = build(
+        str(path), ["temperature_2m"], levels=2, executor="sync",
+        select={"init_time": ["2025-08-01T06"], "lead_time": ["3h"]},
+    )  # fmt: skip
+    assert r.stage("2x").written == 1
+    got = main_level(path, "2x")["temperature_2m_count"].values
+    assert (got[1, 1] > 0).all() and got.sum() == got[1, 1].sum()  # one (init, lead) only
+    latest = build(str(path), ["temperature_2m"], levels=2, executor="sync", latest=True)
+    assert latest.stage("2x").written == 3  # the newest init's three leads
+    whole = build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    # the positions built before are on main: not rebuilt
+    assert whole.stage("2x").skipped == 4 and whole.stage("2x").written == 12 - 4
+    assert verify(str(path), executor="sync").ok
+
+
+def test_verify_fails_a_tampered_level_and_a_missing_one(repo):
+    path, _, _ = repo
+    build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    s = R.writable(handle)
+    arr = zarr.open_array(s.store, path="4x/temperature_2m", mode="r+")
+    arr[2, 1, 0, 0] = arr[2, 1, 0, 0] + 1.0
+    R.commit(s, "tamper")
+    result = verify(str(path), sample=12, executor="sync")
+    assert not result.ok and any(f.level == "4x" for f in result.failures)
+    s = R.writable(handle)
+    storage.delete(R.SessionView("x", s), "2x/temperature_2m/c/3/2/0/0")
+    R.commit(s, "drop a shard")
+    missing = verify(str(path), executor="sync")
+    assert any(f.check == "count" and "3/2/0/0" in f.shard for f in missing.failures)
+
+
+def test_the_build_runs_on_process_workers(repo, local_cluster):
+    path, files, _ = repo
+    report = build(str(path), ["temperature"], levels=2, cluster=local_cluster)
+    assert report.executor == "dask" and report.stage("4x-commit").gate_have == 72
+    want, _ = window_reference(level0(files, "temperature"), 4)
+    np.testing.assert_allclose(main_level(path, "4x")["temperature"].values, want, rtol=2e-6)
+
+
+def test_a_build_interrupted_after_a_level_resumes_on_its_branch(repo):
+    path, _, _ = repo
+    from toolkit.engine import run
+    from toolkit.pyramid.build import _plan
+    from toolkit.pyramid.repo import repo_plan, repo_source
+
+    ref = R.RepoRef(storage.open_store(str(path)))
+    src, _ = repo_source(ref, ["temperature_2m"])
+    p = _plan(src, None, None, 2)
+    full = repo_plan(ref, src, p)
+    partial = type(full)(full.name, full.stages[:3], full.holds_gil)  # setup, 2x, 2x-commit
+    run(partial, executor="sync")
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    flying = [b for b in R.branches(handle) if b.startswith(PREFIX)]
+    assert len(flying) == 2  # the build's branch and its marker; main has no level yet
+    assert "2x" not in dict(zarr.open_group(R.readonly(handle).store, mode="r").groups())
+    again = build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    assert again.stage("2x").skipped == 12 and again.stage("4x").written == 12
+    assert R.branches(R.open_repo(storage.open_store(str(path)), fresh=True)) == ["main"]
+
+
+def test_main_moved_during_a_build_is_refused_then_the_rerun_lands(repo):
+    path, _, _ = repo
+    from toolkit.engine import run
+    from toolkit.pyramid.build import _plan
+    from toolkit.pyramid.repo import repo_plan, repo_source
+
+    ref = R.RepoRef(storage.open_store(str(path)))
+    src, _ = repo_source(ref, ["temperature_2m"])
+    full = repo_plan(ref, src, _plan(src, None, None, 1))
+    run(type(full)(full.name, full.stages[:3], full.holds_gil), executor="sync")
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    s = R.writable(handle)  # a fire lands on main meanwhile
+    zarr.open_group(s.store).attrs["fire"] = "landed"
+    R.commit(s, "a fire")
+    with pytest.raises(R.BranchMoved, match="main moved while the pyramid was built"):
+        run(type(full)(full.name, full.stages[3:], full.holds_gil), executor="sync")
+    assert "2x" not in dict(zarr.open_group(R.readonly(handle).store, mode="r").groups())
+    build(str(path), ["temperature_2m"], levels=1, executor="sync")
+    root = main_level(path, None)
+    assert root.attrs["fire"] == "landed" and "multiscales" in root.attrs
+
+
+def test_plan_of_a_repo_reads_its_manifests(repo):
+    path, _, _ = repo
+    p = plan(str(path), ["temperature"], levels=2, latest=True)
+    assert [len(lvl.tasks) for lvl in p.levels] == [9, 9]  # 3 leads x 3 levels of one init
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--select", "init_time"], "want DIM=VALUE"),
+        (["--select", "init_time=1999-01-01"], "--select init_time=1999-01-01: no such init_time"),
+        (["--select", "latitude=50"], "not a leading dim"),
+        (["--variable", "nope"], "variable 'nope': no such array"),
+    ],
+)
+def test_bad_positions_are_one_line_and_exit_2(repo, args, says):
+    path, _, _ = repo
+    r = subprocess.run(
+        [TOOLKIT, "pyramid", "build", str(path), "--levels", "1", *args],
+        capture_output=True,
+        text=True,
+    )
+    lines = [x for x in r.stderr.splitlines() if x.strip() and "WARN" not in x and "at " not in x]
+    assert r.returncode == 2, r.stderr
+    assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([x for x in lines if "error" in x.lower()]) <= 1
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    assert R.branches(handle) == ["main"]  # nothing was started
+
+
+def test_select_on_a_zarr_store_is_refused(tmp_path):
+    from toolkit.pyramid.synthetic import write_store
+
+    store = storage.open_store(str(tmp_path / "z"))
+    write_store(store, (64, 64))
+    with pytest.raises(PlanError, match="positions are chosen only in an Icechunk repo"):
+        build(store, latest=True, executor="sync")
+
+
+def test_settings_record_refuses_other_settings(repo):
+    path, _, _ = repo
+    build(str(path), ["temperature_2m"], levels=1, executor="sync")
+    with pytest.raises(PlanError, match="main's levels were built with levels=1"):
+        build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    doc = main_level(path, None).attrs["pyramid:settings"]
+    assert json.loads(json.dumps(doc))["variables"] == ["temperature_2m"]

@@ -1,0 +1,436 @@
+"""Pyramids inside an Icechunk repo: level 0 is an array of the repo (a virtual GRIB array,
+decoded on the workers by gribberish's codec), the levels are native arrays written into the
+same repo and land on main in one move, so a reader of main sees level 0 and every level from
+one snapshot.
+
+setup      one node: a branch `pyramid-<plan digest>` from main's head (and a marker of that
+           head), the level groups and arrays created or grown to level 0's leading extent, the
+           root's multiscales attributes and the pyramid's settings, committed on it.
+<k>x       a stripe per worker: one fork of the branch; each shard is read through it (level 0
+           decoded, or the parent level the previous commit landed) and written into it; the
+           forks are returned, nothing is committed. The done-set is the branch's manifest, so
+           a rerun resumes, and positions a previous build landed on main are not rebuilt.
+<k>x-commit one node: the level's forks merged and committed on the branch; its gate lists the
+           branch's manifest for every planned shard object of the level.
+finalize   main := the branch, only if main has not moved since setup (else refused, naming
+           the way out); the branch and its marker are dropped.
+
+The leading dims (init_time, lead_time, level, member) are carried unreduced; `select` and
+`latest` restrict the level-0 positions a build covers (the levels keep level 0's full extent,
+positions never built read as nodata).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from toolkit import icechunk as R
+from toolkit import storage
+from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.plan import AUTO, Report
+from toolkit.pyramid import metadata
+from toolkit.pyramid.build import _plan, _sources, level0_bytes
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, decode_keys
+from toolkit.pyramid.shards import BuildShard, DoneShards
+from toolkit.pyramid.source import Source, read_source
+from toolkit.tasks import stable
+
+PREFIX = "pyramid-"
+MARKER_SUFFIX = "-main-at-setup"
+SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
+
+__all__ = ["PREFIX", "build_repo", "open_repo_source", "repo_source", "select_positions"]
+
+
+def marker(branch: str) -> str:
+    return f"{branch}{MARKER_SUFFIX}"
+
+
+def open_repo_source(
+    source: str | storage.Store,
+    credentials: Literal["anonymous", "env"] = "anonymous",
+    **options: Any,
+) -> R.RepoRef | None:
+    """The repo at `source`, or None when `source` is not an Icechunk repo (a Zarr store)."""
+    store = source if isinstance(source, storage.Store) else None
+    if store is None:
+        if "://" not in source or source.startswith("file://"):
+            from pathlib import Path
+
+            if not Path(source.removeprefix("file://")).expanduser().is_dir():
+                return None
+        try:
+            store = storage.open_store(source, **options)
+        except storage.StorageError as err:
+            raise PlanError(str(err)) from err
+    try:
+        if storage.exists(store, "zarr.json"):
+            return None  # a Zarr store (an Icechunk repo has no zarr.json at its root)
+        if not R.is_repo(store):
+            return None
+    except (storage.StorageError, ValueError):
+        return None  # not reachable as a repo: the Zarr path names the problem
+    return R.RepoRef(store, credentials)
+
+
+# ----------------------------------------------------------------------------- positions
+
+
+def _coordinate_index(src: Source, dim: str) -> Any:
+    """The decoded labels of a leading dim (CF times and durations as datetimes/timedeltas)."""
+    import xarray as xr
+
+    da = xr.DataArray(np.asarray(src.coords[dim]), dims=(dim,), attrs=dict(src.attrs.get(dim, {})))
+    decoded = xr.decode_cf(xr.Dataset({dim: da}))
+    return decoded.indexes[dim]
+
+
+def _position(src: Source, dim: str, value: str) -> int:
+    index = _coordinate_index(src, dim)
+    candidates: list[Any] = [value]
+    kind = getattr(index.dtype, "kind", "O")
+    if kind == "m":
+        import pandas as pd
+
+        with contextlib.suppress(ValueError):
+            candidates = [pd.Timedelta(value if not value.isdigit() else f"{value}h")]
+    elif kind in "fiu":
+        with contextlib.suppress(ValueError):
+            candidates = [float(value)]
+    for c in candidates:
+        try:
+            loc = index.get_loc(c)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(loc, (int, np.integer)):
+            return int(loc)
+    shown = ", ".join(str(x) for x in list(index[:3])) + (" ..." if len(index) > 3 else "")
+    raise PlanError(f"--select {dim}={value}: no such {dim} (it has {shown})")
+
+
+def select_positions(
+    src: Source, select: Mapping[str, Sequence[str]] | None = None, latest: bool = False
+) -> dict[str, set[int]]:
+    """Positions (by leading dim) a build is restricted to: `select` {dim: [values]} and,
+    with `latest`, the newest position of the first dim that has any level-0 chunk."""
+    chosen: dict[str, set[int]] = {}
+    leading = {d for a in src.arrays.values() for d in a.dims[:-2]}
+    for dim, values in (select or {}).items():
+        if dim not in leading:
+            raise PlanError(
+                f"--select {dim}=...: not a leading dim of the chosen arrays "
+                f"(they have {', '.join(sorted(leading)) or 'none'})"
+            )
+        chosen[dim] = {_position(src, dim, v) for v in values}
+    if latest:
+        first = {a.dims[0] for a in src.arrays.values() if len(a.dims) > 2}
+        if len(first) != 1:
+            raise PlanError("--latest needs arrays that share a leading (append) dim")
+        dim = first.pop()
+        newest = -1
+        for name, a in src.arrays.items():
+            for idx in decode_keys(a.encoding, src.listings.get(name, ()), len(a.shape)):
+                newest = max(newest, (idx[0] + 1) * a.grid[0] - 1)
+        if newest < 0:
+            raise PlanError(f"--latest: the chosen arrays hold no chunk along {dim}")
+        chosen[dim] = chosen.get(dim, {newest}) & {newest} if dim in chosen else {newest}
+    return chosen
+
+
+def restrict(src: Source, positions: Mapping[str, set[int]]) -> Source:
+    """`src` with its listings cut to the objects that hold a chosen position."""
+    if not positions:
+        return src
+    listings: dict[str, list[str]] = {}
+    for name, a in src.arrays.items():
+        axes = [(a.dims.index(d), want) for d, want in positions.items() if d in a.dims]
+        keep = []
+        for key in src.listings.get(name, ()):
+            idx = next(iter(decode_keys(a.encoding, [key], len(a.shape))), None)
+            if idx is None:
+                continue
+            if all(
+                any(idx[ax] * a.grid[ax] <= p < (idx[ax] + 1) * a.grid[ax] for p in want)
+                for ax, want in axes
+            ):
+                keep.append(key)
+        listings[name] = keep
+    return dataclasses.replace(src, listings=listings)
+
+
+def repo_source(
+    ref: R.RepoRef,
+    variables: list[str] | None = None,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
+) -> tuple[Source, dict[str, set[int]]]:
+    """Level 0 as main's head holds it, its listing read from the manifests, cut to the
+    chosen positions."""
+    src = read_source(R.BranchView(ref, "main"), variables)
+    positions = select_positions(src, select, latest)
+    return restrict(src, positions), positions
+
+
+def settings_record(p: PyramidPlan) -> dict[str, Any]:
+    """What a later build or verify must agree with (the listing is not part: it grows)."""
+    return {
+        **p.settings(),
+        "spatial_dims": list(p.spatial_dims),
+        "classes": {v.var: list(v.classes) for v in p.levels[0].vars if v.classes},
+    }
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The branch from main's head, every level's metadata on it, committed."""
+
+    ref: R.RepoRef
+    branch: str
+    src: Source
+    plan: PyramidPlan
+
+    def __call__(self, _step: Step) -> str:
+        repo = self.ref.open(fresh=True)
+        names = R.branches(repo)
+        main = R.snapshot_of(repo, "main")
+        for b in names:  # a build this one replaces (main moved, or other settings)
+            if b.startswith(PREFIX) and not b.endswith(MARKER_SUFFIX) and b != self.branch:
+                R.delete_branch(repo, b)
+                if marker(b) in names:
+                    R.delete_branch(repo, marker(b))
+        if self.branch in names and R.snapshot_of(repo, marker(self.branch)) != main:
+            R.delete_branch(repo, self.branch)  # set up from a head main has left: start again
+            R.delete_branch(repo, marker(self.branch))
+            names = R.branches(repo)
+        if self.branch not in names:
+            R.create_branch(repo, marker(self.branch), main)
+            R.create_branch(repo, self.branch, main)
+        session = R.writable(repo, self.branch)
+        src = dataclasses.replace(self.src, store=R.SessionView(self.ref.url, session))
+        metadata.write_levels(src, self.plan)
+        metadata.grow_levels(src, self.plan)
+        metadata.set_root_attrs(src, self.plan, {SETTINGS_ATTR: settings_record(self.plan)})
+        if R.has_changes(session):
+            R.commit(session, "pyramid setup: level metadata", {"pyramid": "setup"})
+        return self.branch
+
+
+@dataclass(frozen=True)
+class SetUp:
+    ref: R.RepoRef
+    branch: str
+
+    def __call__(self) -> frozenset[str]:
+        return frozenset({"setup"} if self.branch in R.branches(self.ref.open(fresh=True)) else ())
+
+
+@dataclass(frozen=True)
+class LevelForks:
+    """One worker's stripe of a level: a fork of the branch, every shard written into it."""
+
+    ref: R.RepoRef
+    branch: str
+    build: BuildShard  # its store is replaced by the fork
+
+    def __call__(self, tasks: list[Any], tick: Callable[[int], None] | None = None) -> tuple:
+        if not tasks:
+            return ()
+        fork = R.fork(R.writable(self.ref.open(), self.branch))
+        service = dataclasses.replace(self.build, store=R.SessionView(self.ref.url, fork))
+        for i, task in enumerate(tasks):
+            service(task)
+            if tick is not None:
+                tick(i + 1)
+        return (fork,)
+
+
+def gather(parts: list[Any]) -> tuple:
+    out: list[Any] = []
+    for p in parts:
+        out.extend(p or ())
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LevelCommit:
+    group: str
+    forks: tuple
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/commit"
+
+
+@dataclass(frozen=True)
+class OneCommit:
+    group: str
+
+    def __call__(self, forks: tuple | None) -> Any:
+        return stable([LevelCommit(self.group, tuple(forks or ()))])
+
+
+@dataclass(frozen=True)
+class Commit:
+    ref: R.RepoRef
+    branch: str
+    digest: str
+
+    def __call__(self, job: LevelCommit) -> str | None:
+        if not job.forks:
+            return None
+        session = R.writable(self.ref.open(fresh=True), self.branch)
+        R.merge(session, list(job.forks))
+        if not R.has_changes(session):
+            return None
+        return R.commit(
+            session,
+            f"pyramid {job.group}: {len(job.forks)} fork(s)",
+            {"pyramid": job.group, "plan": self.digest},
+        )
+
+
+@dataclass(frozen=True)
+class Finalize:
+    ref: R.RepoRef
+    branch: str
+
+    def __call__(self, _step: Step) -> str:
+        repo = self.ref.open(fresh=True)
+        try:
+            return R.finalize_branch(repo, self.branch, marker(self.branch), self.ref.url)
+        except R.BranchMoved as err:
+            raise R.BranchMoved(
+                f"{self.ref.url}: main moved while the pyramid was built on {self.branch!r} (an "
+                "update committed); nothing reached main: run the build again, it starts from "
+                "main's new head and keeps the levels main already has"
+            ) from err
+
+
+@dataclass(frozen=True)
+class Finalized:
+    ref: R.RepoRef
+    branch: str
+
+    def __call__(self) -> frozenset[str]:
+        gone = self.branch not in R.branches(self.ref.open(fresh=True))
+        return frozenset({"finalize"} if gone else ())
+
+
+def branch_name(p: PyramidPlan) -> str:
+    return f"{PREFIX}{p.digest[:12]}"
+
+
+def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = AUTO) -> Plan:
+    """setup -> (level, level-commit) per level -> finalize, on the branch of `p`."""
+    branch = branch_name(p)
+    view = R.BranchView(ref, branch)
+    stages = [
+        Stage(
+            "setup",
+            stable([Step("setup")]),
+            Setup(ref, branch, src, p),
+            Gate(SetUp(ref, branch), want=("setup",)),
+            resume=False,
+        )
+    ]
+    for k, lvl in enumerate(p.levels):
+        build = BuildShard(view, lvl.group, p.method, _sources(src, p, k))
+        stages.append(
+            Stage(
+                lvl.group,
+                lvl.tasks,
+                LevelForks(ref, branch, build),
+                None,  # forks live in memory: the commit's gate checks what must exist
+                workers=workers,
+                reports_progress=True,
+                done=DoneShards(view, lvl.group, tuple(lvl.tasks)),
+                combine=gather,
+            )
+        )
+        stages.append(
+            Stage(
+                f"{lvl.group}-commit",
+                stable([]),
+                Commit(ref, branch, p.digest),
+                Gate(ListedKeys(view, lvl.group + "/"), want=lvl.targets),
+                resume=False,
+                tasks_from=OneCommit(lvl.group),
+            )
+        )
+    stages.append(
+        Stage(
+            "finalize",
+            stable([Step("finalize")]),
+            Finalize(ref, branch),
+            Gate(Finalized(ref, branch), want=("finalize",)),
+            resume=False,
+        )
+    )
+    return Plan(
+        f"pyramid-{p.method}-repo",
+        tuple(stages),
+        holds_gil=True,  # level 0 decodes GRIB (gribberish holds the GIL)
+        work_bytes=level0_bytes(src) * 4 // 3,
+    )
+
+
+def check_settings(ref: R.RepoRef, p: PyramidPlan) -> None:
+    """Levels already on main were built with these settings, or are refused by name."""
+    view = R.BranchView(ref, "main")
+    root = json.loads(storage.get(view, "zarr.json").data).get("attributes", {})
+    then = root.get(SETTINGS_ATTR)
+    if then is None:
+        return
+    now = settings_record(p)
+    if then != now:
+        diff = sorted(k for k in now if then.get(k) != now[k])
+        raise PlanError(
+            f"{ref.url}: main's levels were built with {', '.join(f'{k}={then.get(k)!r}' for k in diff)}, "
+            f"not {', '.join(f'{k}={now[k]!r}' for k in diff)}; build with the same settings "
+            "(or drop the level groups in a new commit first)"
+        )
+
+
+def build_repo(
+    ref: R.RepoRef,
+    variables: list[str] | None = None,
+    method: str | None = None,
+    band_dim: str | None = None,
+    levels: int | None = None,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
+    cluster: Any = None,
+    executor: str = "auto",
+    progress: Callable[[str, int, int], None] | None = None,
+    max_shard: int = MAX_SHARD,
+    force_method: bool = False,
+) -> Report:
+    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main."""
+    src, _ = repo_source(ref, variables, select, latest)
+    p = _plan(src, method, band_dim, levels, max_shard, force_method)
+    check_settings(ref, p)
+    return run(
+        repo_plan(ref, src, p),
+        cluster=cluster,
+        executor=executor,  # type: ignore[arg-type]
+        progress=progress,
+    )
