@@ -12,7 +12,7 @@ import sys
 import threading
 from importlib.metadata import version as _dist_version
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,8 +58,23 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _pyramid_levels(repo: Any, variables: list[str]) -> tuple[Any, Any]:
+    """For `toolkit virtual update --pyramid V`: the in-fire level build (update's
+    `after_commit`) and the check of every level on main. Composed here, above both jobs,
+    which never import each other."""
+    from toolkit.pyramid import verify
+    from toolkit.pyramid.repo import FireLevels
+
+    def check() -> list[str]:
+        result = verify(repo.store, executor="sync")
+        return [f"pyramid {f}" for f in result.failures]
+
+    return FireLevels(repo, tuple(variables)), check
+
+
 @app.callback()
 def _main(
+    ctx: typer.Context,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -80,6 +95,7 @@ def _main(
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
+    ctx.obj = {"pyramid_levels": _pyramid_levels}
 
 
 @app.command()

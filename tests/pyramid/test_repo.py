@@ -227,3 +227,45 @@ def test_settings_record_refuses_other_settings(repo):
         build(str(path), ["temperature_2m"], levels=2, executor="sync")
     doc = main_level(path, None).attrs["pyramid:settings"]
     assert json.loads(json.dumps(doc))["variables"] == ["temperature_2m"]
+
+
+def test_update_builds_the_fires_levels_and_validation_covers_them(tmp_path):
+    """`toolkit virtual update ... --pyramid V`: the levels of what the fire committed land on
+    main in the fire; the fire's validation checks every level, and fails on a bad one."""
+    from typer.testing import CliRunner
+
+    from tests.virtual.test_cli_virtual import four_cycles
+    from toolkit.cli import app
+
+    runner = CliRunner()
+    archive = four_cycles(tmp_path)
+    files = archive.files()
+    archive.publish(files[:6])
+    path = tmp_path / "repo"
+    common = ["--repo", str(path), "--source", str(tmp_path / "src")]
+    res = runner.invoke(
+        app, ["virtual", "backfill", "sim-gfs", *common, "--start", "2025-08-01T00",
+              "--executor", "sync"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    archive.publish(files[6:])
+    fire = ["virtual", "update", "sim-gfs", *common, "--fire-time", "2025-08-01T18:00"]
+    res = runner.invoke(app, [*fire, "--pyramid", "temperature_2m"])
+    assert res.exit_code == 0, res.output
+    assert "levels: " in res.output and "validation passed" in res.output
+    a = level0(files, "temperature_2m")
+    for k in (1, 2):
+        want, count = window_reference(a, 2**k)
+        ds = main_level(path, f"{2**k}x")
+        assert ds.sizes["init_time"] == 4  # grown with level 0
+        np.testing.assert_array_equal(ds["temperature_2m_count"].values, count)
+        np.testing.assert_allclose(ds["temperature_2m"].values, want, rtol=2e-6)
+    handle = R.open_repo(storage.open_store(str(path)), fresh=True)
+    assert R.branches(handle) == ["main"]
+    # a bad level on main fails the next fire's validation, naming it
+    s = R.writable(handle)
+    zarr.open_array(s.store, path="2x/temperature_2m", mode="r+")[0, 0, 0, 0] = 1e9
+    R.commit(s, "tamper")
+    res = runner.invoke(app, [*fire, "--pyramid", "temperature_2m", "--sample", "4"])
+    assert res.exit_code == 1 and "pyramid [" in res.output, res.output

@@ -46,7 +46,14 @@ PREFIX = "pyramid-"
 MARKER_SUFFIX = "-main-at-setup"
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
 
-__all__ = ["PREFIX", "build_repo", "open_repo_source", "repo_source", "select_positions"]
+__all__ = [
+    "PREFIX",
+    "FireLevels",
+    "build_repo",
+    "open_repo_source",
+    "repo_source",
+    "select_positions",
+]
 
 
 def marker(branch: str) -> str:
@@ -92,11 +99,13 @@ def _coordinate_index(src: Source, dim: str) -> Any:
     return decoded.indexes[dim]
 
 
-def _position(src: Source, dim: str, value: str) -> int:
+def _position(src: Source, dim: str, value: Any) -> int:
     index = _coordinate_index(src, dim)
     candidates: list[Any] = [value]
     kind = getattr(index.dtype, "kind", "O")
-    if kind == "m":
+    if not isinstance(value, str):
+        pass  # a label as a dataset holds it (a datetime64, a timedelta64, a number)
+    elif kind == "m":
         import pandas as pd
 
         with contextlib.suppress(ValueError):
@@ -391,6 +400,45 @@ def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = 
         holds_gil=True,  # level 0 decodes GRIB (gribberish holds the GIL)
         work_bytes=level0_bytes(src) * 4 // 3,
     )
+
+
+@dataclass(frozen=True)
+class FireLevels:
+    """The levels of what an update fire just committed, built in the fire: `update`'s
+    `after_commit` hook (`toolkit virtual update --pyramid V`). The positions' levels land on
+    main before the fire's next commit; the settings are those main's levels were built with
+    (the defaults for a first build)."""
+
+    ref: R.RepoRef
+    variables: tuple[str, ...]
+
+    def __call__(self, positions: Sequence[Mapping[str, Any]]) -> Report:
+        select: dict[str, list[Any]] = {}
+        for loc in positions:
+            for dim, label in loc.items():
+                if not any(_same(label, x) for x in select.setdefault(dim, [])):
+                    select[dim].append(label)
+        view = R.BranchView(self.ref, "main")
+        root = json.loads(storage.get(view, "zarr.json").data).get("attributes", {})
+        then = root.get(SETTINGS_ATTR) or {}
+        return build_repo(
+            self.ref,
+            list(self.variables),
+            method=then.get("method"),
+            band_dim=then.get("band_dim"),
+            levels=then.get("levels"),
+            select=select,
+            max_shard=then.get("max_shard", MAX_SHARD),
+            force_method=bool(then),
+            executor="sync",  # in the fire's own process, like its commits
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
 
 
 def check_settings(ref: R.RepoRef, p: PyramidPlan) -> None:

@@ -354,6 +354,14 @@ def update(
         str | None, typer.Option(help="Dask scheduler address for the decode samples.")
     ] = None,
     executor: Annotated[str, typer.Option(help="dask or sync (decode samples)")] = "sync",
+    pyramid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pyramid",
+            help="Variable (repeatable) whose map levels are built in the fire, right after "
+            "each commit, and landed on main with it; validation then checks every level.",
+        ),
+    ] = None,
 ) -> None:
     """One operational fire: refresh metadata, commit whole files to main as they publish,
     then validate what the window holds. Exit 0 only when every check passes."""
@@ -372,6 +380,7 @@ def update(
                 f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
                 "has passed: one sweep only"
             )
+        hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
         report = run_update(
             ds,
             fire_time=fire,
@@ -379,16 +388,21 @@ def update(
             deadline_seconds=deadline,
             lease_wait=lease_wait,
             give_up_after=give_up_after,
+            after_commit=hook,
         )
         print_report(report)
         result = report.stage("update").result
+        for levels in result.after:
+            shards = sum(s.written for s in levels.stages if s.name.endswith("x"))
+            err_console.print(f"levels: {shards} shard(s) landed on main ({levels.seconds:.2f} s)")
+        level_failures = check_levels() if check_levels is not None else []
         for s in result.skipped:
             err_console.print(f"skipped {s.url}: {s.reason}", highlight=False, markup=False)
         if result.pending:
             err_console.print(
                 f"{len(result.pending)} file(s) not yet published roll to the next fire"
             )
-        given_up = [s.line() for s in result.given_up]
+        given_up = [*level_failures, *(s.line() for s in result.given_up)]
         if not check:
             for line in given_up:
                 err_console.print(f"FAIL {line}", highlight=False, markup=False)
@@ -411,6 +425,17 @@ def update(
                 executor=executor,
             )
         _report_validation(found)
+
+
+def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> tuple[Any, Any]:
+    """(after_commit, check) for `--pyramid`: the pyramid job's, handed down by the toolkit
+    CLI (this job does not import that one)."""
+    if not variables:
+        return None, None
+    make = (ctx.find_root().obj or {}).get("pyramid_levels")
+    if make is None:
+        raise typer.BadParameter("--pyramid needs the toolkit command line (toolkit virtual ...)")
+    return make(ds.repo, list(variables))
 
 
 def _epoch(text: str) -> float:

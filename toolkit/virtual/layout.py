@@ -129,7 +129,9 @@ def refresh_metadata(session: Any, template: Template, url: str) -> bool:
     if extent is None:
         raise MetadataDrift(f"{url}: no template written; run a backfill first")
     root = zarr.open_group(session.store, mode="r+")
-    changed = _set_attrs(root, t.attrs)
+    # the root's attributes the template does not name are other jobs' (a pyramid's layout
+    # and settings, which live in the same repo): kept, the template's own rewritten
+    changed = _set_attrs(root, {**dict(root.attrs), **dict(t.attrs)})
     have_vars = {k for k, _ in root.arrays()} - set(t.coords)
     if have_vars != set(t.variables):
         raise MetadataDrift(

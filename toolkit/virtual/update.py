@@ -9,6 +9,7 @@ metadata first; files not yet published roll to the next fire; crash recovery is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +53,7 @@ def update(
     lease_wait: float = 0.0,
     lease_ttl: float = 60.0,
     give_up_after: int = 3,
+    after_commit: Callable[[list[dict[str, Any]]], Any] | None = None,
 ) -> Report:
     """One fire: refresh metadata, then poll-and-commit the window until done or the deadline.
 
@@ -63,6 +65,11 @@ def update(
     A file skipped (published but unreadable) in `give_up_after` fires in a row is given up:
     not fetched again until its source object changes, and listed in the result's
     `given_up` as missing for good (0: retry forever). See `toolkit.virtual.skips`.
+
+    `after_commit(positions)` runs right after each commit, still holding the lease, with the
+    committed files' positions ({dim: label}); what it returns is kept in the result's `after`.
+    The CLI's `--pyramid V` passes the pyramid job's in-fire level build here (the jobs do not
+    import each other), so main's levels never lag its level 0 by more than one commit.
     """
     skips.given_up({}, give_up_after)  # a bad count fails before any work
     t0 = time.time()
@@ -117,6 +124,10 @@ def update(
             result.commits.append(commit_batch(fire, batch, metadata={"writer": lease.holder}))
             result.ingested.extend(c.key for c, _ in batch)
             result.refs += sum(len(r) for _, r in batch)
+            if after_commit is not None:
+                lease.check()
+                result.after.append(after_commit([c.out_loc() for c, _ in batch]))
+                lease.renew()
         seen = set(result.ingested) | {s.url for s in result.skipped}
         result.pending = [c.key for c in todo if c.key not in seen]
         strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)

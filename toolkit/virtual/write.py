@@ -94,6 +94,7 @@ class RunResult:
     commits: list[str] = field(default_factory=list)
     refs: int = 0
     given_up: list[Any] = field(default_factory=list)  # an update's files missing for good
+    after: list[Any] = field(default_factory=list)  # what `after_commit` returned, per commit
 
 
 @dataclass(frozen=True, eq=False)
