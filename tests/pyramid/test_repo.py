@@ -269,3 +269,45 @@ def test_update_builds_the_fires_levels_and_validation_covers_them(tmp_path):
     R.commit(s, "tamper")
     res = runner.invoke(app, [*fire, "--pyramid", "temperature_2m", "--sample", "4"])
     assert res.exit_code == 1 and "pyramid [" in res.output, res.output
+
+
+def test_real_grib_levels_equal_numpy_of_eccodes_decode(tmp_path):
+    """NOAA's GFS-Wave file (land masked by its bitmap) as refs; every level of every message
+    equals a numpy pyramid of ecCodes' decode of the same message (an independent decoder)."""
+    import shutil
+
+    from tests.virtual.test_real_bytes import DATA, INIT, KEY, NAME, ecc_fields, wave_dataset
+    from toolkit.virtual.write import Job
+
+    fields = ecc_fields()
+    _, g = next(iter(fields.values()))
+    grid = {
+        "latitude": np.linspace(55.0, 0.0, g["Nj"]),
+        "longitude": np.linspace(260.0, 310.0, g["Ni"]),
+    }
+    key = KEY.format(init=INIT, lead=1)
+    (tmp_path / "src" / key).parent.mkdir(parents=True)
+    shutil.copy(DATA / NAME, tmp_path / "src" / key)
+    shutil.copy(DATA / f"{NAME}.idx", tmp_path / "src" / f"{key}.idx")
+    src = storage.open_store(str(tmp_path / "src"))
+    job = Job(wave_dataset(src, grid), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    backfill(job, start=np.datetime64(INIT, "ns"), workers=1, executor="sync")
+    build(str(tmp_path / "repo"), levels=3, executor="sync")
+    compared = 0
+    for k in (1, 2, 3):
+        ds = main_level(tmp_path / "repo", f"{2**k}x").isel(init_time=0, lead_time=0)
+        for name, element in {"wind_speed": "WIND", "significant_height_combined": "HTSGW",
+                              "primary_wave_direction": "DIRPW"}.items():  # fmt: skip
+            want, count = window_reference(fields[(element, "surface")][0].astype("float32"), 2**k)
+            np.testing.assert_array_equal(ds[f"{name}_count"].values, count)
+            np.testing.assert_allclose(ds[name].values, want, rtol=2e-6, atol=1e-6)
+            compared += 1
+        for level in (1, 2, 3):
+            want, _ = window_reference(
+                fields[("SWELL", f"{level} in sequence")][0].astype("float32"), 2**k
+            )
+            got = ds["swell_height"].sel(level=float(level)).values
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+            compared += 1
+    assert compared == 18
+    assert verify(str(tmp_path / "repo"), executor="sync").ok
