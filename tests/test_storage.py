@@ -204,3 +204,38 @@ def test_reading_a_missing_local_root_creates_nothing(tmp_path) -> None:
     assert not (tmp_path / "typo").exists()
     storage.put(s, "a/k", b"x")
     assert storage.list_keys(s) == ["a/k"] and storage.get(s, "a/k").data == b"x"
+
+
+def test_a_zarr_view_serves_the_storage_functions(tmp_path) -> None:
+    """An Icechunk session seen through `toolkit.storage`: zarr keys read, written, listed and
+    deleted; a key Icechunk cannot hold is one StorageError naming the view and the key."""
+    import icechunk as ic
+    import zarr
+
+    from toolkit import icechunk as R
+
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(tmp_path / "repo")))
+    repo.save_config()
+    s = repo.writable_session("main")
+    zarr.create_group(s.store).create_array("a", shape=(4, 4), chunks=(2, 2), dtype="f4")[:] = 1
+    view = R.SessionView("repo@main", s)
+    assert storage.list_keys(view, "a/") == [
+        "a/c/0/0", "a/c/0/1", "a/c/1/0", "a/c/1/1", "a/zarr.json",
+    ]  # fmt: skip
+    assert storage.exists(view, "a/c/1/1") and not storage.exists(view, "a/c/2/2")
+    body = storage.get(view, "a/c/0/0").data
+    storage.put(view, "a/c/1/1", body)
+    with pytest.raises(storage.AlreadyExists):
+        storage.put(view, "a/c/1/1", body, mode="create")
+    with pytest.raises(storage.NotFound, match="repo@main"):
+        storage.get(view, "a/c/3/3")
+    with pytest.raises(storage.StorageError, match=r"\.pyramid/plan\.json"):
+        storage.put(view, ".pyramid/plan.json", b"{}")
+    assert storage.delete_prefix(view, "a/c/0") == 2
+    assert storage.list_keys(view, "a/") == ["a/c/1/0", "a/c/1/1", "a/zarr.json"]
+    s.commit("views")
+    head = R.BranchView(R.RepoRef(storage.open_store(str(tmp_path / "repo"))), "main")
+    assert storage.list_keys(head, "a/") == ["a/c/1/0", "a/c/1/1", "a/zarr.json"]
+    assert pickle.loads(pickle.dumps(head)) == head  # a gate observes it on any worker
+    with pytest.raises(ValueError, match="read-only"):
+        head.zarr(read_only=False)

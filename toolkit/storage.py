@@ -230,13 +230,24 @@ def _view_call(store: Any, key: str | None, fn: Callable[[], Any]) -> Any:
 
 
 def _view_keys(store: Any, prefix: str) -> list[str]:
+    """Keys under `prefix`. A store that lists only from a node (Icechunk: a group or an
+    array, not `a/c/0`) is listed from the nearest parent it accepts, then filtered."""
     zs = store.zarr(read_only=True)
     p = prefix.strip("/")
 
-    async def run() -> list[str]:
-        return [k async for k in zs.list_prefix(p + "/" if p else "")]
+    async def run(at: str) -> list[str]:
+        return [k async for k in zs.list_prefix(at + "/" if at else "")]
 
-    return _view_call(store, prefix or None, lambda: _zsync(run()))
+    at = p
+    while True:
+        try:
+            keys = _view_call(store, prefix or None, lambda at=at: _zsync(run(at)))
+            break
+        except StorageError:
+            if not at:
+                raise
+            at = at.rpartition("/")[0]
+    return keys if at == p else [k for k in keys if k.startswith(p + "/")]
 
 
 def _view_get(store: Any, key: str) -> bytes:

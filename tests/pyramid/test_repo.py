@@ -311,3 +311,28 @@ def test_real_grib_levels_equal_numpy_of_eccodes_decode(tmp_path):
             compared += 1
     assert compared == 18
     assert verify(str(tmp_path / "repo"), executor="sync").ok
+
+
+@pytest.mark.parametrize("server", ["s3_endpoint", "seaweed_endpoint"])
+def test_a_repo_on_s3_gets_its_levels_on_process_workers(server, request, local_cluster):
+    """The repo and its GRIB sources on an S3 server on loopback (moto; SeaweedFS, a real S3
+    server), the levels built by two worker processes and read back anonymously."""
+    from tests.conftest import make_bucket, s3_options
+    from tests.virtual.test_repo import public_bucket
+
+    endpoint = request.getfixturevalue(server)
+    opts = s3_options(endpoint)
+    _, files, ds = sim(
+        storage.open_store(f"s3://{public_bucket(endpoint)}/src", **opts),
+        storage.open_store(f"s3://{make_bucket(endpoint)}/repo", **opts),
+    )
+    backfill(ds, start=START, workers=2, cluster=local_cluster)
+    url = ds.repo.url
+    report = build(url, ["temperature_2m"], levels=2, cluster=local_cluster, **opts)
+    assert report.stage("4x-commit").gate_have == 24
+    handle = R.open_repo(storage.open_store(url, **opts), fresh=True)
+    got = xr.open_zarr(R.readonly(handle).store, group="2x", consolidated=False)
+    want, count = window_reference(level0(files, "temperature_2m"), 2)
+    np.testing.assert_array_equal(got["temperature_2m_count"].values, count)
+    np.testing.assert_allclose(got["temperature_2m"].values, want, rtol=2e-6)
+    assert verify(url, executor="sync", private=True, **opts).ok
