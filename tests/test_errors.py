@@ -69,6 +69,15 @@ def _newer_format(path: Path) -> None:
     path.write_bytes(bytes(head))
 
 
+def _repo_levels(w: Path, levels: str) -> None:
+    """One level of temperature_2m inside the virtual repo, on main."""
+    res = CliRunner().invoke(
+        app,
+        ["pyramid", "build", str(w / "repo"), "-v", "temperature_2m", "--levels", levels, *SYNC],
+    )
+    assert res.exit_code == 0, res.output
+
+
 def _built_then_changed(w: Path) -> None:
     """Build good.zarr's pyramid, then write new values into one level-0 chunk."""
     res = CliRunner().invoke(app, ["pyramid", "build", str(w / "good.zarr"), "--executor", "sync"])
@@ -116,6 +125,43 @@ CASES: tuple[Case, ...] = (
         ("pyramid", "build", "odd.zarr", "--variable", "wave", *SYNC),
         2,
         ("'wave'", "complex64", "--variable"),
+    ),
+    Case(
+        "`--select` without `=VALUE` on a virtual dataset's repo",
+        ("pyramid", "build", "repo", "--select", "init_time", *SYNC),
+        2,
+        ("--select 'init_time'", "want DIM=VALUE"),
+    ),
+    Case(
+        "`--select` a position the repo's dataset does not have",
+        ("pyramid", "build", "repo", "--select", "init_time=1999-01-01", *SYNC),
+        2,
+        ("--select init_time=1999-01-01", "no such init_time", "it has"),
+    ),
+    Case(
+        "`--select` a spatial dim",
+        ("pyramid", "build", "repo", "--select", "latitude=50", *SYNC),
+        2,
+        ("--select latitude", "not a leading dim", "they have"),
+    ),
+    Case(
+        "`--latest` on a Zarr store",
+        ("pyramid", "build", "good.zarr", "--latest", *SYNC),
+        2,
+        ("--latest", "good.zarr", "only in an Icechunk repo"),
+    ),
+    Case(
+        "`--rebuild-from` on a repo's pyramid",
+        ("pyramid", "build", "repo", "--rebuild-from", "2x", *SYNC),
+        2,
+        ("--rebuild-from", "repo", "Icechunk repo", "drop the level groups"),
+    ),
+    Case(
+        "a repo's levels built again with other settings",
+        ("pyramid", "build", "repo", "-v", "temperature_2m", "--levels", "2", *SYNC),
+        2,
+        ("repo", "main's levels were built with levels=1", "not levels=2", "same settings"),
+        setup=lambda w: _repo_levels(w, "1"),
     ),
     Case(
         "an integer array with no CF flags and no --method",
