@@ -103,6 +103,9 @@ def test_select_and_latest_build_only_those_positions_then_extend(repo):
         select={"init_time": ["2025-08-01T06"], "lead_time": ["3h"]},
     )  # fmt: skip
     assert r.stage("2x").written == 1
+    sel = {"init_time": ["2025-08-01T06"], "lead_time": ["3h"]}
+    assert verify(str(path), executor="sync", select=sel).ok  # what was built checks out
+    assert not verify(str(path), executor="sync").ok  # the other positions have no levels
     got = main_level(path, "2x")["temperature_2m_count"].values
     assert (got[1, 1] > 0).all() and got.sum() == got[1, 1].sum()  # one (init, lead) only
     latest = build(str(path), ["temperature_2m"], levels=2, executor="sync", latest=True)

@@ -253,6 +253,8 @@ def verify_cmd(
             "instead of anonymously.",
         ),
     ] = False,
+    select: Select = None,
+    latest: Latest = False,
     endpoint: Endpoint = None,
     region: Region = None,
     anonymous: Anonymous = False,
@@ -272,6 +274,8 @@ def verify_cmd(
             cluster=where,
             executor=executor,
             private=private,
+            select=_selection(select),
+            latest=latest,
             **opts,
         )
     for f in result.failures:

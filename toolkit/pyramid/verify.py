@@ -10,7 +10,7 @@ Each failure names the level, the shard (or node) and the check.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -637,17 +637,22 @@ def verify(
     executor: str = "auto",
     progress: Callable[[str, int, int], None] | None = None,
     private: bool = False,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
     **options: Any,
 ) -> VerifyResult:
     """Run every check; `result.ok` is True only if all pass.
 
     The client round-trip reads every level anonymously, as a browser would; `private=True` is
     for stores that are not published (it reads with the environment's credentials instead).
+    An Icechunk repo's levels are checked on main; `select`/`latest` restrict the check to
+    those positions (as `build` does).
     """
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     from toolkit import icechunk as R
-    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source
+    from toolkit.pyramid.build import _no_positions
+    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source, restrict, select_positions
 
     ref = open_repo_source(source, **options)
     if ref is not None:
@@ -659,6 +664,7 @@ def verify(
                 (Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first"),)
             )
     else:
+        _no_positions(source, select, latest)
         store = open_source(source, **options)
         doc = recorded_plan(store)
     if doc is None:
@@ -674,6 +680,8 @@ def verify(
             )
         )
     src: Source = read_source(store, doc["variables"])
+    if ref is not None:
+        src = restrict(src, select_positions(src, select, latest))
     failures: list[Failure] = []
     try:
         p: PyramidPlan = _plan(
