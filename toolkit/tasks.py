@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
+    "Named",
     "StableTasks",
     "Task",
     "TaskList",
@@ -28,6 +29,17 @@ __all__ = [
 class Task(Protocol):
     @property
     def key(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Named:
+    """A task that is its name: a one-off step (setup, finalize) or one object's key."""
+
+    name: str
+
+    @property
+    def key(self) -> str:
+        return self.name
 
 
 T = TypeVar("T", bound=Task)

@@ -277,23 +277,9 @@ def test_update_builds_the_fires_levels_and_validation_covers_them(tmp_path):
 def test_real_grib_levels_equal_numpy_of_eccodes_decode(tmp_path):
     """NOAA's GFS-Wave file (land masked by its bitmap) as refs; every level of every message
     equals a numpy pyramid of ecCodes' decode of the same message (an independent decoder)."""
-    import shutil
+    from tests.virtual.test_real_bytes import INIT, wave_job
 
-    from tests.virtual.test_real_bytes import DATA, INIT, KEY, NAME, ecc_fields, wave_dataset
-    from toolkit.virtual.write import Job
-
-    fields = ecc_fields()
-    _, g = next(iter(fields.values()))
-    grid = {
-        "latitude": np.linspace(55.0, 0.0, g["Nj"]),
-        "longitude": np.linspace(260.0, 310.0, g["Ni"]),
-    }
-    key = KEY.format(init=INIT, lead=1)
-    (tmp_path / "src" / key).parent.mkdir(parents=True)
-    shutil.copy(DATA / NAME, tmp_path / "src" / key)
-    shutil.copy(DATA / f"{NAME}.idx", tmp_path / "src" / f"{key}.idx")
-    src = storage.open_store(str(tmp_path / "src"))
-    job = Job(wave_dataset(src, grid), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    job, fields = wave_job(tmp_path)
     backfill(job, start=np.datetime64(INIT, "ns"), workers=1, executor="sync")
     build(str(tmp_path / "repo"), levels=3, executor="sync")
     compared = 0

@@ -12,7 +12,8 @@ from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.plan import IncompleteStageError
-from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
+from toolkit.tasks import Named
+from toolkit.virtual.backfill import Setup, backfill, temp_branch
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run
@@ -98,7 +99,7 @@ def test_finalize_refuses_when_main_moved(tmp_path):
         publish=6,
     )
     region = ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
-    Setup(region, temp_branch(region))(Step("setup"))
+    Setup(region, temp_branch(region))(Named("setup"))
     run(ds.region(START, None))  # a write loop on main, as an operational fire would
     with pytest.raises(R.BranchMoved, match="moved since setup"):
         backfill(ds, start=START, executor="sync")
@@ -254,7 +255,7 @@ def test_a_retried_commit_node_does_not_commit_again(tmp_path):
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     setup, ingest, commit, _ = backfill_plan(ds.region(START, None), workers=2).stages
-    setup.service(Step("setup"))
+    setup.service(Named("setup"))
     outs = tuple(ingest.service(list(ingest.tasks)[i::2]) for i in range(2))
     (group,) = Groups(8)(outs)
     first = commit.service(group)

@@ -13,7 +13,8 @@ from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.virtual.backfill import RegionOverlap, Setup, Step, backfill, temp_branch
+from toolkit.tasks import Named
+from toolkit.virtual.backfill import RegionOverlap, Setup, backfill, temp_branch
 from toolkit.virtual.inflight import in_flight, marker
 from toolkit.virtual.write import run
 
@@ -29,7 +30,7 @@ def refused(tmp_path, main_writes_from):
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     region = ds.region(START, SIX)
-    Setup(region, temp_branch(region))(Step("setup"))
+    Setup(region, temp_branch(region))(Named("setup"))
     run(ds.region(main_writes_from, None))
     with pytest.raises(R.BranchMoved) as caught:
         backfill(ds, start=START, end=SIX, executor="sync")

@@ -84,7 +84,9 @@ def wave_dataset(source: storage.Store, grid: dict):
     )
 
 
-def test_the_gfs_wave_file_ingests_and_decodes_as_eccodes_does(tmp_path):
+def wave_job(tmp_path: Path) -> tuple[Job, dict]:
+    """The GFS-Wave file and its .idx laid out as the bucket lays them out, the user's dataset
+    over it, and ecCodes' decode of every message."""
     fields = ecc_fields()
     _, g = next(iter(fields.values()))
     grid = {  # as the messages scan: north to south, west to east
@@ -101,7 +103,11 @@ def test_the_gfs_wave_file_ingests_and_decodes_as_eccodes_does(tmp_path):
     shutil.copy(DATA / f"{NAME}.idx", tmp_path / "src" / f"{key}.idx")
     src = storage.open_store(str(tmp_path / "src"))
     job = Job(wave_dataset(src, grid), R.RepoRef(storage.open_store(str(tmp_path / "repo"))))
+    return job, fields
 
+
+def test_the_gfs_wave_file_ingests_and_decodes_as_eccodes_does(tmp_path):
+    job, fields = wave_job(tmp_path)
     report = backfill(job, start=np.datetime64(INIT, "ns"), workers=1, executor="sync")
     assert report.stage("commit").gate_have == 1
     checked = validate(job, start=np.datetime64(INIT, "ns"), sample=0)

@@ -12,7 +12,8 @@ from tests.virtual.test_backfill import START, main_ds, sim
 from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.backfill import Setup, Step, backfill, temp_branch
+from toolkit.tasks import Named
+from toolkit.virtual.backfill import Setup, backfill, temp_branch
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease, LeaseHeld, LeaseLost
 from toolkit.virtual.read import file_refs
@@ -80,7 +81,7 @@ def test_update_refuses_while_a_backfill_is_in_flight(tmp_path):
         publish=6,
     )
     region = ds.region(START, FIRE)
-    Setup(region, temp_branch(region))(Step("setup"))
+    Setup(region, temp_branch(region))(Named("setup"))
     with pytest.raises(BackfillInFlight, match="in flight"):
         update(ds, fire_time=FIRE, deadline_seconds=5)
 

@@ -19,18 +19,9 @@ from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid.plan import PlanError
 from toolkit.pyramid.source import LEVEL_GROUP
-from toolkit.tasks import stable
+from toolkit.tasks import Named, stable
 
 __all__ = ["export_levels", "export_plan"]
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-
-    @property
-    def key(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -40,7 +31,7 @@ class CopyKey:
     source: Any  # a ZarrView pinned to one snapshot
     dest: storage.Store
 
-    def __call__(self, task: Key) -> str:
+    def __call__(self, task: Named) -> str:
         storage.put(self.dest, task.name, storage.get(self.source, task.name).data)
         return task.name
 
@@ -75,7 +66,7 @@ def export_plan(ref: R.RepoRef, dest: storage.Store) -> Plan:
         (
             Stage(
                 "export",
-                stable(Key(k) for k in keys),
+                stable(Named(k) for k in keys),
                 CopyKey(pinned, dest),
                 Gate(ListedKeys(dest, ""), want=tuple(keys)),
                 workers=AUTO,

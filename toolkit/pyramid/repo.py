@@ -40,7 +40,7 @@ from toolkit.pyramid.build import _plan, _sources, level0_bytes
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, decode_keys
 from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, read_source
-from toolkit.tasks import stable
+from toolkit.tasks import Named, stable
 
 PREFIX = "pyramid-"
 MARKER_SUFFIX = "-main-at-setup"
@@ -200,15 +200,6 @@ def settings_record(p: PyramidPlan) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Step:
-    name: str
-
-    @property
-    def key(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True)
 class Setup:
     """The branch from main's head, every level's metadata on it, committed."""
 
@@ -217,7 +208,7 @@ class Setup:
     src: Source
     plan: PyramidPlan
 
-    def __call__(self, _step: Step) -> str:
+    def __call__(self, _step: Named) -> str:
         repo = self.ref.open(fresh=True)
         names = R.branches(repo)
         main = R.snapshot_of(repo, "main")
@@ -322,7 +313,7 @@ class Finalize:
     ref: R.RepoRef
     branch: str
 
-    def __call__(self, _step: Step) -> str:
+    def __call__(self, _step: Named) -> str:
         repo = self.ref.open(fresh=True)
         try:
             return R.finalize_branch(repo, self.branch, marker(self.branch), self.ref.url)
@@ -355,7 +346,7 @@ def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = 
     stages = [
         Stage(
             "setup",
-            stable([Step("setup")]),
+            stable([Named("setup")]),
             Setup(ref, branch, src, p),
             Gate(SetUp(ref, branch), want=("setup",)),
             resume=False,
@@ -388,7 +379,7 @@ def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = 
     stages.append(
         Stage(
             "finalize",
-            stable([Step("finalize")]),
+            stable([Named("finalize")]),
             Finalize(ref, branch),
             Gate(Finalized(ref, branch), want=("finalize",)),
             resume=False,

@@ -32,7 +32,7 @@ import numpy as np
 from toolkit import icechunk as R
 from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
-from toolkit.tasks import stable
+from toolkit.tasks import Named, stable
 from toolkit.virtual.filetable import Keys
 from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent, sync_dims_to
@@ -49,15 +49,6 @@ from toolkit.virtual.write import (
 )
 
 __all__ = ["BackfillOut", "backfill", "backfill_plan", "temp_branch"]
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-
-    @property
-    def key(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -91,7 +82,7 @@ class Setup:
     job: Job
     branch: str
 
-    def __call__(self, _step: Step) -> str:
+    def __call__(self, _step: Named) -> str:
         ensure_repo(self.job)
         for ref in self.job.repos:
             repo = ref.open(fresh=True)
@@ -288,7 +279,7 @@ class Finalize:
     job: Job
     branch: str
 
-    def __call__(self, _step: Step) -> str:
+    def __call__(self, _step: Named) -> str:
         """Replicas first, then the primary ("finalized" is defined by the primary)."""
         refs = self.job.repos
         for i, ref in enumerate(refs):
@@ -387,7 +378,7 @@ def backfill_plan(
         (
             Stage(
                 "setup",
-                stable([Step("setup")]),
+                stable([Named("setup")]),
                 Setup(job, branch),
                 Gate(BranchReady(job, branch), want=("setup",)),
                 resume=False,
@@ -415,7 +406,7 @@ def backfill_plan(
             ),
             Stage(
                 "finalize",
-                stable([Step("finalize")]),
+                stable([Named("finalize")]),
                 Finalize(job, branch),
                 Gate(MainAtBranch(job, branch), want=("finalize",)),
                 resume=False,
