@@ -66,7 +66,7 @@ def _pyramid_levels(repo: Any, variables: list[str]) -> tuple[Any, Any]:
     from toolkit.pyramid.repo import FireLevels
 
     def check() -> list[str]:
-        result = verify(repo.store, executor="sync")
+        result = verify(repo.store, executor="sync", private=repo.credentials == "env")
         return [f"pyramid {f}" for f in result.failures]
 
     return FireLevels(repo, tuple(variables)), check
