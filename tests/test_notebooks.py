@@ -35,7 +35,9 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         assert "validation passed" in text
         assert "/status" in text  # the one cluster's dashboard link
         maps = [o for o in outputs if "image/png" in o.get("data", {})]
-        assert len(maps) == 2, "want a map before and after the update"
+        # a map before and after the update, then level 0 beside its 2x and 4x levels
+        assert len(maps) == 3, "want a map before and after the update, and the levels"
+        assert "True" in text  # the levels in the repo verified
     if path.stem == "pyramid":
         text = "".join(o.get("text", "") for o in outputs)
         assert "operator: mean" in text and "verified" in text and "/status" in text
