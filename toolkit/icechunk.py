@@ -463,6 +463,9 @@ class SessionView:
 
     url: str
     session: Any
+    # arrays opened through this view, for its user to keep (the pyramid's shard writer does,
+    # for one stripe): the session's metadata is fixed while it lives
+    arrays: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def zarr(self, read_only: bool = False) -> Any:
         return self.session.store

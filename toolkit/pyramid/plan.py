@@ -608,8 +608,10 @@ def plan_pyramid(
         for name in names:
             a = arrays[name]
             py, px = prev_shards[name][-2:]
-            sy = child_shard_size(py, desired_shard(py, max_shard))
-            sx = child_shard_size(px, desired_shard(px, max_shard))
+            # a level that fits in one shard gets a shard (and chunk) of its own size: a larger
+            # one would only encode fill (one-position shards of a repo's small fields)
+            sy = min(shape[0], child_shard_size(py, desired_shard(py, max_shard)))
+            sx = min(shape[1], child_shard_size(px, desired_shard(px, max_shard)))
             v = _var_level(a, method, band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k)
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
             kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)

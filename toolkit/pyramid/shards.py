@@ -51,11 +51,19 @@ class VarSource:
 def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
     """Open an array as it is now. Never cached across tasks: a warm worker serves many runs,
     and a store recreated at the same URL (or a level rebuilt with another shard layout) must
-    not be written through metadata read for an earlier one. One small GET per open."""
+    not be written through metadata read for an earlier one. One small GET per open. The one
+    exception is a store that carries its own `arrays` memo: a view of one Icechunk fork, made
+    for one worker's stripe, whose metadata cannot change while it lives."""
+    memo = getattr(store, "arrays", None)  # a view of one fixed session may keep its opens
+    if memo is not None and (path, write) in memo:
+        return memo[(path, write)]
     config = {"write_empty_chunks": True} if write else None
-    return zarr.open_array(
+    arr = zarr.open_array(
         store.zarr(read_only=not write), path=path, mode="r+" if write else "r", config=config
     )
+    if memo is not None:
+        memo[(path, write)] = arr
+    return arr
 
 
 def _to_canonical(a: np.ndarray, band_axis: int | None) -> tuple[np.ndarray, tuple[int, ...]]:
