@@ -662,6 +662,19 @@ def plan_pyramid(
     )
 
 
+def position_cells(a: ArrayMeta, positions: Mapping[str, Iterable[int]]) -> list[tuple[int, ...]]:
+    """The object-grid cells of `a` that hold any chosen position (by dim name); a dim with no
+    choice is taken whole. What a build restricted to those positions probes for."""
+    axes: list[Iterable[int]] = []
+    for d, (n, g) in enumerate(zip(a.shape, a.grid, strict=True)):
+        chosen = positions.get(a.dims[d])
+        if chosen is None:
+            axes.append(range(-(-n // g)))
+        else:
+            axes.append(sorted({p // g for p in chosen if 0 <= p < n}))
+    return list(product(*axes))
+
+
 def max_levels(shape: tuple[int, int]) -> int:
     """Halvings until both sides are one pixel (at least one level)."""
     return max(1, *(int(np.ceil(np.log2(n))) if n > 1 else 0 for n in shape))

@@ -37,7 +37,7 @@ from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.build import _plan, _sources, level0_bytes
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, decode_keys
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, position_cells
 from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, read_source
 from toolkit.tasks import Named, stable
@@ -52,7 +52,6 @@ __all__ = [
     "build_repo",
     "open_repo_source",
     "repo_source",
-    "select_positions",
 ]
 
 
@@ -125,10 +124,9 @@ def _position(src: Source, dim: str, value: Any) -> int:
 
 
 def select_positions(
-    src: Source, select: Mapping[str, Sequence[str]] | None = None, latest: bool = False
+    src: Source, select: Mapping[str, Sequence[Any]] | None = None
 ) -> dict[str, set[int]]:
-    """Positions (by leading dim) a build is restricted to: `select` {dim: [values]} and,
-    with `latest`, the newest position of the first dim that has any level-0 chunk."""
+    """Positions (by leading dim) a build is restricted to: `select` {dim: [labels]}."""
     chosen: dict[str, set[int]] = {}
     leading = {d for a in src.arrays.values() for d in a.dims[:-2]}
     for dim, values in (select or {}).items():
@@ -138,53 +136,55 @@ def select_positions(
                 f"(they have {', '.join(sorted(leading)) or 'none'})"
             )
         chosen[dim] = {_position(src, dim, v) for v in values}
-    if latest:
-        first = {a.dims[0] for a in src.arrays.values() if len(a.dims) > 2}
-        if len(first) != 1:
-            raise PlanError("--latest needs arrays that share a leading (append) dim")
-        dim = first.pop()
-        newest = -1
-        for name, a in src.arrays.items():
-            for idx in decode_keys(a.encoding, src.listings.get(name, ()), len(a.shape)):
-                newest = max(newest, (idx[0] + 1) * a.grid[0] - 1)
-        if newest < 0:
-            raise PlanError(f"--latest: the chosen arrays hold no chunk along {dim}")
-        chosen[dim] = chosen.get(dim, {newest}) & {newest} if dim in chosen else {newest}
     return chosen
 
 
-def restrict(src: Source, positions: Mapping[str, set[int]]) -> Source:
-    """`src` with its listings cut to the objects that hold a chosen position."""
-    if not positions:
-        return src
-    listings: dict[str, list[str]] = {}
+def _present(session: Any, src: Source, positions: Mapping[str, set[int]]) -> dict[str, list[str]]:
+    """Each array's level-0 objects that hold a chosen position: manifest probes of exactly
+    those cells (no listing of the whole array, which grows with the archive)."""
+    out: dict[str, list[str]] = {}
     for name, a in src.arrays.items():
-        axes = [(a.dims.index(d), want) for d, want in positions.items() if d in a.dims]
-        keep = []
-        for key in src.listings.get(name, ()):
-            idx = next(iter(decode_keys(a.encoding, [key], len(a.shape))), None)
-            if idx is None:
-                continue
-            if all(
-                any(idx[ax] * a.grid[ax] <= p < (idx[ax] + 1) * a.grid[ax] for p in want)
-                for ax, want in axes
-            ):
-                keep.append(key)
-        listings[name] = keep
-    return dataclasses.replace(src, listings=listings)
+        cells = position_cells(a, positions)
+        found = R.chunks_present(session, [(name, c) for c in cells]) if cells else []
+        out[name] = [
+            a.encoding.encode_chunk_key(c) for c, ok in zip(cells, found, strict=True) if ok
+        ]
+    return out
+
+
+def _latest(session: Any, src: Source, positions: dict[str, set[int]]) -> dict[str, set[int]]:
+    """`positions` with the append dim cut to its newest position that holds any chunk
+    (probed newest first: one position's cells at a time)."""
+    first = {a.dims[0] for a in src.arrays.values() if len(a.dims) > 2}
+    if len(first) != 1:
+        raise PlanError("--latest needs arrays that share a leading (append) dim")
+    dim = first.pop()
+    candidates = sorted(positions.get(dim, range(len(src.coords[dim]))), reverse=True)
+    for p in candidates:
+        trial = {**positions, dim: {p}}
+        if any(_present(session, src, trial).values()):
+            return trial
+    raise PlanError(f"--latest: the chosen arrays hold no chunk along {dim}")
 
 
 def repo_source(
     ref: R.RepoRef,
     variables: list[str] | None = None,
-    select: Mapping[str, Sequence[str]] | None = None,
+    select: Mapping[str, Sequence[Any]] | None = None,
     latest: bool = False,
 ) -> tuple[Source, dict[str, set[int]]]:
-    """Level 0 as main's head holds it, its listing read from the manifests, cut to the
-    chosen positions."""
-    src = read_source(R.BranchView(ref, "main"), variables)
-    positions = select_positions(src, select, latest)
-    return restrict(src, positions), positions
+    """Level 0 as main's head holds it. Its objects: for chosen positions, manifest probes of
+    their cells; for the whole archive, the arrays' listings (read from the manifests)."""
+    view = R.BranchView(ref, "main")
+    chosen = bool(select) or latest
+    src = read_source(view, variables, listed=not chosen)
+    if not chosen:
+        return src, {}
+    session = R.readonly(ref.open(), "main")
+    positions = select_positions(src, select)
+    if latest:
+        positions = _latest(session, src, positions)
+    return dataclasses.replace(src, listings=_present(session, src, positions)), positions
 
 
 def settings_record(p: PyramidPlan) -> dict[str, Any]:

@@ -114,8 +114,11 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
     )
 
 
-def read_source(store: storage.Store, variables: list[str] | None = None) -> Source:
-    """Level-0 arrays with two named spatial dims whose 1-D coordinates exist, and their listings."""
+def read_source(
+    store: storage.Store, variables: list[str] | None = None, listed: bool = True
+) -> Source:
+    """Level-0 arrays with two named spatial dims whose 1-D coordinates exist, and their listings
+    (`listed=False`: none; the caller finds the objects another way)."""
     nodes = _root_members(store)
     members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
     coords = {n: a[...] for n, a in members.items() if a.ndim == 1}
@@ -156,7 +159,7 @@ def read_source(store: storage.Store, variables: list[str] | None = None) -> Sou
             if len(coords[d]) < 2:
                 raise PlanError(f"array {name!r}: coordinate {d!r} needs >= 2 values for a spacing")
     listings = {
-        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")]
+        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")] if listed else []
         for name in candidates
     }
     crs = tuple(

@@ -652,7 +652,7 @@ def verify(
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     from toolkit import icechunk as R
     from toolkit.pyramid.build import _no_positions
-    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source, restrict, select_positions
+    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source, repo_source
 
     ref = open_repo_source(source, **options)
     if ref is not None:
@@ -679,9 +679,11 @@ def verify(
                 ),
             )
         )
-    src: Source = read_source(store, doc["variables"])
-    if ref is not None:
-        src = restrict(src, select_positions(src, select, latest))
+    src: Source = (
+        read_source(store, doc["variables"])
+        if ref is None
+        else repo_source(ref, doc["variables"], select, latest)[0]
+    )
     failures: list[Failure] = []
     try:
         p: PyramidPlan = _plan(
