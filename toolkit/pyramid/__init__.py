@@ -4,6 +4,10 @@
 `build(source)` runs them through the engine (one node per shard, a gate per level) and adds the
 root metadata, `verify(source)` proves the result. `open_level` / `open_datatree` read it back with xarray
 (`xr.open_datatree` refuses the layout: see `toolkit.pyramid.read`).
+
+The source may also be an Icechunk repo (a virtual GRIB dataset's): its levels are then written
+into the repo and land on main with level 0 (`toolkit.pyramid.repo`), and
+`toolkit.pyramid.export` copies them out to a plain Zarr store.
 """
 
 from toolkit.pyramid.build import build, plan
