@@ -471,7 +471,7 @@ class SessionView:
         return self.session.store
 
 
-def finalize_branch(repo: ic.Repository, branch: str, marker: str, url: str) -> str:
+def finalize_branch(repo: ic.Repository, branch: str, marker: str) -> str:
     """main := `branch` if main is still where `marker` recorded it at setup; then drop both
     branches. Replayable: with the branch already gone, main's head is the answer."""
     if branch not in branches(repo):

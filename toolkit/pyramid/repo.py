@@ -316,7 +316,7 @@ class Finalize:
     def __call__(self, _step: Named) -> str:
         repo = self.ref.open(fresh=True)
         try:
-            return R.finalize_branch(repo, self.branch, marker(self.branch), self.ref.url)
+            return R.finalize_branch(repo, self.branch, marker(self.branch))
         except R.BranchMoved as err:
             raise R.BranchMoved(
                 f"{self.ref.url}: main moved while the pyramid was built on {self.branch!r} (an "

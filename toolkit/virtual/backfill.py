@@ -290,21 +290,13 @@ class Finalize:
 
 
 def _finalize_one(repo: Any, branch: str, url: str) -> str:
-    if branch not in R.branches(repo):
-        return R.snapshot_of(repo, "main")  # already finalized by an earlier attempt
-    expected = R.snapshot_of(repo, marker(branch))
-    head = R.snapshot_of(repo, branch)
-    if head != R.snapshot_of(repo, "main"):
-        try:
-            R.reset_branch(repo, "main", head, expected=expected)
-        except R.BranchMoved as err:
-            raise R.BranchMoved(
-                f"{url}: main moved since setup of backfill {branch!r} (an operational fire "
-                f"committed); finalize refused and kept the branch: {ways_out(url, branch)}"
-            ) from err
-    R.delete_branch(repo, branch)
-    R.delete_branch(repo, marker(branch))
-    return head
+    try:
+        return R.finalize_branch(repo, branch, marker(branch))
+    except R.BranchMoved as err:
+        raise R.BranchMoved(
+            f"{url}: main moved since setup of backfill {branch!r} (an operational fire "
+            f"committed); finalize refused and kept the branch: {ways_out(url, branch)}"
+        ) from err
 
 
 @dataclass(frozen=True)

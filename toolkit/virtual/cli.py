@@ -395,7 +395,7 @@ def update(
         for levels in result.after:
             shards = sum(s.written for s in levels.stages if s.name.endswith("x"))
             err_console.print(f"levels: {shards} shard(s) landed on main ({levels.seconds:.2f} s)")
-        level_failures = check_levels() if check_levels is not None else []
+        level_failures = check_levels() if (check and check_levels is not None) else []
         for s in result.skipped:
             err_console.print(f"skipped {s.url}: {s.reason}", highlight=False, markup=False)
         if result.pending:
