@@ -144,12 +144,12 @@ def test_the_build_runs_on_process_workers(repo, local_cluster):
 def test_a_build_interrupted_after_a_level_resumes_on_its_branch(repo):
     path, _, _ = repo
     from toolkit.engine import run
-    from toolkit.pyramid.build import _plan
+    from toolkit.pyramid.levels import plan_source
     from toolkit.pyramid.repo import repo_plan, repo_source
 
     ref = R.RepoRef(storage.open_store(str(path)))
     src, _ = repo_source(ref, ["temperature_2m"])
-    p = _plan(src, None, None, 2)
+    p = plan_source(src, None, None, 2)
     full = repo_plan(ref, src, p)
     partial = type(full)(full.name, full.stages[:3], full.holds_gil)  # setup, 2x, 2x-commit
     run(partial, executor="sync")
@@ -165,12 +165,12 @@ def test_a_build_interrupted_after_a_level_resumes_on_its_branch(repo):
 def test_main_moved_during_a_build_is_refused_then_the_rerun_lands(repo):
     path, _, _ = repo
     from toolkit.engine import run
-    from toolkit.pyramid.build import _plan
+    from toolkit.pyramid.levels import plan_source
     from toolkit.pyramid.repo import repo_plan, repo_source
 
     ref = R.RepoRef(storage.open_store(str(path)))
     src, _ = repo_source(ref, ["temperature_2m"])
-    full = repo_plan(ref, src, _plan(src, None, None, 1))
+    full = repo_plan(ref, src, plan_source(src, None, None, 1))
     run(type(full)(full.name, full.stages[:3], full.holds_gil), executor="sync")
     handle = R.open_repo(storage.open_store(str(path)), fresh=True)
     s = R.writable(handle)  # a fire lands on main meanwhile

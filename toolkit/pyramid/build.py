@@ -6,22 +6,18 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata
+from toolkit.pyramid.levels import level0_bytes, no_positions, plan_source, var_sources
 from toolkit.pyramid.plan import (
     MAX_SHARD,
     PLAN_KEY,
     PlanError,
     PyramidPlan,
-    choose_method,
-    declared_classes,
-    plan_pyramid,
 )
-from toolkit.pyramid.shards import BuildShard, DoneShards, VarSource
+from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, open_source, read_source
 
 
@@ -47,41 +43,9 @@ def plan(
     if ref is not None:
         src, _ = repo_source(ref, variables, select, latest)
     else:
-        _no_positions(source, select, latest)
+        no_positions(source, select, latest)
         src = read_source(open_source(source, **options), variables)
-    return _plan(src, method, band_dim, levels, max_shard, force_method)
-
-
-def _no_positions(source: Any, select: Any, latest: bool) -> None:
-    if select or latest:
-        flag = "--select" if select else "--latest"
-        raise PlanError(
-            f"{flag}: {getattr(source, 'url', source)} is a Zarr store; positions are chosen "
-            "only in an Icechunk repo source (a Zarr store is built whole)"
-        )
-
-
-def _plan(
-    src: Source,
-    method: str | None,
-    band_dim: str | None,
-    levels: int | None,
-    max_shard: int = MAX_SHARD,
-    force_method: bool = False,
-) -> PyramidPlan:
-    if max_shard < 1:
-        raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
-    chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
-    return plan_pyramid(
-        src.arrays,
-        src.listings,
-        method=chosen,
-        band_dim=band_dim,
-        levels=levels,
-        max_shard=max_shard,
-        method_from=why,
-        classes=declared_classes(src.arrays, src.attrs),
-    )
+    return plan_source(src, method, band_dim, levels, max_shard, force_method)
 
 
 RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
@@ -109,41 +73,12 @@ def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
     return doc
 
 
-def _sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
-    lvl = p.levels[k]
-    out = []
-    for v in lvl.vars:
-        a = src.arrays[v.var]
-        band_axis = a.dims.index(p.band_dim) if p.band_dim else None
-        if k > 0 and v.classes:  # mode: the parent's class counts, summed 2x2
-            pv = p.levels[k - 1].var(v.var)
-            path = f"{p.levels[k - 1].group}/{pv.classes_name}"
-            out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
-        elif k == 0 or p.method == "mode":
-            out.append(VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis))
-        else:
-            parent = p.levels[k - 1]
-            pv = parent.var(v.var)
-            out.append(
-                VarSource(
-                    v,
-                    f"{parent.group}/{v.var}",
-                    f"{parent.group}/{pv.count_name}",
-                    pv.fill_value,
-                    pv.shape,
-                    2,
-                    band_axis,
-                )
-            )
-    return tuple(out)
-
-
 def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
     """One stage per level: a node per output shard, a gate listing the level vs its targets."""
     stages = []
     for k in range(start, len(p.levels)):
         lvl = p.levels[k]
-        service = BuildShard(src.store, lvl.group, p.method, _sources(src, p, k))
+        service = BuildShard(src.store, lvl.group, p.method, var_sources(src, p, k))
         gate = Gate(ListedKeys(src.store, lvl.group + "/"), want=lvl.targets)
         stages.append(
             Stage(
@@ -160,15 +95,6 @@ def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
         holds_gil=False,  # numba kernels, zarr I/O
         work_bytes=level0_bytes(src) * 4 // 3,  # level 0 once, then a third of it for the rest
     )
-
-
-def level0_bytes(src: Source) -> int:
-    """The bytes of the level-0 objects that exist (decoded), from the listing."""
-    total = 0
-    for name, a in src.arrays.items():
-        per = int(np.prod(a.grid)) * np.dtype(a.dtype).itemsize
-        total += per * len(src.listings.get(name, ()))
-    return total
 
 
 def _level_index(p: PyramidPlan, level: str | int) -> int:
@@ -275,10 +201,10 @@ def build(
             max_shard=max_shard,
             force_method=force_method,
         )
-    _no_positions(source, select, latest)
+    no_positions(source, select, latest)
     store = open_source(source, **options)
     src = read_source(store, variables)
-    p = _plan(src, method, band_dim, levels, max_shard, force_method)
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
     start = 0
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)

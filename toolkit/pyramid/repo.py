@@ -36,7 +36,7 @@ from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.build import _plan, _sources, level0_bytes
+from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, position_cells
 from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, read_source
@@ -353,7 +353,7 @@ def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = 
         )
     ]
     for k, lvl in enumerate(p.levels):
-        build = BuildShard(view, lvl.group, p.method, _sources(src, p, k))
+        build = BuildShard(view, lvl.group, p.method, var_sources(src, p, k))
         stages.append(
             Stage(
                 lvl.group,
@@ -465,7 +465,7 @@ def build_repo(
 ) -> Report:
     """Build (or extend, or resume) the levels of `variables` inside the repo, onto main."""
     src, _ = repo_source(ref, variables, select, latest)
-    p = _plan(src, method, band_dim, levels, max_shard, force_method)
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
     check_settings(ref, p)
     return run(
         repo_plan(ref, src, p),

@@ -20,7 +20,8 @@ from toolkit import storage
 from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.build import _plan, _sources, recorded_plan
+from toolkit.pyramid.build import recorded_plan
+from toolkit.pyramid.levels import plan_source, var_sources
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
 from toolkit.pyramid.shards import VarSource, count_region
 from toolkit.pyramid.source import Source, open_source, read_source
@@ -651,7 +652,7 @@ def verify(
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     from toolkit import icechunk as R
-    from toolkit.pyramid.build import _no_positions
+    from toolkit.pyramid.levels import no_positions
     from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source, repo_source
 
     ref = open_repo_source(source, **options)
@@ -664,7 +665,7 @@ def verify(
                 (Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first"),)
             )
     else:
-        _no_positions(source, select, latest)
+        no_positions(source, select, latest)
         store = open_source(source, **options)
         doc = recorded_plan(store)
     if doc is None:
@@ -686,7 +687,7 @@ def verify(
     )
     failures: list[Failure] = []
     try:
-        p: PyramidPlan = _plan(
+        p: PyramidPlan = plan_source(
             src,
             doc["method"],
             doc["band_dim"],
@@ -723,7 +724,7 @@ def verify(
     }
     coords = {d: np.asarray(src.coords[d]) for d in p.spatial_dims}
     meta_attrs = {n: src.attrs.get(n, {}) for n in (*p.variables, *src.crs)}
-    sources = {lvl.group: _sources(src, p, k) for k, lvl in enumerate(p.levels)}
+    sources = {lvl.group: var_sources(src, p, k) for k, lvl in enumerate(p.levels)}
     samples = []
     for lvl in p.levels:
         for var in p.variables:

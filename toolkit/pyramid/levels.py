@@ -1,0 +1,91 @@
+"""From a level-0 source to a plan and each level's inputs: shared by the Zarr-store build
+(`toolkit.pyramid.build`), the repo build (`toolkit.pyramid.repo`) and the verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolkit.pyramid.plan import (
+    MAX_SHARD,
+    PlanError,
+    PyramidPlan,
+    choose_method,
+    declared_classes,
+    plan_pyramid,
+)
+from toolkit.pyramid.shards import VarSource
+from toolkit.pyramid.source import Source
+
+__all__ = ["level0_bytes", "no_positions", "plan_source", "var_sources"]
+
+
+def no_positions(source: Any, select: Any, latest: bool) -> None:
+    if select or latest:
+        flag = "--select" if select else "--latest"
+        raise PlanError(
+            f"{flag}: {getattr(source, 'url', source)} is a Zarr store; positions are chosen "
+            "only in an Icechunk repo source (a Zarr store is built whole)"
+        )
+
+
+def plan_source(
+    src: Source,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    max_shard: int = MAX_SHARD,
+    force_method: bool = False,
+) -> PyramidPlan:
+    if max_shard < 1:
+        raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
+    chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
+    return plan_pyramid(
+        src.arrays,
+        src.listings,
+        method=chosen,
+        band_dim=band_dim,
+        levels=levels,
+        max_shard=max_shard,
+        method_from=why,
+        classes=declared_classes(src.arrays, src.attrs),
+    )
+
+
+def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
+    lvl = p.levels[k]
+    out = []
+    for v in lvl.vars:
+        a = src.arrays[v.var]
+        band_axis = a.dims.index(p.band_dim) if p.band_dim else None
+        if k > 0 and v.classes:  # mode: the parent's class counts, summed 2x2
+            pv = p.levels[k - 1].var(v.var)
+            path = f"{p.levels[k - 1].group}/{pv.classes_name}"
+            out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
+        elif k == 0 or p.method == "mode":
+            out.append(VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis))
+        else:
+            parent = p.levels[k - 1]
+            pv = parent.var(v.var)
+            out.append(
+                VarSource(
+                    v,
+                    f"{parent.group}/{v.var}",
+                    f"{parent.group}/{pv.count_name}",
+                    pv.fill_value,
+                    pv.shape,
+                    2,
+                    band_axis,
+                )
+            )
+    return tuple(out)
+
+
+def level0_bytes(src: Source) -> int:
+    """The bytes of the level-0 objects that exist (decoded), from the listing."""
+    total = 0
+    for name, a in src.arrays.items():
+        per = int(np.prod(a.grid)) * np.dtype(a.dtype).itemsize
+        total += per * len(src.listings.get(name, ()))
+    return total
