@@ -43,3 +43,28 @@ def test_cells_are_exactly_those_holding_a_chosen_position(case):
     assert len(position_cells(meta, {})) == len(list(itertools.product(
         *(range(-(-n // g)) for n, g in zip(shape, grid, strict=True))
     )))  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.tuples(st.integers(0, 6), st.integers(0, 4), st.integers(0, 1)), min_size=1),
+    st.integers(1, 5),
+)
+def test_runs_cover_every_shard_once_in_regions_of_neighbours(indices, limit):
+    """A worker's shards grouped into runs: each task once, a run consecutive along one leading
+    axis and equal elsewhere, never longer than the limit."""
+    from toolkit.pyramid.plan import ShardTask
+    from toolkit.pyramid.shards import runs
+
+    tasks = [ShardTask("2x", "v", (*i, 0, 0), f"k{i}", f"c{i}") for i in sorted(indices)]
+    got = runs(tasks, limit)
+    flat = [t for _, run in got for t in run]
+    assert sorted(t.key for t in flat) == sorted(t.key for t in tasks)
+    for ax, run in got:
+        assert 1 <= len(run) <= limit
+        if ax is None:
+            continue
+        along = [t.index[ax] for t in run]
+        assert along == list(range(along[0], along[0] + len(run)))
+        rest = {(*t.index[:ax], *t.index[ax + 1 :]) for t in run}
+        assert len(rest) == 1

@@ -38,12 +38,13 @@ from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, position_cells
-from toolkit.pyramid.shards import BuildShard, DoneShards
+from toolkit.pyramid.shards import BuildShard, DoneShards, runs
 from toolkit.pyramid.source import Source, read_source
 from toolkit.tasks import Named, stable
 
 PREFIX = "pyramid-"
 MARKER_SUFFIX = "-main-at-setup"
+RUN_SHARDS = 8  # neighbouring shards (along one leading dim) a worker builds at once
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
 
 __all__ = [
@@ -256,10 +257,12 @@ class LevelForks:
             return ()
         fork = R.fork(R.writable(self.ref.open(), self.branch))
         service = dataclasses.replace(self.build, store=R.SessionView(self.ref.url, fork))
-        for i, task in enumerate(tasks):
-            service(task)
+        done = 0
+        for axis, shards in runs(tasks, RUN_SHARDS):  # neighbours: one read, one write
+            service.together(axis, shards)
+            done += len(shards)
             if tick is not None:
-                tick(i + 1)
+                tick(done)
         return (fork,)
 
 

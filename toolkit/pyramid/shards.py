@@ -13,6 +13,7 @@ all-nodata one included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,8 +102,14 @@ def compute(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(data, count, class counts or None) of one output shard, exactly as the builder writes
     them."""
+    return compute_region(store, spec, method, region(spec.out, index))
+
+
+def compute_region(
+    store: storage.Store, spec: VarSource, method: str, reg: tuple[slice, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """`compute` over any shard-aligned output region (several shards along a leading dim)."""
     out = spec.out
-    reg = region(out, index)
     if method == "mode" and out.classes:
         return _compute_classes(store, spec, reg)
     if method == "mode" and spec.src_count_path is None:
@@ -228,8 +235,21 @@ class BuildShard:
 
     def __call__(self, task: ShardTask) -> str:
         spec = self.spec(task.var)
-        data, count, classes = compute(self.store, spec, self.method, task.index)
-        reg = region(spec.out, task.index)
+        self._write(spec, region(spec.out, task.index))
+        return task.key
+
+    def together(self, ax: int | None, tasks: Sequence[ShardTask]) -> None:
+        """A run of `runs` (consecutive along leading axis `ax`): one read, one pooling pass and
+        one write over the region its shards make up; each plane is pooled alone, so every
+        shard is exactly what `__call__` writes."""
+        spec = self.spec(tasks[0].var)
+        first, last = region(spec.out, tasks[0].index), region(spec.out, tasks[-1].index)
+        if ax is not None:
+            first = (*first[:ax], slice(first[ax].start, last[ax].stop), *first[ax + 1 :])
+        self._write(spec, first)
+
+    def _write(self, spec: VarSource, reg: tuple[slice, ...]) -> None:
+        data, count, classes = compute_region(self.store, spec, self.method, reg)
         # count (and class counts) first: the data object is the task's "done" marker
         open_array(self.store, spec.count_path(self.group), True)[
             _count_region(reg, spec.band_axis)
@@ -239,7 +259,40 @@ class BuildShard:
                 _with_class_axis(reg, len(spec.out.classes))
             ] = classes
         open_array(self.store, spec.path(self.group), True)[reg] = data
-        return task.key
+
+
+def run_axis(tasks: Sequence[ShardTask]) -> int | None:
+    """The leading axis along which one variable's tasks vary most (None: no leading axis)."""
+    lead = len(tasks[0].index) - 2
+    if lead < 1:
+        return None
+    return max(range(lead), key=lambda ax: len({t.index[ax] for t in tasks}))
+
+
+def runs(tasks: Sequence[ShardTask], limit: int) -> list[tuple[int | None, list[ShardTask]]]:
+    """`tasks` in runs one region covers: one variable, the same index but along its
+    `run_axis`, consecutive there, at most `limit` long; each with its axis."""
+    by_var: dict[str, list[ShardTask]] = {}
+    for t in tasks:
+        by_var.setdefault(t.var, []).append(t)
+    out: list[tuple[int | None, list[ShardTask]]] = []
+    for mine in by_var.values():
+        ax = run_axis(mine)
+        if ax is None:
+            out += [(None, [t]) for t in mine]
+            continue
+        groups: dict[tuple[int, ...], list[ShardTask]] = {}
+        for t in mine:
+            groups.setdefault((*t.index[:ax], *t.index[ax + 1 :]), []).append(t)
+        for group in groups.values():
+            run: list[ShardTask] = []
+            for t in sorted(group, key=lambda t: t.index[ax]):
+                if run and (t.index[ax] != run[-1].index[ax] + 1 or len(run) >= limit):
+                    out.append((ax, run))
+                    run = []
+                run.append(t)
+            out.append((ax, run))
+    return out
 
 
 @dataclass(frozen=True)
