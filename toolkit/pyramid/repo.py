@@ -52,6 +52,7 @@ __all__ = [
     "FireLevels",
     "build_repo",
     "open_repo_source",
+    "recorded_settings",
     "repo_source",
 ]
 
@@ -101,23 +102,18 @@ def _coordinate_index(src: Source, dim: str) -> Any:
 
 def _position(src: Source, dim: str, value: Any) -> int:
     index = _coordinate_index(src, dim)
-    candidates: list[Any] = [value]
+    label = value  # a label as the dataset holds it (datetime64, timedelta64, number) is used as is
     kind = getattr(index.dtype, "kind", "O")
-    if not isinstance(value, str):
-        pass  # a label as a dataset holds it (a datetime64, a timedelta64, a number)
-    elif kind == "m":
+    if isinstance(value, str) and kind == "m":
         import pandas as pd
 
         with contextlib.suppress(ValueError):
-            candidates = [pd.Timedelta(value if not value.isdigit() else f"{value}h")]
-    elif kind in "fiu":
+            label = pd.Timedelta(value if not value.isdigit() else f"{value}h")
+    elif isinstance(value, str) and kind in "fiu":
         with contextlib.suppress(ValueError):
-            candidates = [float(value)]
-    for c in candidates:
-        try:
-            loc = index.get_loc(c)
-        except (KeyError, TypeError, ValueError):
-            continue
+            label = float(value)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        loc = index.get_loc(label)
         if isinstance(loc, (int, np.integer)):
             return int(loc)
     shown = ", ".join(str(x) for x in list(index[:3])) + (" ..." if len(index) > 3 else "")
@@ -176,12 +172,11 @@ def repo_source(
 ) -> tuple[Source, dict[str, set[int]]]:
     """Level 0 as main's head holds it. Its objects: for chosen positions, manifest probes of
     their cells; for the whole archive, the arrays' listings (read from the manifests)."""
-    view = R.BranchView(ref, "main")
+    session = R.readonly(ref.open(), "main")  # one snapshot: metadata and probes agree
     chosen = bool(select) or latest
-    src = read_source(view, variables, listed=not chosen)
+    src = read_source(R.SessionView(f"{ref.url}@main", session), variables, listed=not chosen)
     if not chosen:
         return src, {}
-    session = R.readonly(ref.open(), "main")
     positions = select_positions(src, select)
     if latest:
         positions = _latest(session, src, positions)
@@ -410,11 +405,9 @@ class FireLevels:
         select: dict[str, list[Any]] = {}
         for loc in positions:
             for dim, label in loc.items():
-                if not any(_same(label, x) for x in select.setdefault(dim, [])):
+                if label not in select.setdefault(dim, []):
                     select[dim].append(label)
-        view = R.BranchView(self.ref, "main")
-        root = json.loads(storage.get(view, "zarr.json").data).get("attributes", {})
-        then = root.get(SETTINGS_ATTR) or {}
+        then = recorded_settings(self.ref) or {}
         return build_repo(
             self.ref,
             list(self.variables),
@@ -428,18 +421,15 @@ class FireLevels:
         )
 
 
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):
-        return False
+def recorded_settings(ref: R.RepoRef) -> dict[str, Any] | None:
+    """The settings main's levels were built with (None: main has no levels)."""
+    root = json.loads(storage.get(R.BranchView(ref, "main"), "zarr.json").data)
+    return root.get("attributes", {}).get(SETTINGS_ATTR)
 
 
 def check_settings(ref: R.RepoRef, p: PyramidPlan) -> None:
     """Levels already on main were built with these settings, or are refused by name."""
-    view = R.BranchView(ref, "main")
-    root = json.loads(storage.get(view, "zarr.json").data).get("attributes", {})
-    then = root.get(SETTINGS_ATTR)
+    then = recorded_settings(ref)
     if then is None:
         return
     now = settings_record(p)

@@ -653,13 +653,12 @@ def verify(
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     from toolkit import icechunk as R
     from toolkit.pyramid.levels import no_positions
-    from toolkit.pyramid.repo import SETTINGS_ATTR, open_repo_source, repo_source
+    from toolkit.pyramid.repo import open_repo_source, recorded_settings, repo_source
 
     ref = open_repo_source(source, **options)
     if ref is not None:
         store: Any = R.BranchView(ref, "main")
-        root = json.loads(storage.get(store, "zarr.json").data).get("attributes", {})
-        doc = root.get(SETTINGS_ATTR)
+        doc = recorded_settings(ref)
         if doc is None:
             return VerifyResult(
                 (Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first"),)
