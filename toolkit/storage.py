@@ -389,7 +389,9 @@ def _build(store: Store) -> Any:
     if scheme == "file":
         path = Path(urlparse(url).path)
         path.mkdir(parents=True, exist_ok=True)
-        return LocalStore(path)
+        # a deleted object takes its emptied directories with it: none is left to read as a
+        # stray zarr node or to trip a later rename (a level rebuilt in place)
+        return LocalStore(path, automatic_cleanup=True)
     bucket, prefix = _split_bucket(url)
     client_options: dict[str, Any] = {}
     if opts.pop("allow_http", False):

@@ -59,7 +59,7 @@ def test_classes_get_mode_floats_mean_and_other_integers_must_say(tmp_path):
     assert res.exit_code == 0, res.output
     group = json.loads((classes / "2x" / "zarr.json").read_text())["attributes"]
     assert group["pyramid:method"] == "mode" and "flag_values" in group["pyramid:method_from"]
-    recorded = json.loads((classes / ".pyramid" / "plan.json").read_text())
+    recorded = json.loads((classes / ".pyramid" / "plan" / "c" / "0").read_text())
     assert recorded["method"] == "mode" and "flag_values" in recorded["method_from"]
     assert pyramid("verify", str(classes), "--executor", "sync").exit_code == 0
 
@@ -129,10 +129,10 @@ def test_a_corrupt_or_foreign_recorded_plan_is_one_line_naming_the_way_out(tmp_p
     floats = tmp_path / "t.zarr"
     synthetic.write_store(storage.open_store(str(floats)), shape=(40, 60))
     build(str(floats), executor="sync")
-    (floats / ".pyramid" / "plan.json").write_bytes(body)
+    (floats / ".pyramid" / "plan" / "c" / "0").write_bytes(body)
     for cmd in ("build", "verify"):
         line = one_line_error(pyramid(cmd, str(floats), "--executor", "sync"))
-        assert ".pyramid/plan.json: not a pyramid plan this toolkit wrote" in line
+        assert ".pyramid/plan/c/0: not a pyramid plan this toolkit wrote" in line
         assert "--rebuild-from 2x" in line
     res = pyramid("build", str(floats), "--rebuild-from", "2x", "--executor", "sync")
     assert res.exit_code == 0, res.output

@@ -9,11 +9,10 @@ from typing import Any, Literal
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import IncompleteStageError, Report
-from toolkit.pyramid import metadata
+from toolkit.pyramid import metadata, records
 from toolkit.pyramid.levels import level0_bytes, no_positions, plan_source, var_sources
 from toolkit.pyramid.plan import (
     MAX_SHARD,
-    PLAN_KEY,
     PlanError,
     PyramidPlan,
 )
@@ -55,7 +54,7 @@ def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
     """The plan the last build recorded (None: none); one that is not JSON this toolkit wrote
     is refused, naming the object and the way out."""
     try:
-        raw = storage.get(store, PLAN_KEY).data
+        key, raw = records.get(store, records.PLAN)
     except storage.NotFound:
         return None
     try:
@@ -67,7 +66,7 @@ def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
         why = f"lacks {', '.join(missing)}" if missing else ""
     if why:
         raise PlanError(
-            f"{store.url}/{PLAN_KEY}: not a pyramid plan this toolkit wrote ({why}); rebuild "
+            f"{store.url}/{key}: not a pyramid plan this toolkit wrote ({why}); rebuild "
             "every level with --rebuild-from 2x (it is rewritten then)"
         )
     return doc
@@ -231,7 +230,7 @@ def build(
                     why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
                     frm = p.levels[then["levels"]].group  # the first new level; the rest stay
             raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
-    storage.put(store, PLAN_KEY, p.to_json().encode())
+    records.put(store, records.PLAN, p.to_json().encode())
     metadata.write_levels(src, p)
     report = run(
         pyramid_stages(src, p, start),

@@ -64,7 +64,9 @@ def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
             path = f"{p.levels[k - 1].group}/{pv.classes_name}"
             out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
         elif k == 0 or p.method == "mode":
-            out.append(VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis))
+            out.append(
+                VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis, cf=a.cf)
+            )
         else:
             parent = p.levels[k - 1]
             pv = parent.var(v.var)

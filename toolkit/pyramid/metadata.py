@@ -20,7 +20,9 @@ import numpy as np
 import zarr
 
 from toolkit import storage
-from toolkit.pyramid.plan import BACKUP_KEY, PyramidPlan
+from toolkit.cf import ENCODING_ATTRS, fill_attr
+from toolkit.pyramid import records
+from toolkit.pyramid.plan import ArrayMeta, PyramidPlan, VarLevel
 from toolkit.pyramid.source import Source
 
 MULTISCALES_UUID = "d35379db-88df-4056-af3a-620245f8e347"
@@ -135,7 +137,9 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             )
             arr[...] = base[...]
         for v in lvl.vars:
-            attrs = level_attrs(src.attrs.get(v.var, {}), src.arrays[v.var], v)
+            attrs = level_attrs(
+                src.attrs.get(v.var, {}), src.arrays[v.var], v, plan.method, lvl.factor
+            )
             attrs["resampling_method"] = RESAMPLING[plan.method]
             # the count plane is an auxiliary coordinate to a reader, not a second variable
             attrs["coordinates"] = " ".join([*attrs.get("coordinates", "").split(), v.count_name])
@@ -243,30 +247,37 @@ def _create_counts(
     )
 
 
-def level_attrs(attrs: dict[str, Any], base: Any, v: Any) -> dict[str, Any]:
-    """A level array's attributes: level 0's, with `_FillValue` kept only where it still holds.
+CELL_METHODS = {"mean": "mean", "mode": "mode", "min": "minimum", "max": "maximum", "sum": "sum"}
 
-    xarray masks with the `_FillValue` attribute, so a level must carry it exactly when its
-    nodata is level 0's (same kind, same value: mode/min/max, or a float mean of float data);
-    a float mean of integers has NaN nodata, and a stale integer `_FillValue` would be wrong.
-    """
+
+def level_attrs(
+    attrs: dict[str, Any], base: ArrayMeta, v: VarLevel, method: str, factor: int
+) -> dict[str, Any]:
+    """A level array's attributes: level 0's meaning (units, long_name, standard_name,
+    grid_mapping, flags) with the encoding a reader needs for the level's own values, and a CF
+    `cell_methods` entry saying what the level is.
+
+    A float level holds decoded values with NaN nodata: every CF encoding attribute of level 0
+    (`_FillValue`, `missing_value`, `scale_factor`, `add_offset`, the valid range, `_Unsigned`)
+    would be stale and is dropped. An integer level (mode, min, max, integer sums) keeps the
+    stored encoding, every kind of nodata written as its one fill, which `_FillValue` names
+    when level 0 declared CF nodata."""
     out = dict(attrs)
-    if "_FillValue" in out and not _same_nodata(base.dtype, base.fill_value, v.dtype, v.fill_value):
-        out.pop("_FillValue")
+    if np.dtype(v.dtype).kind == "f":
+        for key in ENCODING_ATTRS:
+            out.pop(key, None)
+    else:
+        cf_nodata = "_FillValue" in out or "missing_value" in out
+        out.pop("missing_value", None)
+        if base.cf is not None and base.cf.view:
+            out.pop("_Unsigned", None)  # the level is written in the unsigned dtype itself
+        if cf_nodata:
+            out["_FillValue"] = fill_attr(v.fill_value, v.dtype)
+        else:
+            out.pop("_FillValue", None)
+    what = f"area: {CELL_METHODS[method]} (window {factor}x{factor}, nodata excluded)"
+    out["cell_methods"] = " ".join([*str(attrs.get("cell_methods", "")).split(), what])
     return out
-
-
-def _same_nodata(src_dtype: str, src_fill: Any, out_dtype: str, out_fill: Any) -> bool:
-    a, b = np.dtype(src_dtype), np.dtype(out_dtype)
-    if a.kind == "f" and b.kind == "f":
-        return (
-            bool(np.isnan(float(src_fill)) and np.isnan(float(out_fill)))
-            if (src_fill is not None and out_fill is not None)
-            else False
-        )
-    if a.kind in "iub" and b.kind in "iu":
-        return src_fill is not None and int(src_fill) == int(out_fill)
-    return False
 
 
 def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:
@@ -283,14 +294,14 @@ def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:
 def backup(src: Source) -> None:
     """Keep the pre-pyramid root and level-0 node metadata (the first backup wins)."""
     store = src.store
-    if storage.exists(store, BACKUP_KEY):
+    if records.exists(store, records.BACKUP):
         return
     nodes = {k: base64.b64encode(storage.get(store, k).data).decode() for k in src.node_keys}
-    storage.put(store, BACKUP_KEY, json.dumps({"nodes": nodes}).encode(), mode="create")
+    records.put(store, records.BACKUP, json.dumps({"nodes": nodes}).encode(), create=True)
 
 
 def read_backup(store: storage.Store) -> dict[str, bytes]:
-    doc = json.loads(storage.get(store, BACKUP_KEY).data)
+    doc = json.loads(records.get(store, records.BACKUP)[1])
     return {k: base64.b64decode(v) for k, v in doc["nodes"].items()}
 
 

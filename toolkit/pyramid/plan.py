@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from zarr.core.chunk_key_encodings import ChunkKeyEncoding, parse_chunk_key_encoding
 
+from toolkit.cf import Decoding
 from toolkit.kernels import METHODS
 from toolkit.tasks import StableTasks, stable
 
@@ -51,8 +52,6 @@ TILE = 512
 MAX_SHARD = 4096
 GROW_BELOW = 1024  # shards smaller than this grow level by level (tile chunks inside shards)
 MAX_CLASSES = 64  # declared classes a mode pyramid carries counts of (more: re-read level 0)
-PLAN_KEY = ".pyramid/plan.json"
-BACKUP_KEY = ".pyramid/backup.json"
 
 
 class PlanError(ValueError):
@@ -73,10 +72,20 @@ class ArrayMeta:
     key_encoding: dict[str, Any] = field(
         default_factory=lambda: {"name": "default", "configuration": {"separator": "/"}}
     )
+    cf: Decoding | None = None  # how CF says to read the stored values (`toolkit.cf.decoding`)
 
     @property
     def encoding(self) -> ChunkKeyEncoding:
         return parse_chunk_key_encoding(self.key_encoding)
+
+    @property
+    def packed(self) -> bool:
+        return self.cf is not None and self.cf.packed
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of one value as the kernels see it (a packed integer unpacks to float64)."""
+        return np.dtype(self.cf.quantity_dtype if self.packed else self.dtype).itemsize  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -352,6 +361,8 @@ def choose_method(
             chosen[name] = (method, "given")
         elif cf:
             chosen[name] = ("mode", "CF flag_values/flag_meanings/flag_masks: classes")
+        elif a.packed:
+            chosen[name] = ("mean", "CF scale_factor/add_offset: a packed quantity")
         elif kind == "f":
             chosen[name] = ("mean", "floating point: a quantity")
         elif kind in "iu":
@@ -408,9 +419,11 @@ def classes_dtype(k: int) -> str:
     return "uint16" if 4**k <= np.iinfo(np.uint16).max else "uint32"
 
 
-def _output_dtype(method: str, dtype: str) -> str:
+def _output_dtype(method: str, dtype: str, packed: bool = False) -> str:
     dt = np.dtype(dtype)
     kind = dt.kind
+    if packed and method != "mode":  # a packed quantity is written decoded
+        return "float64" if method == "sum" else "float32"
     if method == "mean":
         return "float64" if dt == np.float64 else "float32"
     if method == "sum":
@@ -496,7 +509,7 @@ def _var_level(
     shards.extend(shard_yx)
     chunks.extend(inner_chunk(s) for s in shard_yx)
     keep = [d for d in range(len(out_shape)) if a.dims[d] != band_dim]
-    out_dtype = _output_dtype(method, a.dtype)
+    out_dtype = _output_dtype(method, a.dtype, a.packed)
     return VarLevel(
         var=a.name,
         shape=out_shape,
@@ -699,7 +712,7 @@ def task_bytes(
         min(s * factor, n) for s, n in zip(v.shards[-2:], src[-2:], strict=True)
     )
     if first:
-        return block * np.dtype(a.dtype).itemsize
+        return block * a.value_bytes
     if v.classes:
         return block * len(v.classes) * np.dtype(parent_classes_dtype or "uint32").itemsize
     return block * (np.dtype(v.dtype).itemsize + 4)

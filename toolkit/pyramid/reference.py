@@ -17,9 +17,74 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["class_counts", "mean_tolerance", "reduce_level0"]
+__all__ = ["class_counts", "decoded_level0", "mean_tolerance", "reduce_level0"]
 
 MODE_CELLS = 1 << 24  # windows x labels counted at once by the mode reference
+_CF_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+_RANGE_KEYS = ("valid_range", "valid_min", "valid_max")
+_NODATA_WORDS = {"nodata", "nodatavalue", "fill", "fillvalue", "missing", "missingvalue"}
+
+
+def decoded_level0(raw: np.ndarray, attrs: dict[str, Any], zarr_fill: Any) -> np.ndarray:
+    """Level-0 values as float64, NaN where there is no data: xarray's own CF decoding
+    (`_FillValue`, `missing_value`, `scale_factor`/`add_offset`, `_Unsigned`), then the CF valid
+    range and non-finite values, which xarray leaves to its user. With no CF attribute, zarr's
+    fill_value is nodata unless `flag_values` names it a class. Written apart from
+    `toolkit.cf`, which the builder reads level 0 through."""
+    import base64
+    import struct
+
+    import xarray as xr
+
+    enc = {k: attrs[k] for k in (*_CF_KEYS, *_RANGE_KEYS) if k in attrs}
+    fv = enc.get("_FillValue")
+    if isinstance(fv, str) and raw.dtype.kind == "f":  # xarray's zarr v3 form: base64 float64
+        enc["_FillValue"] = (
+            fv
+            if fv in ("NaN", "Infinity", "-Infinity")
+            else struct.unpack("<d", base64.b64decode(fv))[0]
+        )
+        enc["_FillValue"] = float(enc["_FillValue"])
+    if not enc and zarr_fill is not None:
+        flags = [float(f) for f in np.ravel(attrs.get("flag_values", []))]
+        names = str(attrs.get("flag_meanings", "")).split()
+        named = dict(zip(flags, names, strict=True)) if len(names) == len(flags) else {}
+        meaning = named.get(float(zarr_fill), "").lower().replace("_", "")
+        is_class = float(zarr_fill) in flags and meaning not in _NODATA_WORDS
+        if not is_class:  # zarr's fill is nodata unless a class (not "no data") is named so
+            enc["_FillValue"] = zarr_fill
+    # xarray decodes the fill, packing and sign; several sentinels make it warn, so
+    # `missing_value` and the range are applied below
+    coded = {k: v for k, v in enc.items() if k not in ("missing_value", *_RANGE_KEYS)}
+    var = xr.Variable(tuple(f"d{i}" for i in range(raw.ndim)), raw, attrs=coded)
+    out = np.array(
+        xr.conventions.decode_cf_variable("v", var, decode_times=False).values, dtype=np.float64
+    )
+    out[~np.isfinite(out)] = np.nan
+    stored = raw
+    if str(enc.get("_Unsigned", "")).lower() == "true" and raw.dtype.kind == "i":
+        stored = raw.view(f"u{raw.dtype.itemsize}")
+    if "missing_value" in enc:
+        out[np.isin(stored, np.ravel(enc["missing_value"]))] = np.nan
+    lo = hi = None
+    if "valid_range" in enc:
+        lo, hi = enc["valid_range"]
+    lo = enc.get("valid_min", lo)
+    hi = enc.get("valid_max", hi)
+    if lo is None and hi is None:
+        return out
+    bounds = [b for b in (lo, hi) if b is not None]
+    packed = "scale_factor" in enc or "add_offset" in enc
+    # a packed array's range in integers bounds the stored values, in floats the decoded ones
+    against = (
+        stored.astype(np.float64) if not packed or all(isinstance(b, int) for b in bounds) else out
+    )
+    with np.errstate(invalid="ignore"):
+        if lo is not None:
+            out[~(against >= lo)] = np.nan
+        if hi is not None:
+            out[~(against <= hi)] = np.nan
+    return out
 
 
 def _valid(block: np.ndarray, fill: Any) -> np.ndarray:

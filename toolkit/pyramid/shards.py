@@ -21,6 +21,7 @@ import numpy as np
 import zarr
 
 from toolkit import kernels, storage
+from toolkit.cf import Decoding
 from toolkit.pyramid.plan import ShardTask, VarLevel, region, source_region
 
 MODE_BAND_PIXELS = 1 << 24  # level-0 pixels per band read for a mode shard
@@ -38,6 +39,20 @@ class VarSource:
     factor: int
     band_axis: int | None
     from_classes: bool = False  # src_path is the parent's class counts (mode cascade)
+    cf: Decoding | None = None  # level 0: how CF says to read its stored values
+
+    def level0(self, raw: np.ndarray, method: str) -> tuple[np.ndarray, Any]:
+        """Level-0 values as the kernels pool them, and their nodata: a quantity decoded to
+        floats with NaN for every kind of nodata (packed, float, or integers that declare
+        none), a class map (or an integer quantity with nodata) in its stored dtype with every
+        kind of nodata written as the one fill."""
+        cf = self.cf
+        if cf is None:
+            return raw, self.src_fill
+        kind = np.dtype(cf.dtype).kind
+        if method != "mode" and (cf.packed or kind == "f" or not cf.masks):
+            return cf.decode(raw), np.nan
+        return cf.classes(raw), cf.fill
 
     def path(self, group: str) -> str:
         return f"{group}/{self.out.var}"
@@ -85,14 +100,6 @@ def _count_region(sel: tuple[slice, ...], band_axis: int | None) -> tuple[slice,
     return tuple(s for d, s in enumerate(sel) if d != band_axis)
 
 
-def _level0_weights(vals: np.ndarray, fill: Any) -> np.ndarray:
-    return (
-        np.stack([kernels.joint_valid(v, fill) for v in vals])
-        if len(vals)
-        else np.zeros((0, *vals.shape[-2:]), np.uint32)
-    )
-
-
 def _with_class_axis(reg: tuple[slice, ...], n: int) -> tuple[slice, ...]:
     return (*reg[:-2], slice(0, n), *reg[-2:])
 
@@ -116,14 +123,17 @@ def compute_region(
         return (*_compute_banded(store, spec, reg), None)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
     raw = np.asarray(open_array(store, spec.src_path)[sreg])
-    vals, lead = _to_canonical(raw, spec.band_axis)
     weights = None  # level 0: the kernel derives the joint mask from the values and fill
+    fill = spec.src_fill
     if spec.src_count_path is not None:
         cnt = np.asarray(
             open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)]
         )
         weights = cnt.reshape((-1, *cnt.shape[-2:]))
-    return (*_pool_all(vals, weights, lead, spec, method), None)
+    else:
+        raw, fill = spec.level0(raw, method)
+    vals, lead = _to_canonical(raw, spec.band_axis)
+    return (*_pool_all(vals, weights, lead, spec, method, fill), None)
 
 
 class StrayClass(ValueError):
@@ -148,12 +158,12 @@ def _compute_classes(
             for s in src
         ]
     else:
-        raw = np.asarray(open_array(store, spec.src_path)[sreg])
+        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), "mode")
         lead = raw.shape[:-2]
         planes = raw.reshape((-1, *raw.shape[-2:]))
         try:
             pooled = [
-                kernels.classes_level0(p, spec.src_fill, labels, 2, out.classes_dtype, out.dtype)
+                kernels.classes_level0(p, fill, labels, 2, out.classes_dtype, out.dtype)
                 for p in planes
             ]
         except kernels.StrayLabel as err:
@@ -178,13 +188,14 @@ def _pool_all(
     lead: tuple[int, ...],
     spec: VarSource,
     method: str,
+    fill: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     out = spec.out
     datas, counts = [], []
     for t in range(vals.shape[0]):
         if weights is None:
             d, c = kernels.pool_level0(
-                vals[t], spec.src_fill, method, out.fill_value, spec.factor, np.dtype(out.dtype)
+                vals[t], fill, method, out.fill_value, spec.factor, np.dtype(out.dtype)
             )
         else:
             d, c = kernels.pool(
@@ -209,9 +220,9 @@ def _compute_banded(
     for r0 in range(rows.start, rows.stop, step):
         sub = (*reg[:-2], slice(r0, min(rows.stop, r0 + step)), reg[-1])
         sreg = source_region(sub, f, spec.src_shape, spec.band_axis)
-        raw = np.asarray(open_array(store, spec.src_path)[sreg])
+        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), "mode")
         vals, lead = _to_canonical(raw, spec.band_axis)
-        parts.append(_pool_all(vals, None, lead, spec, "mode"))
+        parts.append(_pool_all(vals, None, lead, spec, "mode", fill))
     return (
         np.concatenate([p[0] for p in parts], axis=-2),
         np.concatenate([p[1] for p in parts], axis=-2),
@@ -306,19 +317,6 @@ class DoneShards:
     def __call__(self) -> frozenset[str]:
         have = set(storage.list_keys(self.store, self.group + "/"))
         return frozenset(t.key for t in self.tasks if all(k in have for k in t.objects))
-
-
-def source_block(
-    store: storage.Store, spec: VarSource, index: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The source values [T, B, H, W] and weights [T, H, W] a shard pools (for verification)."""
-    reg = region(spec.out, index)
-    sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
-    vals, _ = _to_canonical(np.asarray(open_array(store, spec.src_path)[sreg]), spec.band_axis)
-    if spec.src_count_path is None:
-        return vals, _level0_weights(vals, spec.src_fill)
-    cnt = np.asarray(open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)])
-    return vals, cnt.reshape((-1, *cnt.shape[-2:]))
 
 
 def count_region(spec: VarSource, index: tuple[int, ...]) -> tuple[slice, ...]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,10 @@ import numpy as np
 import zarr
 
 from toolkit import storage
+from toolkit.cf import CFError, decoding
 from toolkit.pyramid.plan import ArrayMeta, PlanError, check_dtype
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
-
-# The plan and the metadata backup live under `.pyramid/`, which zarr lists as a stray object
-# and warns about on every group listing. Filtered once, at import, never toggled per call.
-warnings.filterwarnings("ignore", message=r"Object at \.pyramid is not recognized")
 
 
 @dataclass
@@ -102,15 +98,21 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
             f"array {name!r}: has no dimension_names; the two spatial dims must be named"
         )
     shards = arr.shards or arr.chunks
+    check_dtype(name, np.dtype(arr.dtype))
+    try:  # the one place level 0's CF encoding is read: nodata, packing, valid range
+        cf = decoding(name, arr.dtype, _fill(arr.fill_value), dict(arr.attrs))
+    except CFError as err:
+        raise PlanError(str(err)) from None
     return ArrayMeta(
         name=name,
         shape=tuple(arr.shape),
         dims=tuple(dims),
         grid=tuple(shards),
         chunks=tuple(arr.chunks),
-        dtype=check_dtype(name, np.dtype(arr.dtype)).name,
-        fill_value=_fill(arr.fill_value),
+        dtype=cf.dtype,
+        fill_value=cf.fill,
         key_encoding=arr.metadata.chunk_key_encoding.to_dict(),
+        cf=cf,
     )
 
 
@@ -125,15 +127,24 @@ def read_source(
     attrs = {n: dict(a.attrs) for n, a in members.items()}
     candidates: dict[str, ArrayMeta] = {}
     skipped: dict[str, str] = {}
+    broken: dict[str, PlanError] = {}  # refused when chosen, or when nothing is chosen
     for name, arr in sorted(members.items()):
         why = _skip_reason(arr, coords)
         if why is None:
             try:
-                candidates[name] = array_meta(name, arr)
+                check_dtype(name, np.dtype(arr.dtype))
             except PlanError as err:  # a dtype no pyramid pools: refused only if chosen
                 skipped[name] = str(err).removeprefix(f"array {name!r} ")
+            else:
+                try:
+                    candidates[name] = array_meta(name, arr)
+                except PlanError as err:  # a CF attribute no reader can use
+                    broken[name] = err
         elif arr.ndim >= 2:
             skipped[name] = why
+    for name in variables or sorted(broken):
+        if name in broken:
+            raise broken[name]
     if variables:
         for v in variables:
             if v not in members:

@@ -338,7 +338,6 @@ class Level0:
     """Where a variable's level 0 is, for the reference: its path, nodata, band axis."""
 
     path: str
-    fill: Any
     band_axis: int | None
 
 
@@ -394,7 +393,7 @@ class SampleCheck:
     ) -> list[Failure]:  # fmt: skip
         """A mode level's class counts: each window's pixels of each class, counted by numpy
         from level 0, and summing to the count plane."""
-        from toolkit.pyramid.reference import class_counts
+        from toolkit.pyramid.reference import class_counts, decoded_level0
 
         l0 = self.level0[t.var]
         z = self.store.zarr(read_only=True)
@@ -404,8 +403,10 @@ class SampleCheck:
             slice((o.start + w.start) * factor, min((o.start + w.stop) * factor, n))
             for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
         )
-        block = np.asarray(base[(*reg[:-2], ys, xs)])
-        want = class_counts(block.reshape((-1, *block.shape[-2:])), l0.fill, labels, factor)
+        block = decoded_level0(
+            np.asarray(base[(*reg[:-2], ys, xs)]), dict(base.attrs), base.fill_value
+        )
+        want = class_counts(block.reshape((-1, *block.shape[-2:])), np.nan, labels, factor)
         sel = (*reg[:-2], slice(0, len(labels)), *(
             slice(o.start + w.start, o.start + w.stop) for o, w in zip(reg[-2:], tile, strict=True)
         ))  # fmt: skip
@@ -423,7 +424,7 @@ class SampleCheck:
         self, t: ShardTask, spec: VarSource, reg: tuple[slice, ...], tile: tuple[slice, slice],
         canon: np.ndarray, cnt: np.ndarray, factor: int, fail: Callable[[str, str], list[Failure]],
     ) -> list[Failure]:  # fmt: skip
-        from toolkit.pyramid.reference import mean_tolerance, reduce_level0
+        from toolkit.pyramid.reference import decoded_level0, mean_tolerance, reduce_level0
 
         l0 = self.level0[t.var]
         base = zarr_open(self.store.zarr(read_only=True), l0.path)
@@ -432,8 +433,9 @@ class SampleCheck:
             slice((o.start + w.start) * factor, min((o.start + w.stop) * factor, n))
             for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
         )
-        block = _canonical(np.asarray(base[(*lead, ys, xs)]), l0.band_axis)
-        want, want_count = reduce_level0(block, l0.fill, self.method, factor)
+        raw = np.asarray(base[(*lead, ys, xs)])
+        block = _canonical(decoded_level0(raw, dict(base.attrs), base.fill_value), l0.band_axis)
+        want, want_count = reduce_level0(block, np.nan, self.method, factor)
         got, got_count = canon[:, :, tile[0], tile[1]], cnt[:, tile[0], tile[1]]
         where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
         if not np.array_equal(got_count, want_count):
@@ -441,12 +443,12 @@ class SampleCheck:
             return fail("reference", f"{n} count(s) differ from the numpy reference ({where})")
         valid = np.broadcast_to((want_count > 0)[:, None], got.shape)
         if self.method == "mean" or (self.method == "sum" and got.dtype.kind == "f"):
-            top, _ = reduce_level0(np.abs(block), l0.fill, "max", factor)
+            top, _ = reduce_level0(np.abs(block), np.nan, "max", factor)
             tol = mean_tolerance(int(np.log2(factor)), top, got.dtype)
             off = valid & ~(np.abs(got.astype(np.float64) - want) <= tol)
             what = f"more than {int(np.log2(factor))} ulp(s) of the window's largest value"
         else:
-            off = valid & (got != want.astype(got.dtype))
+            off = valid & (got != np.where(valid, want, 0).astype(got.dtype))
             what = "not bitwise equal"
         if off.any():
             i = tuple(int(x[0]) for x in np.nonzero(off))
@@ -673,7 +675,7 @@ def verify(
             (
                 Failure(
                     "-",
-                    ".pyramid/plan.json",
+                    ".pyramid/plan",
                     "plan",
                     "no recorded pyramid plan: build the pyramid first",
                 ),
@@ -702,7 +704,7 @@ def verify(
         failures.append(
             Failure(
                 "-",
-                ".pyramid/plan.json",
+                ".pyramid/plan",
                 "plan",
                 "level 0 no longer matches the recorded plan (listing changed)",
             )
@@ -731,7 +733,7 @@ def verify(
                 Sample(t) for t in spread_samples([t for t in lvl.tasks if t.var == var], sample)
             ]
     level0 = {
-        n: Level0(n, a.fill_value, a.dims.index(p.band_dim) if p.band_dim else None)
+        n: Level0(n, a.dims.index(p.band_dim) if p.band_dim else None)
         for n, a in src.arrays.items()
     }
     groups = [lvl.group for lvl in p.levels]

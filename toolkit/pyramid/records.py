@@ -1,0 +1,81 @@
+"""The build's own records (its plan, the pre-pyramid metadata backup) as Zarr arrays.
+
+Each record is a 1-D uint8 array of JSON bytes in the `.pyramid` group, stored uncompressed in
+one chunk, so the chunk object *is* the JSON: the toolkit reads and writes it as one object,
+while zarr and xarray see a valid hierarchy and warn about nothing on any read of the store,
+consolidated or not. Stores built before this layout kept `.pyramid/<name>.json` objects; those
+are still read, and removed when the record is next written.
+"""
+
+from __future__ import annotations
+
+import json
+
+from toolkit import storage
+
+GROUP = ".pyramid"
+PLAN = "plan"
+BACKUP = "backup"
+
+
+def chunk_key(name: str) -> str:
+    """The object that holds record `name`'s JSON bytes."""
+    return f"{GROUP}/{name}/c/0"
+
+
+def legacy_key(name: str) -> str:
+    return f"{GROUP}/{name}.json"
+
+
+def _array_doc(name: str, n: int) -> bytes:
+    return json.dumps(
+        {
+            "zarr_format": 3,
+            "node_type": "array",
+            "shape": [n],
+            "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(n, 1)]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0,
+            "codecs": [{"name": "bytes"}],
+            "attributes": {
+                "long_name": f"toolkit pyramid {name} (UTF-8 JSON bytes)",
+                "media_type": "application/json",
+            },
+            "dimension_names": [f"{name}_byte"],
+        },
+        indent=2,
+    ).encode()
+
+
+GROUP_DOC = json.dumps(
+    {
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": {"description": "what toolkit pyramid keeps for itself: plan, backup"},
+    },
+    indent=2,
+).encode()
+
+
+def exists(store: storage.Store, name: str) -> bool:
+    return storage.exists(store, chunk_key(name)) or storage.exists(store, legacy_key(name))
+
+
+def get(store: storage.Store, name: str) -> tuple[str, bytes]:
+    """(the key it was read from, the JSON bytes) of record `name`; NotFound if none."""
+    try:
+        return chunk_key(name), storage.get(store, chunk_key(name)).data
+    except storage.NotFound:
+        return legacy_key(name), storage.get(store, legacy_key(name)).data
+
+
+def put(store: storage.Store, name: str, data: bytes, create: bool = False) -> None:
+    """Write record `name` (`create`: only if none exists; raises AlreadyExists)."""
+    if create and storage.exists(store, legacy_key(name)):
+        raise storage.AlreadyExists(f"{store.url}/{legacy_key(name)} exists")
+    storage.put(store, chunk_key(name), data, mode="create" if create else "overwrite")
+    storage.put(store, f"{GROUP}/{name}/zarr.json", _array_doc(name, len(data)))
+    storage.put(store, f"{GROUP}/zarr.json", GROUP_DOC)
+    if storage.exists(store, legacy_key(name)):
+        storage.delete(store, legacy_key(name))
