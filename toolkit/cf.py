@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENCODING_ATTRS", "CFError", "Decoding", "decoding", "fill_attr"]
+__all__ = ["ENCODING_ATTRS", "CFError", "Decoding", "circle", "decoding", "direction", "fill_attr"]
 
 # the attributes that say how stored values encode the quantity: stale on a decoded output
 ENCODING_ATTRS = (
@@ -337,3 +337,24 @@ def _unused(dt: np.dtype, flags: Any) -> int:
     while v in taken:
         v -= 1
     return v
+
+
+RADIANS = ("rad", "radian", "radians")
+
+
+def direction(attrs: Mapping[str, Any]) -> str | None:
+    """The CF standard_name when it names a direction (`*_direction`: wind_from_direction,
+    sea_surface_wave_from_direction, ...), else None. A float in degrees without such a name
+    (a slope, a latitude) is no direction."""
+    name = str(attrs.get("standard_name", ""))
+    return name if name.endswith("_direction") else None
+
+
+def circle(attrs: Mapping[str, Any]) -> tuple[float, float, float]:
+    """(radians per unit, lowest value, period) of an angle: radians when `units` says so,
+    else degrees; [-half, half) when the valid range starts below zero, else [0, period)."""
+    rad = str(attrs.get("units", "")).strip().lower() in RADIANS
+    period = 2 * math.pi if rad else 360.0
+    lows = [attrs.get("valid_min"), *(attrs.get("valid_range") or [None])[:1]]
+    low = min((float(v) for v in lows if isinstance(v, int | float)), default=0.0)
+    return (1.0 if rad else math.pi / 180, -period / 2 if low < 0 else 0.0, period)

@@ -154,6 +154,8 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
             gate,
         )
     out.print(table)
+    for note in report.notes:
+        out.print(f"note: {escape(note)}", soft_wrap=True)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
 

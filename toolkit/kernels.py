@@ -24,12 +24,16 @@ __all__ = [
     "joint_valid",
     "mode_of_class_counts",
     "pool",
+    "pool_circular",
     "pool_classes",
     "pool_level0",
     "pool_mode",
 ]
 
-METHODS = ("mean", "mode", "min", "max", "sum")
+METHODS = ("mean", "mode", "min", "max", "sum", "circular_mean")
+# a direction's window mean is nodata when its unit vectors cancel: resultant length per pixel
+# (0 for opposite directions, 1 for identical ones) at or below this
+CIRCULAR_CANCEL = 1e-6
 
 
 @njit(nogil=True, cache=True)
@@ -534,6 +538,64 @@ def pool_level0(
     else:
         check_fill, fill_v = True, values.dtype.type(fill)
     _mean2_level0(values, fill_v, check_fill, count, out, dtype.type(nodata))
+    return out, count
+
+
+@njit(nogil=True, cache=True)
+def _pool_circular(
+    values, valid, f, to_rad, lo, period, tol, count, out, nodata
+):  # pragma: no cover
+    nb, h, w = values.shape
+    oh, ow = count.shape
+    for oy in range(oh):
+        y1 = min(oy * f + f, h)
+        for ox in range(ow):
+            x1 = min(ox * f + f, w)
+            n = 0
+            for y in range(oy * f, y1):
+                for x in range(ox * f, x1):
+                    n += valid[y, x]
+            count[oy, ox] = n
+            for b in range(nb):
+                s = 0.0
+                c = 0.0
+                for y in range(oy * f, y1):
+                    for x in range(ox * f, x1):
+                        if valid[y, x]:
+                            a = np.float64(values[b, y, x]) * to_rad
+                            s += np.sin(a)
+                            c += np.cos(a)
+                if n == 0 or np.sqrt(s * s + c * c) <= tol * n:
+                    out[b, oy, ox] = nodata
+                else:
+                    ang = np.arctan2(s, c) / to_rad
+                    out[b, oy, ox] = lo + (ang - lo) % period
+
+
+def pool_circular(
+    values: np.ndarray,
+    fill: float | int,
+    circle: tuple[float, float, float],
+    nodata: float,
+    factor: int = 2,
+    out_dtype: np.dtype | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Circular mean of level-0 directions [B, H, W] by `factor`: the direction of the mean
+    unit vector (350 and 10 degrees average to 0, not 180), back in the values' units and in
+    [lo, lo + period); nodata where no pixel is valid or the vectors cancel (resultant length
+    at most CIRCULAR_CANCEL per pixel). `circle` is (radians per unit, lo, period)."""
+    if values.ndim != 3:
+        raise ValueError(f"pool_circular wants [band, y, x], got shape {values.shape}")
+    dtype = np.dtype(out_dtype) if out_dtype is not None else np.dtype(np.float32)
+    valid = joint_valid(values, fill)
+    nb, oh, ow = _out_shape(values, factor)
+    count = np.empty((oh, ow), dtype=np.uint32)
+    out = np.empty((nb, oh, ow), dtype=dtype)
+    to_rad, lo, period = circle
+    _pool_circular(
+        np.ascontiguousarray(values), valid, factor, float(to_rad), float(lo), float(period),
+        CIRCULAR_CANCEL, count, out, dtype.type(nodata),
+    )  # fmt: skip
     return out, count
 
 

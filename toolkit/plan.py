@@ -258,6 +258,7 @@ class Report:
     executor: str
     stages: tuple[StageReport, ...]
     seconds: float
+    notes: tuple[str, ...] = ()  # what the job wants its user to know (one line each)
 
     def stage(self, name: str) -> StageReport:
         for s in self.stages:

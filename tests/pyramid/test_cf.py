@@ -260,3 +260,100 @@ def test_zarr_fill_that_names_a_class_is_not_nodata():
     assert dec.nodata == () and dec.fill == 255
     assert cf.decoding("lc", "uint8", 0, {}).nodata == (0,)  # zarr's convention
     assert cf.decoding("lc", "uint8", 0, {"_FillValue": 9}).nodata == (9,)  # CF wins
+
+
+# ------------------------------------------------------------------- directions are circular
+
+
+def window_direction(deg: np.ndarray, f: int) -> np.ndarray:
+    """Each window's mean direction (degrees, [0, 360)), from the mean of its sines and cosines;
+    NaN where nothing is valid or the vectors cancel."""
+    h, w = deg.shape
+    out = np.full((-(-h // f), -(-w // f)), np.nan)
+    for oy in range(out.shape[0]):
+        for ox in range(out.shape[1]):
+            win = deg[oy * f : oy * f + f, ox * f : ox * f + f]
+            win = win[np.isfinite(win)]
+            if win.size == 0:
+                continue
+            s, c = np.sin(np.radians(win)).sum(), np.cos(np.radians(win)).sum()
+            if np.hypot(s, c) > 1e-6 * win.size:
+                out[oy, ox] = np.degrees(np.arctan2(s, c)) % 360
+    return out
+
+
+def test_circular_kernel_averages_across_north_and_drops_cancelling_windows():
+    from toolkit.kernels import pool_circular
+
+    deg = np.array([[[350.0, 10.0, 90.0, 270.0]]], dtype="float32")  # [B, H, W]
+    out, count = pool_circular(deg, np.nan, (np.pi / 180, 0.0, 360.0), np.nan, 2)
+    assert count.tolist() == [[2, 2]]
+    assert abs(out[0, 0, 0]) < 1e-4 or abs(out[0, 0, 0] - 360) < 1e-4  # not 180
+    assert np.isnan(out[0, 0, 1])  # east and west cancel: no direction
+    rad = np.array([[[3.0, -3.0]]])  # radians either side of pi, in [-pi, pi)
+    out, _ = pool_circular(rad, np.nan, (1.0, -np.pi, 2 * np.pi), np.nan, 2)
+    assert abs(abs(out[0, 0, 0]) - np.pi) < 1e-5
+
+
+def test_a_direction_gets_a_circular_mean_and_a_slope_does_not(tmp_path):
+    rng = np.random.default_rng(7)
+    deg = (rng.normal(0, 25, (H, W)) % 360).astype("float32")  # around north: 350 and 10
+    deg[:8, :8] = np.nan
+    deg[40, 40:42] = [90.0, 270.0]
+    attrs = {"units": "degree", "standard_name": "wind_from_direction"}
+    path = _write(tmp_path / "wd.zarr", "wdir", deg, attrs, {"_FillValue": -9999.0})
+    p = plan(str(path))
+    assert p.method == "circular_mean" and "wind_from_direction" in p.method_from
+    build(str(path), levels=3, executor="sync")
+    oracle0 = xr.open_zarr(path, consolidated=False)["wdir"].values.astype(np.float64)
+    for g in _levels(path):
+        f = int(g[:-1])
+        want = window_direction(oracle0, f)
+        da = open_level(str(path), g)["wdir"]
+        got = da.values.astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        gap = np.abs((got - want + 180) % 360 - 180)
+        assert np.nanmax(gap) < 1e-3, g
+        assert da.attrs["cell_methods"].startswith("area: mean (circular, window")
+    two = open_level(str(path), "2x")["wdir"].values
+    assert np.nanmin(np.abs((two + 180) % 360 - 180)) < 90  # near north, not near 180
+    assert verify(str(path), executor="sync").ok
+    slope = _write(tmp_path / "slope.zarr", "slope", deg, {"units": "degree"}, {})
+    assert plan(str(slope)).method == "mean"  # degrees alone are no direction
+
+
+# ------------------------------------------------------------------- joint masks
+
+
+def _probabilities(tmp_path, dim):
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet([1, 1, 1], size=(H, W)).transpose(2, 0, 1).astype("float32")
+    for b in range(3):  # each band invalid at its own pixels
+        p[b][rng.random((H, W)) < 0.2] = np.nan
+    ds = xr.Dataset({"prob": ((dim, "y", "x"), p)}, coords={**_coords(), dim: [0, 1, 2]})
+    path = tmp_path / f"{dim}.zarr"
+    ds.to_zarr(path, zarr_format=3, mode="w", encoding={"prob": {"chunks": (3, 32, 32)}})
+    return path, p
+
+
+def test_a_band_dim_is_joint_without_being_told(tmp_path):
+    path, p = _probabilities(tmp_path, "band")
+    assert plan(str(path)).band_dim == "band"
+    build(str(path), levels=2, executor="sync")
+    two = open_level(str(path), "2x")["prob"].values
+    ok = ~np.isnan(two).any(axis=0)
+    np.testing.assert_allclose(two[:, ok].sum(axis=0), 1.0, rtol=1e-5)  # still on the simplex
+    assert (np.isnan(two).any(axis=0) == np.isnan(two).all(axis=0)).all()
+
+
+def test_another_leading_dim_of_a_mean_is_named_with_the_way_to_make_it_joint(tmp_path):
+    path, _ = _probabilities(tmp_path, "category")
+    r = CliRunner().invoke(
+        app, ["pyramid", "build", str(path), "--levels", "2", "--executor", "sync"]
+    )
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "'category'" in notes[0] and "--band-dim category" in notes[0]
+    assert "note:" not in CliRunner().invoke(
+        app, ["pyramid", "plan", str(path), "--band-dim", "category"]
+    ).output

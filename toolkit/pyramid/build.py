@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from toolkit import storage
@@ -239,4 +240,4 @@ def build(
         progress=progress,
     )
     metadata.update_root(src, p)
-    return report
+    return replace(report, notes=(*report.notes, *p.notes))

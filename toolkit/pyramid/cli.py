@@ -172,6 +172,8 @@ def plan_cmd(
             str(len(lvl.targets)),
         )
     out.print(table)
+    for note in p.notes:
+        out.print(f"note: {escape(note)}", soft_wrap=True)
 
 
 @app.command("build")

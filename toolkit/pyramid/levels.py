@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from toolkit.pyramid.plan import (
+    DIRECT,
     MAX_SHARD,
     PlanError,
     PyramidPlan,
@@ -41,7 +43,9 @@ def plan_source(
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
     chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
-    return plan_pyramid(
+    if band_dim is None and src.arrays and all(BAND in a.dims[:-2] for a in src.arrays.values()):
+        band_dim = BAND  # rioxarray's name for the bands of one pixel: their mask is joint
+    p = plan_pyramid(
         src.arrays,
         src.listings,
         method=chosen,
@@ -50,6 +54,31 @@ def plan_source(
         max_shard=max_shard,
         method_from=why,
         classes=declared_classes(src.arrays, src.attrs),
+    )
+    return replace(p, notes=band_notes(src, p.method, band_dim))
+
+
+BAND = "band"
+APPEND_DIMS = ("time", "init_time", "lead_time", "valid_time", "step", "forecast_period")
+
+
+def band_notes(src: Source, method: str, band_dim: str | None) -> tuple[str, ...]:
+    """One line per leading dim a mean pools plane by plane that may be one vector: not the
+    band dim, not an append dim (time-like by name or by its coordinate's dtype)."""
+    if method not in ("mean", *DIRECT):
+        return ()
+    dims: dict[str, list[str]] = {}
+    for name, a in sorted(src.arrays.items()):
+        for d in a.dims[:-2]:
+            coord = src.coords.get(d)
+            timelike = coord is not None and np.asarray(coord).dtype.kind in "mM"
+            if d != band_dim and d not in APPEND_DIMS and not timelike:
+                dims.setdefault(d, []).append(name)
+    return tuple(
+        f"dim {d!r} of {', '.join(map(repr, names))} is averaged plane by plane; if its "
+        f"planes are one vector (bands, or parts that sum to 1), rerun with --band-dim {d} "
+        "for a joint nodata mask"
+        for d, names in dims.items()
     )
 
 
@@ -63,9 +92,19 @@ def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
             pv = p.levels[k - 1].var(v.var)
             path = f"{p.levels[k - 1].group}/{pv.classes_name}"
             out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
-        elif k == 0 or p.method == "mode":
+        elif k == 0 or p.method in ("mode", *DIRECT):
             out.append(
-                VarSource(v, v.var, None, a.fill_value, a.shape, lvl.factor, band_axis, cf=a.cf)
+                VarSource(
+                    v,
+                    v.var,
+                    None,
+                    a.fill_value,
+                    a.shape,
+                    lvl.factor,
+                    band_axis,
+                    cf=a.cf,
+                    circle=a.circle,
+                )
             )
         else:
             parent = p.levels[k - 1]

@@ -45,7 +45,14 @@ SPATIAL_REGISTRATION = {
     "description": "Spatial coordinate information",
 }
 ADDED_UUIDS = (MULTISCALES_UUID, SPATIAL_UUID)
-RESAMPLING = {"mean": "average", "mode": "mode", "min": "min", "max": "max", "sum": "sum"}
+RESAMPLING = {
+    "mean": "average",
+    "mode": "mode",
+    "min": "min",
+    "max": "max",
+    "sum": "sum",
+    "circular_mean": "circular_mean",
+}
 ADDED_ATTRS = ("multiscales", "spatial:dimensions", "spatial:bbox", "spatial:registration")
 
 
@@ -247,7 +254,14 @@ def _create_counts(
     )
 
 
-CELL_METHODS = {"mean": "mean", "mode": "mode", "min": "minimum", "max": "maximum", "sum": "sum"}
+CELL_METHODS = {
+    "mean": "mean",
+    "mode": "mode",
+    "min": "minimum",
+    "max": "maximum",
+    "sum": "sum",
+    "circular_mean": "mean (circular)",
+}
 
 
 def level_attrs(
@@ -275,7 +289,9 @@ def level_attrs(
             out["_FillValue"] = fill_attr(v.fill_value, v.dtype)
         else:
             out.pop("_FillValue", None)
-    what = f"area: {CELL_METHODS[method]} (window {factor}x{factor}, nodata excluded)"
+    name, _, how = CELL_METHODS[method].partition(" (")
+    how = how.rstrip(")") + ", " if how else ""
+    what = f"area: {name} ({how}window {factor}x{factor}, nodata excluded)"
     out["cell_methods"] = " ".join([*str(attrs.get("cell_methods", "")).split(), what])
     return out
 
@@ -317,7 +333,8 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     layout: list[dict[str, Any]] = [base]
     factors = {".": 1}
     for lvl in plan.levels:
-        source = "." if plan.method == "mode" or not lvl.parent else lvl.parent
+        direct = plan.method in ("mode", "circular_mean")  # each level pooled from level 0
+        source = "." if direct or not lvl.parent else lvl.parent
         factors[lvl.group] = lvl.factor
         rel = float(lvl.factor // factors[source])  # relative to `derived_from`
         layout.append(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from zarr.core.chunk_key_encodings import ChunkKeyEncoding, parse_chunk_key_encoding
 
-from toolkit.cf import Decoding
+from toolkit.cf import Decoding, direction
 from toolkit.kernels import METHODS
 from toolkit.tasks import StableTasks, stable
 
@@ -73,6 +73,7 @@ class ArrayMeta:
         default_factory=lambda: {"name": "default", "configuration": {"separator": "/"}}
     )
     cf: Decoding | None = None  # how CF says to read the stored values (`toolkit.cf.decoding`)
+    circle: tuple[float, float, float] = (0.017453292519943295, 0.0, 360.0)  # an angle's units
 
     @property
     def encoding(self) -> ChunkKeyEncoding:
@@ -195,6 +196,7 @@ class PyramidPlan:
     source_digest: str  # hash of the level-0 shard listing the plan was derived from
     max_shard: int = MAX_SHARD
     method_from: str = "given"  # why this operator (`choose_method`)
+    notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
 
     @property
     def digest(self) -> str:
@@ -326,6 +328,7 @@ def decode_keys(encoding: ChunkKeyEncoding, keys: Iterable[str], ndim: int) -> s
 # ----------------------------------------------------------------------------- the operator
 
 FLAG_ATTRS = ("flag_values", "flag_meanings", "flag_masks")
+DIRECT = ("circular_mean",)  # not composable from a coarser level: read level 0 at 2^k
 MAX_TASK_BYTES = 4 * 2**30  # what one task may read (the source block it pools), by design
 
 
@@ -361,6 +364,8 @@ def choose_method(
             chosen[name] = (method, "given")
         elif cf:
             chosen[name] = ("mode", "CF flag_values/flag_meanings/flag_masks: classes")
+        elif (sn := direction(attrs.get(name, {}))) and (kind == "f" or a.packed):
+            chosen[name] = ("circular_mean", f"CF standard_name {sn}: a direction")
         elif a.packed:
             chosen[name] = ("mean", "CF scale_factor/add_offset: a packed quantity")
         elif kind == "f":
@@ -422,6 +427,8 @@ def classes_dtype(k: int) -> str:
 def _output_dtype(method: str, dtype: str, packed: bool = False) -> str:
     dt = np.dtype(dtype)
     kind = dt.kind
+    if method == "circular_mean":
+        return "float64" if dt == np.float64 and not packed else "float32"
     if packed and method != "mode":  # a packed quantity is written decoded
         return "float64" if method == "sum" else "float32"
     if method == "mean":
@@ -704,7 +711,7 @@ def task_bytes(
     """What the largest task of level `k` reads: the block of its source under one shard
     (level 0 for the first level and for mode without class counts, which re-reads it at
     factor 2^k; else the parent level: its count plane, or its class counts for mode)."""
-    direct = method == "mode" and not v.classes
+    direct = (method == "mode" and not v.classes) or method in DIRECT
     factor = 2**k if direct else 2
     first = direct or k == 1
     src = a.shape if first else parent

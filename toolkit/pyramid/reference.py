@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["class_counts", "decoded_level0", "mean_tolerance", "reduce_level0"]
+__all__ = [
+    "angle_gap",
+    "angle_units",
+    "class_counts",
+    "decoded_level0",
+    "mean_tolerance",
+    "reduce_level0",
+]
 
 MODE_CELLS = 1 << 24  # windows x labels counted at once by the mode reference
 _CF_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
@@ -106,7 +113,7 @@ def _windows(a: np.ndarray, factor: int, pad: Any) -> np.ndarray:
 
 
 def reduce_level0(
-    block: np.ndarray, fill: Any, method: str, factor: int
+    block: np.ndarray, fill: Any, method: str, factor: int, attrs: dict[str, Any] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(values [T, B, h, w] as float64 (mean, float sum) or the input dtype, count [T, h, w])."""
     joint = _valid(block, fill).all(axis=1)  # [T, H, W]
@@ -132,7 +139,42 @@ def reduce_level0(
         return out.astype(block.dtype) if block.dtype.kind != "f" else out, count
     if method == "mode":
         return _mode(block, ok, factor), count
+    if method == "circular_mean":
+        return _circular(block, ok, factor, angle_units(attrs or {})), count
     raise ValueError(f"no reference for method {method!r}")
+
+
+def angle_units(attrs: dict[str, Any]) -> tuple[float, float]:
+    """(units per full turn, lowest angle) of a direction, from its CF attributes."""
+    turn = (
+        2 * np.pi if str(attrs.get("units", "")).lower() in ("rad", "radian", "radians") else 360.0
+    )
+    lows = [attrs.get("valid_min"), *(attrs.get("valid_range") or [None])[:1]]
+    negative = any(isinstance(v, int | float) and v < 0 for v in lows)
+    return turn, -turn / 2 if negative else 0.0
+
+
+CANCEL = 1e-6  # a window whose unit vectors sum to at most this per pixel has no direction
+
+
+def _circular(
+    block: np.ndarray, ok: np.ndarray, factor: int, units: tuple[float, float]
+) -> np.ndarray:
+    """The direction of each window's mean unit vector (complex exponentials), NaN where none."""
+    turn, low = units
+    z = np.exp(1j * _windows(block.astype(np.float64), factor, 0.0) * (2 * np.pi / turn))
+    total = np.where(ok, z, 0).sum(axis=-1)
+    n = np.broadcast_to(ok, z.shape).sum(axis=-1)
+    ang = np.angle(total) * turn / (2 * np.pi)
+    out = low + np.mod(ang - low, turn)
+    out[(n == 0) | (np.abs(total) <= CANCEL * n)] = np.nan
+    return out
+
+
+def angle_gap(a: np.ndarray, b: np.ndarray, turn: float) -> np.ndarray:
+    """How far apart two angles are around the circle (0 for 359.99 and 0.01 - 0.02)."""
+    d = np.mod(np.asarray(a, np.float64) - b, turn)
+    return np.minimum(d, turn - d)
 
 
 def _mode(block: np.ndarray, ok: np.ndarray, factor: int) -> np.ndarray:

@@ -22,7 +22,7 @@ import zarr
 
 from toolkit import kernels, storage
 from toolkit.cf import Decoding
-from toolkit.pyramid.plan import ShardTask, VarLevel, region, source_region
+from toolkit.pyramid.plan import DIRECT, ShardTask, VarLevel, region, source_region
 
 MODE_BAND_PIXELS = 1 << 24  # level-0 pixels per band read for a mode shard
 
@@ -40,6 +40,7 @@ class VarSource:
     band_axis: int | None
     from_classes: bool = False  # src_path is the parent's class counts (mode cascade)
     cf: Decoding | None = None  # level 0: how CF says to read its stored values
+    circle: tuple[float, float, float] | None = None  # circular_mean: the angle's units
 
     def level0(self, raw: np.ndarray, method: str) -> tuple[np.ndarray, Any]:
         """Level-0 values as the kernels pool them, and their nodata: a quantity decoded to
@@ -119,8 +120,8 @@ def compute_region(
     out = spec.out
     if method == "mode" and out.classes:
         return _compute_classes(store, spec, reg)
-    if method == "mode" and spec.src_count_path is None:
-        return (*_compute_banded(store, spec, reg), None)
+    if method in ("mode", *DIRECT) and spec.src_count_path is None:
+        return (*_compute_banded(store, spec, reg, method), None)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
     raw = np.asarray(open_array(store, spec.src_path)[sreg])
     weights = None  # level 0: the kernel derives the joint mask from the values and fill
@@ -193,7 +194,12 @@ def _pool_all(
     out = spec.out
     datas, counts = [], []
     for t in range(vals.shape[0]):
-        if weights is None:
+        if method == "circular_mean":
+            assert spec.circle is not None
+            d, c = kernels.pool_circular(
+                vals[t], fill, spec.circle, out.fill_value, spec.factor, np.dtype(out.dtype)
+            )
+        elif weights is None:
             d, c = kernels.pool_level0(
                 vals[t], fill, method, out.fill_value, spec.factor, np.dtype(out.dtype)
             )
@@ -209,9 +215,9 @@ def _pool_all(
 
 
 def _compute_banded(
-    store: storage.Store, spec: VarSource, reg: tuple[slice, ...]
+    store: storage.Store, spec: VarSource, reg: tuple[slice, ...], method: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mode straight from level 0, a band of output rows at a time."""
+    """Mode (or a circular mean) straight from level 0, a band of output rows at a time."""
     f = spec.factor
     rows = reg[-2]
     width = (reg[-1].stop - reg[-1].start) * f
@@ -220,9 +226,9 @@ def _compute_banded(
     for r0 in range(rows.start, rows.stop, step):
         sub = (*reg[:-2], slice(r0, min(rows.stop, r0 + step)), reg[-1])
         sreg = source_region(sub, f, spec.src_shape, spec.band_axis)
-        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), "mode")
+        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), method)
         vals, lead = _to_canonical(raw, spec.band_axis)
-        parts.append(_pool_all(vals, None, lead, spec, "mode", fill))
+        parts.append(_pool_all(vals, None, lead, spec, method, fill))
     return (
         np.concatenate([p[0] for p in parts], axis=-2),
         np.concatenate([p[1] for p in parts], axis=-2),

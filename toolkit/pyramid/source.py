@@ -15,7 +15,8 @@ import numpy as np
 import zarr
 
 from toolkit import storage
-from toolkit.cf import CFError, decoding
+from toolkit.cf import CFError, circle, decoding
+from toolkit.pyramid import records
 from toolkit.pyramid.plan import ArrayMeta, PlanError, check_dtype
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
@@ -113,6 +114,7 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
         fill_value=cf.fill,
         key_encoding=arr.metadata.chunk_key_encoding.to_dict(),
         cf=cf,
+        circle=circle(dict(arr.attrs)),
     )
 
 
@@ -184,7 +186,11 @@ def read_source(
     )
     node_keys = (
         "zarr.json",
-        *(f"{n}/zarr.json" for n in sorted(nodes) if not LEVEL_GROUP.match(n)),
+        *(
+            f"{n}/zarr.json"
+            for n in sorted(nodes)
+            if not (LEVEL_GROUP.match(n) or n == records.GROUP)
+        ),
     )
     return Source(store, candidates, listings, coords, attrs, crs, node_keys)
 
