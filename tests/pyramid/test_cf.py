@@ -337,7 +337,7 @@ def _probabilities(tmp_path, dim):
 
 
 def test_a_band_dim_is_joint_without_being_told(tmp_path):
-    path, p = _probabilities(tmp_path, "band")
+    path, _ = _probabilities(tmp_path, "band")
     assert plan(str(path)).band_dim == "band"
     build(str(path), levels=2, executor="sync")
     two = open_level(str(path), "2x")["prob"].values
@@ -357,3 +357,67 @@ def test_another_leading_dim_of_a_mean_is_named_with_the_way_to_make_it_joint(tm
     assert "note:" not in CliRunner().invoke(
         app, ["pyramid", "plan", str(path), "--band-dim", "category"]
     ).output
+
+
+# ------------------------------------------------------------------- content, not just keys
+
+
+def _sharded(tmp_path, name="edit.zarr"):
+    """A 256x320 float field in 64x64 shards, written with xarray (so it has a CF fill)."""
+    rng = np.random.default_rng(11)
+    t = (280 + rng.standard_normal((256, 320))).astype("float32")
+    ds = xr.Dataset(
+        {"t": (("y", "x"), t, {"units": "K"})},
+        coords={"y": np.linspace(50, 40, 256), "x": np.linspace(0, 10, 320)},
+    )
+    path = tmp_path / name
+    enc = {"t": {"chunks": (64, 64), "_FillValue": -9999.0}}
+    ds.to_zarr(path, zarr_format=3, mode="w", encoding=enc, consolidated=False)
+    return path
+
+
+def _level0(path):
+    return xr.open_zarr(path, consolidated=False)["t"].values.astype(np.float64)
+
+
+def test_an_in_place_edit_rebuilds_exactly_the_shards_that_depend_on_it(tmp_path):
+    import zarr
+
+    path = _sharded(tmp_path)
+    build(str(path), levels=3, max_shard=32, executor="sync")
+    assert verify(str(path), executor="sync").ok
+    a = zarr.open_array(str(path / "t"), mode="r+")
+    a[70:100, 200:250] = 1000.0  # same object, new bytes: level-0 shard (1, 3)
+    res = verify(str(path), executor="sync")
+    assert not res.ok and any("changed in place" in f.detail for f in res.failures)
+    r = CliRunner().invoke(
+        app, ["pyramid", "build", str(path), "--levels", "3", "--max-shard", "32",
+              "--executor", "sync"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    note = next(ln for ln in r.output.splitlines() if "changed in place" in ln)
+    assert "(1 object(s))" in note
+    # a 64 px level-0 shard pools into one 32 px shard at 2x, and one shard at 4x and 8x
+    assert "rebuilding the 3 of 28" in note, note
+    _assert_mean_levels(path, "t", _level0(path))
+    assert verify(str(path), executor="sync").ok
+
+
+def test_rebuild_from_after_an_append_refreshes_the_backup_and_runs_twice(tmp_path):
+    path = _sharded(tmp_path)
+    build(str(path), levels=2, executor="sync")
+    more = xr.Dataset(
+        {"t": (("y", "x"), np.full((64, 320), 290, "float32"), {"units": "K"})},
+        coords={"y": np.linspace(39.96, 37.5, 64), "x": np.linspace(0, 10, 320)},
+    )
+    more.to_zarr(path, append_dim="y", consolidated=False)
+    r = CliRunner().invoke(app, ["pyramid", "build", str(path), "--executor", "sync"])
+    assert r.exit_code == 2 and "--rebuild-from 2x" in r.output
+    for _ in range(2):  # a rebuilt level leaves no empty directory behind to trip the next
+        r = CliRunner().invoke(
+            app, ["pyramid", "build", str(path), "--rebuild-from", "2x", "--executor", "sync"]
+        )
+        assert r.exit_code == 0, r.output
+        res = verify(str(path), executor="sync")
+        assert res.ok, res.failures
+    _assert_mean_levels(path, "t", _level0(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -16,6 +17,8 @@ from toolkit.pyramid.plan import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
+    edited_in_place,
+    stale_tasks,
 )
 from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, open_source, read_source
@@ -206,13 +209,21 @@ def build(
     src = read_source(store, variables)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method)
     start = 0
+    notes = list(p.notes)
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)
         if start > 0:
             _check_kept_levels(store, p, start)
             check_complete(store, p, start - 1)
-        for lvl in p.levels[start:]:
-            storage.delete_prefix(store, lvl.group + "/")
+        try:
+            old = recorded_plan(store)
+        except PlanError:  # a record this toolkit did not write: rewritten by this rebuild
+            old = None
+        then = [lp["group"] for lp in old["level_plans"]] if old else []
+        first = p.levels[start].factor  # this level and every coarser one, planned or left over
+        for group in dict.fromkeys([*(lvl.group for lvl in p.levels[start:]), *then]):
+            if int(group.rstrip("x")) >= first:
+                storage.delete_prefix(store, group + "/")
     else:
         old = recorded_plan(store)
         if old is not None and old.get("digest") != p.digest:
@@ -231,6 +242,9 @@ def build(
                     why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
                     frm = p.levels[then["levels"]].group  # the first new level; the rest stay
             raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
+        edited = edited_in_place(old, p) if old is not None else None
+        if edited and any(edited.values()):
+            notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
     records.put(store, records.PLAN, p.to_json().encode())
     metadata.write_levels(src, p)
     report = run(
@@ -239,5 +253,30 @@ def build(
         executor=executor,  # type: ignore[arg-type]
         progress=progress,
     )
-    metadata.update_root(src, p)
-    return replace(report, notes=(*report.notes, *p.notes))
+    # the backup follows level 0 when a build accepted its change (a rebuild, an edit)
+    metadata.update_root(src, p, refresh=rebuild_from is not None or len(notes) > len(p.notes))
+    return replace(report, notes=(*report.notes, *notes))
+
+
+def _drop_stale(
+    store: storage.Store,
+    p: PyramidPlan,
+    stale: list[set[str]],
+    edited: Mapping[str, set[tuple[int, ...]]],
+) -> str:
+    """Delete every object of the tasks that depend on edited level-0 shards (the rerun then
+    writes exactly those); one line saying how many."""
+    dropped = 0
+    for lvl, keys in zip(p.levels, stale, strict=True):
+        for t in lvl.tasks:
+            if t.key in keys:
+                dropped += 1
+                for key in t.objects:
+                    with contextlib.suppress(storage.NotFound):
+                        storage.delete(store, key)
+    total = sum(len(lvl.tasks) for lvl in p.levels)
+    n = sum(len(v) for v in edited.values())
+    return (
+        f"level 0 changed in place ({n} object(s)): rebuilding the {dropped} of {total} "
+        "shard(s) that depend on them"
+    )

@@ -54,6 +54,7 @@ def plan_source(
         max_shard=max_shard,
         method_from=why,
         classes=declared_classes(src.arrays, src.attrs),
+        prints=src.prints,
     )
     return replace(p, notes=band_notes(src, p.method, band_dim))
 

@@ -307,13 +307,15 @@ def level_nodes(src: Source, plan: PyramidPlan, group: str) -> list[str]:
     return [f"{group}/zarr.json", *(f"{group}/{n}/zarr.json" for n in names)]
 
 
-def backup(src: Source) -> None:
-    """Keep the pre-pyramid root and level-0 node metadata (the first backup wins)."""
+def backup(src: Source, refresh: bool = False) -> None:
+    """Keep the pre-pyramid root and level-0 node metadata (the first backup wins, unless
+    `refresh`: a build that accepted a changed level 0 records it as it is now)."""
     store = src.store
-    if records.exists(store, records.BACKUP):
+    if records.exists(store, records.BACKUP) and not refresh:
         return
     nodes = {k: base64.b64encode(storage.get(store, k).data).decode() for k in src.node_keys}
-    records.put(store, records.BACKUP, json.dumps({"nodes": nodes}).encode(), create=True)
+    body = json.dumps({"nodes": nodes}).encode()
+    records.put(store, records.BACKUP, body, create=not refresh)
 
 
 def read_backup(store: storage.Store) -> dict[str, bytes]:
@@ -369,10 +371,11 @@ def spatial_attrs(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     return out
 
 
-def update_root(src: Source, plan: PyramidPlan) -> None:
-    """Add the multiscales attributes to the root zarr.json (and refresh consolidation if present)."""
+def update_root(src: Source, plan: PyramidPlan, refresh: bool = False) -> None:
+    """Add the multiscales attributes to the root zarr.json (and refresh consolidation if
+    present); `refresh` the backup of level 0's metadata too."""
     store = src.store
-    backup(src)
+    backup(src, refresh)
     blob = storage.get(store, "zarr.json")
     doc = json.loads(blob.data)
     doc["attributes"] = root_attributes(doc.get("attributes", {}), src, plan)

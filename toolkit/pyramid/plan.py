@@ -197,6 +197,9 @@ class PyramidPlan:
     max_shard: int = MAX_SHARD
     method_from: str = "given"  # why this operator (`choose_method`)
     notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
+    # each level-0 shard's content fingerprint {var: {"i.j": "size:etag"}}: not in the digest
+    # (a store recorded before fingerprints keeps its plan); an in-place edit shows here
+    prints: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
 
     @property
     def digest(self) -> str:
@@ -231,6 +234,7 @@ class PyramidPlan:
             "spatial_dims": list(self.spatial_dims),
             "base_shape": list(self.base_shape),
             "naive": list(self.naive),
+            "prints": {n: dict(sorted(v.items())) for n, v in sorted(self.prints.items())},
             "level_plans": [
                 {
                     "group": lvl.group,
@@ -586,9 +590,10 @@ def plan_pyramid(
     max_task_bytes: int = MAX_TASK_BYTES,
     method_from: str = "given",
     classes: Mapping[str, tuple[int, ...]] | None = None,
+    prints: Mapping[str, Mapping[str, str]] | None = None,
 ) -> PyramidPlan:
     """Plan every level from the level-0 arrays and their listed shard keys (relative to each
-    array). Refused: more levels than halvings to one pixel, and any level whose largest task
+    array); `prints` are the listed objects' fingerprints (key -> "size:etag"), recorded. Refused: more levels than halvings to one pixel, and any level whose largest task
     would read more than `max_task_bytes`. `classes`: each array's declared classes
     (`declared_classes`), which a mode pyramid without a band dim carries counts of."""
     spatial, base = _check_arrays(arrays, method, band_dim)
@@ -653,6 +658,7 @@ def plan_pyramid(
                     max_task_bytes=max_task_bytes,
                     method_from=method_from,
                     classes=rest,
+                    prints=prints,
                 )
             if need > max_task_bytes:
                 raise PlanError(
@@ -679,7 +685,61 @@ def plan_pyramid(
         source_digest=source_digest,
         max_shard=max_shard,
         method_from=method_from,
+        prints=_shard_prints(arrays, prints or {}),
     )
+
+
+def _shard_prints(
+    arrays: Mapping[str, ArrayMeta], prints: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
+    """{var: {"i.j": fingerprint}} of the listed level-0 shards."""
+    out: dict[str, dict[str, str]] = {}
+    for name, by_key in prints.items():
+        a = arrays.get(name)
+        if a is None:
+            continue
+        for key, fp in by_key.items():
+            idx = decode_keys(a.encoding, [key], len(a.shape))
+            if idx:
+                out.setdefault(name, {})[".".join(map(str, idx.pop()))] = fp
+    return out
+
+
+def edited_in_place(
+    recorded: Mapping[str, Any], p: PyramidPlan
+) -> dict[str, set[tuple[int, ...]]] | None:
+    """The level-0 shards (by var) whose content changed since `recorded` (a plan's JSON) with
+    the same objects and settings; None when that cannot be told (no fingerprints recorded,
+    or other objects: an append or a deletion changes the plan itself)."""
+    then = recorded.get("prints")
+    if not then or recorded.get("digest") != p.digest:
+        return None
+    if {n: set(v) for n, v in then.items()} != {n: set(v) for n, v in p.prints.items()}:
+        return None
+    return {
+        n: {tuple(int(i) for i in k.split(".")) for k, fp in v.items() if then[n][k] != fp}
+        for n, v in p.prints.items()
+    }
+
+
+def stale_tasks(
+    p: PyramidPlan, arrays: Mapping[str, ArrayMeta], changed: Mapping[str, set[tuple[int, ...]]]
+) -> list[set[str]]:
+    """Per level, the keys of the tasks whose output depends on a changed level-0 shard: the
+    shards overlapping it at level 1, then those overlapping those at the next level, and so on
+    (the same geometry the planner prunes with)."""
+    cur = {n: set(changed.get(n, ())) for n in p.variables}
+    shards = {n: arrays[n].grid for n in p.variables}
+    shapes = {n: arrays[n].shape for n in p.variables}
+    out: list[set[str]] = []
+    for lvl in p.levels:
+        for v in lvl.vars:
+            a = arrays[v.var]
+            band_axis = a.dims.index(p.band_dim) if p.band_dim else None
+            cur[v.var] = _children(cur[v.var], shards[v.var], shapes[v.var], v, band_axis)
+            shards[v.var], shapes[v.var] = v.shards, v.shape
+        out.append({t.key for t in lvl.tasks if t.index in cur[t.var]})
+    return out
 
 
 def position_cells(a: ArrayMeta, positions: Mapping[str, Iterable[int]]) -> list[tuple[int, ...]]:

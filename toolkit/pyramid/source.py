@@ -31,6 +31,7 @@ class Source:
     attrs: dict[str, dict[str, Any]]  # attributes of every root array
     crs: tuple[str, ...] = ()  # grid-mapping variables named by the chosen arrays
     node_keys: tuple[str, ...] = field(default=())  # zarr.json of every level-0 node
+    prints: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> `fingerprint`
 
 
 def _fill(value: Any) -> Any:
@@ -171,10 +172,15 @@ def read_source(
                 raise PlanError(f"array {name!r}: coordinate {d!r} length differs from its dim")
             if len(coords[d]) < 2:
                 raise PlanError(f"array {name!r}: coordinate {d!r} needs >= 2 values for a spacing")
-    listings = {
-        name: [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")] if listed else []
-        for name in candidates
-    }
+    listings: dict[str, list[str]] = {name: [] for name in candidates}
+    prints: dict[str, dict[str, str]] = {}
+    for name in candidates if listed else ():
+        if isinstance(store, storage.Store):  # an object store: keys with what they hold
+            infos = storage.list_objects(store, name + "/")
+            listings[name] = [i.key[len(name) + 1 :] for i in infos]
+            prints[name] = {i.key[len(name) + 1 :]: fingerprint(i) for i in infos}
+        else:  # a repo's view: its history versions content
+            listings[name] = [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")]
     crs = tuple(
         sorted(
             {
@@ -192,7 +198,13 @@ def read_source(
             if not (LEVEL_GROUP.match(n) or n == records.GROUP)
         ),
     )
-    return Source(store, candidates, listings, coords, attrs, crs, node_keys)
+    return Source(store, candidates, listings, coords, attrs, crs, node_keys, prints)
+
+
+def fingerprint(info: storage.ObjectInfo) -> str:
+    """What one object holds, as its listing tells: size and ETag (or last-modified)."""
+    tag = info.version.etag or info.version.version or info.last_modified.isoformat()
+    return f"{info.size}:{tag}"
 
 
 def read_json(store: storage.Store, key: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from toolkit.plan import Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.build import recorded_plan
 from toolkit.pyramid.levels import plan_source, var_sources
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask, edited_in_place
 from toolkit.pyramid.shards import VarSource, count_region
 from toolkit.pyramid.source import Source, open_source, read_source
 from toolkit.tasks import stable
@@ -722,6 +722,18 @@ def verify(
                 ".pyramid/plan",
                 "plan",
                 "level 0 no longer matches the recorded plan (listing changed)",
+            )
+        )
+    edited = edited_in_place(doc, p) if ref is None else None
+    if edited and any(edited.values()):
+        n = sum(len(v) for v in edited.values())
+        failures.append(
+            Failure(
+                "-",
+                ".pyramid/plan",
+                "plan",
+                f"level 0 changed in place since the build ({n} object(s)); run pyramid build "
+                "to rebuild the shards that depend on them",
             )
         )
     targets = {lvl.group: lvl.targets for lvl in p.levels}
