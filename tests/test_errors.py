@@ -127,6 +127,36 @@ CASES: tuple[Case, ...] = (
         ("'wave'", "complex64", "--variable"),
     ),
     Case(
+        "a CF `_FillValue` that is neither a number nor base64",
+        ("pyramid", "build", "odd.zarr", "--variable", "fill_text", *SYNC),
+        2,
+        ("'fill_text'", "_FillValue 'minus nine'", "write it as a number"),
+    ),
+    Case(
+        "a CF `_FillValue` the array's dtype cannot hold",
+        ("pyramid", "build", "odd.zarr", "--variable", "fill_wide", *SYNC),
+        2,
+        ("'fill_wide'", "_FillValue 300", "does not fit uint8", "a value the array can hold"),
+    ),
+    Case(
+        "a CF `valid_range` that is not two numbers",
+        ("pyramid", "plan", "odd.zarr", "--variable", "range_one"),
+        2,
+        ("'range_one'", "valid_range [0.0]", "not [min, max]", "two numbers"),
+    ),
+    Case(
+        "a CF valid range whose minimum is above its maximum",
+        ("pyramid", "build", "odd.zarr", "--variable", "range_empty", *SYNC),
+        2,
+        ("'range_empty'", "valid range 5..1 is empty", "fix valid_range/valid_min/valid_max"),
+    ),
+    Case(
+        "a CF `scale_factor` of 0",
+        ("pyramid", "build", "odd.zarr", "--variable", "scale_zero", *SYNC),
+        2,
+        ("'scale_zero'", "scale_factor 0", "fix the attribute"),
+    ),
+    Case(
         "`--select` without `=VALUE` on a virtual dataset's repo",
         ("pyramid", "build", "repo", "--select", "init_time", *SYNC),
         2,
@@ -621,6 +651,19 @@ def _odd_store(path: Path) -> None:
         a = root.create_array(name, shape=(32, 32), dtype=dtype, chunks=(16, 16),
                               dimension_names=dims)  # fmt: skip
         a[...] = np.ones((32, 32), dtype=object if dtype == "str" else dtype)
+    for name, dtype, attrs in CF_BAD:  # CF attributes no reader can use
+        a = root.create_array(name, shape=(32, 32), dtype=dtype, chunks=(16, 16),
+                              dimension_names=dims, attributes=attrs)  # fmt: skip
+        a[...] = np.ones((32, 32), dtype=dtype)
+
+
+CF_BAD = (
+    ("fill_text", "float32", {"_FillValue": "minus nine"}),
+    ("fill_wide", "uint8", {"_FillValue": 300}),
+    ("range_one", "float32", {"valid_range": [0.0]}),
+    ("range_empty", "float32", {"valid_min": 5.0, "valid_max": 1.0}),
+    ("scale_zero", "int16", {"scale_factor": 0.0}),
+)
 
 
 def _build_world(w: Path) -> None:

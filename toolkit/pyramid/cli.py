@@ -57,8 +57,10 @@ Variables = Annotated[
 Method = Annotated[
     str | None,
     typer.Option(
-        help="mean|mode|min|max|sum. Default: from the data's meaning: mode for arrays with CF "
-        "flag_values/flag_meanings (classes), mean for floats; other integers must say."
+        help="mean|mode|min|max|sum|circular_mean. Default: from the data's meaning: mode for "
+        "arrays with CF flag_values/flag_meanings (classes), circular_mean for a CF "
+        "standard_name ending in _direction, mean for floats and packed integers "
+        "(scale_factor/add_offset); other integers must say."
     ),
 ]
 ForceMethod = Annotated[
