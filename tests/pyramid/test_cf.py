@@ -152,12 +152,12 @@ def test_class_map_with_cf_fill_is_a_mode_with_that_fill_as_nodata(tmp_path):
 def test_non_finite_and_out_of_range_values_are_nodata(tmp_path):
     t = _field(2)
     t[5, 5], t[70, 7], t[40, 41] = np.inf, -np.inf, 1000.0
-    attrs = {"units": "K", "valid_range": [150.0, 400.0], "missing_value": [-1.0, -2.0]}
-    t[41, 41], t[42, 42] = -1.0, -2.0
+    attrs = {"units": "K", "valid_range": [-5.0, 400.0], "missing_value": [-1.0, -2.0]}
+    t[41, 41], t[42, 42] = -1.0, -2.0  # inside the valid range: nodata by missing_value alone
     path = _write(tmp_path / "inf.zarr", "t", t, attrs, {"_FillValue": -9999.0})
     build(str(path), levels=3, executor="sync")
     oracle0 = xr.open_zarr(path, consolidated=False)["t"].values.astype(np.float64)
-    oracle0[~np.isfinite(oracle0) | (oracle0 < 150) | (oracle0 > 400)] = np.nan  # CF range
+    oracle0[~np.isfinite(oracle0) | (oracle0 < -5) | (oracle0 > 400)] = np.nan  # CF range
     _assert_mean_levels(path, "t", oracle0)
     assert np.isfinite(open_level(str(path), "2x")["t"].values[~np.isnan(
         open_level(str(path), "2x")["t"].values)]).all()  # fmt: skip
@@ -314,6 +314,7 @@ def test_a_direction_gets_a_circular_mean_and_a_slope_does_not(tmp_path):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         gap = np.abs((got - want + 180) % 360 - 180)
         assert np.nanmax(gap) < 1e-3, g
+        assert ((got[~np.isnan(got)] >= 0) & (got[~np.isnan(got)] < 360)).all()  # its range
         assert da.attrs["cell_methods"].startswith("area: mean (circular, window")
     two = open_level(str(path), "2x")["wdir"].values
     assert np.nanmin(np.abs((two + 180) % 360 - 180)) < 90  # near north, not near 180
