@@ -670,6 +670,21 @@ def snapshot_of(repo: ic.Repository, branch: str = "main") -> str:
     return repo.lookup_branch(branch)
 
 
+def written_chunks(
+    repo: ic.Repository, from_snapshot: str, to_snapshot: str
+) -> dict[str, list[tuple[int, ...]]] | None:
+    """The chunk coordinates written (new or rewritten) by the commits between two snapshots,
+    by array path; None when `from_snapshot` is not an ancestor of `to_snapshot` (a rebase
+    or a reset moved the branch elsewhere): then nothing can be said."""
+    if from_snapshot == to_snapshot:
+        return {}
+    try:
+        d = repo.diff(from_snapshot_id=from_snapshot, to_snapshot_id=to_snapshot)
+    except ic.IcechunkError:
+        return None
+    return {p.strip("/"): [tuple(c) for c in cs] for p, cs in d.updated_chunks.items()}
+
+
 def branches(repo: ic.Repository) -> list[str]:
     return sorted(repo.list_branches())
 

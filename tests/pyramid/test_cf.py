@@ -5,6 +5,7 @@ non-finite mask, which xarray leaves to its user), pooled by numpy in this file.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -355,9 +356,12 @@ def test_another_leading_dim_of_a_mean_is_named_with_the_way_to_make_it_joint(tm
     assert r.exit_code == 0, r.output
     notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and "'category'" in notes[0] and "--band-dim category" in notes[0]
-    assert "note:" not in CliRunner().invoke(
-        app, ["pyramid", "plan", str(path), "--band-dim", "category"]
-    ).output
+    assert (
+        "note:"
+        not in CliRunner()
+        .invoke(app, ["pyramid", "plan", str(path), "--band-dim", "category"])
+        .output
+    )
 
 
 # ------------------------------------------------------------------- content, not just keys
@@ -422,3 +426,28 @@ def test_rebuild_from_after_an_append_refreshes_the_backup_and_runs_twice(tmp_pa
         res = verify(str(path), executor="sync")
         assert res.ok, res.failures
     _assert_mean_levels(path, "t", _level0(path))
+
+
+def test_a_store_built_before_the_record_layout_reads_without_warnings_after_a_build(tmp_path):
+    """An older build kept `.pyramid/plan.json` and `backup.json`: the toolkit reads it without
+    a warning, and the next build moves both into the record layout (no stray objects left)."""
+    import warnings
+
+    path = _write(tmp_path / "old.zarr", "t", _field(), {"units": "K"}, {})
+    build(str(path), levels=2, executor="sync")
+    for name in ("plan", "backup"):  # what an earlier toolkit wrote
+        body = (path / ".pyramid" / name / "c" / "0").read_bytes()
+        shutil.rmtree(path / ".pyramid" / name)
+        (path / ".pyramid" / f"{name}.json").write_bytes(body)
+    (path / ".pyramid" / "zarr.json").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plan(str(path)).method == "mean"
+    build(str(path), levels=2, executor="sync")
+    assert sorted(p.name for p in (path / ".pyramid").iterdir()) == ["backup", "plan", "zarr.json"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for group in (None, "2x"):
+            xr.open_zarr(path, group=group, consolidated=False).load()
+            xr.open_zarr(path, group=group, consolidated=True).load()
+    assert verify(str(path), executor="sync").ok

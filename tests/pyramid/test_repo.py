@@ -96,6 +96,43 @@ def test_every_level_equals_numpy_of_the_encoded_fields(repo):
     assert verify(str(path), executor="sync").ok
 
 
+def test_chunks_rewritten_in_place_rebuild_the_levels_they_feed(tmp_path):
+    """`virtual backfill --overwrite-chunks` re-emits a republished file's refs over the same
+    cells: the next build rebuilds the levels of exactly that position from the new values."""
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    backfill(ds, start=START, executor="sync")
+    path = tmp_path / "repo"
+    build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    f = files[3]
+    data, index = archive.encode(f, generation=1)  # republished with new values
+    storage.put(archive.store, archive.data_key(f), data)
+    storage.put(archive.store, archive.index_key(f), index.encode())
+    backfill(ds, start=START, executor="sync", overwrite_chunks=True)
+    build(str(path), ["temperature_2m"], levels=2, executor="sync")
+    sel = {
+        "init_time": np.datetime64(f.init, "ns"),
+        "lead_time": np.timedelta64(f.lead, "h").astype("timedelta64[ns]"),
+    }
+    new = expected_values("temperature_2m", f.init, f.lead, generation=1).astype(np.float32)
+    for k in (1, 2):
+        got = main_level(path, f"{2**k}x")["temperature_2m"].sel(sel).values
+        want, _ = window_reference(new, 2**k)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+    other = files[0]  # a position whose file did not change keeps its levels
+    sel0 = {
+        "init_time": np.datetime64(other.init, "ns"),
+        "lead_time": np.timedelta64(other.lead, "h").astype("timedelta64[ns]"),
+    }
+    old, _ = window_reference(
+        expected_values("temperature_2m", other.init, other.lead).astype(np.float32), 2
+    )
+    got0 = main_level(path, "2x")["temperature_2m"].sel(sel0).values
+    np.testing.assert_allclose(got0, old, rtol=2e-6, atol=0)
+    assert verify(str(path), executor="sync").ok
+
+
 def test_select_and_latest_build_only_those_positions_then_extend(repo):
     path, _files, _ = repo
     r = build(

@@ -17,6 +17,7 @@ from toolkit.pyramid.plan import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
+    ShardTask,
     edited_in_place,
     stale_tasks,
 )
@@ -261,19 +262,18 @@ def build(
 def _drop_stale(
     store: storage.Store,
     p: PyramidPlan,
-    stale: list[set[str]],
+    stale: list[list[ShardTask]],
     edited: Mapping[str, set[tuple[int, ...]]],
 ) -> str:
     """Delete every object of the tasks that depend on edited level-0 shards (the rerun then
     writes exactly those); one line saying how many."""
     dropped = 0
-    for lvl, keys in zip(p.levels, stale, strict=True):
-        for t in lvl.tasks:
-            if t.key in keys:
-                dropped += 1
-                for key in t.objects:
-                    with contextlib.suppress(storage.NotFound):
-                        storage.delete(store, key)
+    for tasks in stale:
+        for t in tasks:
+            dropped += 1
+            for key in t.objects:
+                with contextlib.suppress(storage.NotFound):
+                    storage.delete(store, key)
     total = sum(len(lvl.tasks) for lvl in p.levels)
     n = sum(len(v) for v in edited.values())
     return (

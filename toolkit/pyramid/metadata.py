@@ -311,6 +311,7 @@ def backup(src: Source, refresh: bool = False) -> None:
     """Keep the pre-pyramid root and level-0 node metadata (the first backup wins, unless
     `refresh`: a build that accepted a changed level 0 records it as it is now)."""
     store = src.store
+    records.migrate(store, records.BACKUP)
     if records.exists(store, records.BACKUP) and not refresh:
         return
     nodes = {k: base64.b64encode(storage.get(store, k).data).decode() for k in src.node_keys}

@@ -724,21 +724,26 @@ def edited_in_place(
 
 def stale_tasks(
     p: PyramidPlan, arrays: Mapping[str, ArrayMeta], changed: Mapping[str, set[tuple[int, ...]]]
-) -> list[set[str]]:
-    """Per level, the keys of the tasks whose output depends on a changed level-0 shard: the
-    shards overlapping it at level 1, then those overlapping those at the next level, and so on
-    (the same geometry the planner prunes with)."""
+) -> list[list[ShardTask]]:
+    """Per level, the tasks whose output depends on a changed level-0 shard: the shards
+    overlapping it at level 1, then those overlapping those at the next level, and so on (the
+    geometry the planner prunes with); whether or not the plan holds them (a repo build of
+    some positions drops the stale levels of the others too)."""
     cur = {n: set(changed.get(n, ())) for n in p.variables}
     shards = {n: arrays[n].grid for n in p.variables}
     shapes = {n: arrays[n].shape for n in p.variables}
-    out: list[set[str]] = []
+    out: list[list[ShardTask]] = []
     for lvl in p.levels:
+        tasks: list[ShardTask] = []
         for v in lvl.vars:
             a = arrays[v.var]
             band_axis = a.dims.index(p.band_dim) if p.band_dim else None
-            cur[v.var] = _children(cur[v.var], shards[v.var], shapes[v.var], v, band_axis)
+            kids = _children(cur[v.var], shards[v.var], shapes[v.var], v, band_axis)
+            grid = v.grid_shape()
+            cur[v.var] = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
             shards[v.var], shapes[v.var] = v.shards, v.shape
-        out.append({t.key for t in lvl.tasks if t.index in cur[t.var]})
+            tasks += [_task(lvl.group, v, i, band_axis) for i in sorted(cur[v.var])]
+        out.append(tasks)
     return out
 
 

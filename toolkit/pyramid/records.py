@@ -79,3 +79,9 @@ def put(store: storage.Store, name: str, data: bytes, create: bool = False) -> N
     storage.put(store, f"{GROUP}/zarr.json", GROUP_DOC)
     if storage.exists(store, legacy_key(name)):
         storage.delete(store, legacy_key(name))
+
+
+def migrate(store: storage.Store, name: str) -> None:
+    """Move an older build's `.pyramid/<name>.json` into the record layout, bytes unchanged."""
+    if storage.exists(store, legacy_key(name)) and not storage.exists(store, chunk_key(name)):
+        put(store, name, storage.get(store, legacy_key(name)).data)

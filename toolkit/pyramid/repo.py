@@ -37,7 +37,13 @@ from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, position_cells
+from toolkit.pyramid.plan import (
+    MAX_SHARD,
+    PlanError,
+    PyramidPlan,
+    position_cells,
+    stale_tasks,
+)
 from toolkit.pyramid.shards import BuildShard, DoneShards, runs
 from toolkit.pyramid.source import Source, read_source
 from toolkit.tasks import Named, stable
@@ -46,6 +52,7 @@ PREFIX = "pyramid-"
 MARKER_SUFFIX = "-main-at-setup"
 RUN_SHARDS = 8  # neighbouring shards (along one leading dim) a worker builds at once
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
+BUILT_FROM = "pyramid:level0_snapshot"  # root attribute: main's snapshot the levels were built on
 
 __all__ = [
     "PREFIX",
@@ -224,10 +231,36 @@ class Setup:
         src = dataclasses.replace(self.src, store=R.SessionView(self.ref.url, session))
         metadata.write_levels(src, self.plan)
         metadata.grow_levels(src, self.plan)
-        metadata.set_root_attrs(src, self.plan, {SETTINGS_ATTR: settings_record(self.plan)})
+        drop_rewritten(repo, session, src, self.plan, main)
+        metadata.set_root_attrs(
+            src, self.plan, {SETTINGS_ATTR: settings_record(self.plan), BUILT_FROM: main}
+        )
         if R.has_changes(session):
             R.commit(session, "pyramid setup: level metadata", {"pyramid": "setup"})
         return self.branch
+
+
+def drop_rewritten(repo: Any, session: Any, src: Source, p: PyramidPlan, main: str) -> int:
+    """Delete, on the build's branch, every level shard that depends on a level-0 chunk
+    written since the levels were last built (`virtual backfill --overwrite-chunks`
+    re-emitting refs in place): the build then rebuilds them like any missing shard, instead
+    of keeping levels of the old values. Returns how many objects were dropped."""
+    root = json.loads(storage.get(src.store, "zarr.json").data).get("attributes", {})
+    then = root.get(BUILT_FROM)
+    written = R.written_chunks(repo, then, main) if then else None
+    if not written:
+        return 0
+    changed: dict[str, set[tuple[int, ...]]] = {}
+    for name, a in src.arrays.items():
+        per = [g // c if g % c == 0 else 1 for g, c in zip(a.grid, a.chunks, strict=True)]
+        changed[name] = {
+            tuple(c // k for c, k in zip(cell, per, strict=True)) for cell in written.get(name, ())
+        }
+    keys = [k for tasks in stale_tasks(p, src.arrays, changed) for t in tasks for k in t.objects]
+    there = [k for k, ok in zip(keys, R.exists_many(session, keys), strict=True) if ok]
+    for key in there:  # an appended position has no level shard yet: nothing to drop
+        storage.delete(src.store, key)
+    return len(there)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Only metadata and listings are read here, never a data chunk.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field
@@ -77,7 +78,34 @@ def _root_members(store: storage.Store) -> dict[str, Any]:
             f"{store.url}: the root is a zarr v{group.metadata.zarr_format} group; "
             "the pyramid wants zarr v3"
         )
-    return dict(group.members())
+    return _nodes(group)
+
+
+def _nodes(group: Any) -> dict[str, Any]:
+    """The group's child arrays and groups, opened concurrently. Unlike `Group.members()`,
+    an object at the root that is no node (an older build's `.pyramid/plan.json`, a
+    README) is passed over without a warning: it is not the user's to hear about here."""
+    from zarr.core.sync import sync
+
+    zs = group.store
+
+    async def one(name: str) -> tuple[str, Any]:
+        try:
+            return name, await group._async_group.getitem(name)
+        except KeyError:
+            return name, None
+
+    async def every() -> list[tuple[str, Any]]:
+        names = [k async for k in zs.list_dir(group.path) if k != "zarr.json"]
+        return list(await asyncio.gather(*(one(n) for n in names)))
+
+    out: dict[str, Any] = {}
+    for name, node in sync(every()):
+        if isinstance(node, zarr.AsyncArray):
+            out[name] = zarr.Array(node)
+        elif isinstance(node, zarr.AsyncGroup):
+            out[name] = zarr.Group(node)
+    return out
 
 
 def _skip_reason(arr: Any, coords: dict[str, np.ndarray]) -> str | None:
