@@ -304,7 +304,7 @@ def test_a_direction_gets_a_circular_mean_and_a_slope_does_not(tmp_path):
     attrs = {"units": "degree", "standard_name": "wind_from_direction"}
     path = _write(tmp_path / "wd.zarr", "wdir", deg, attrs, {"_FillValue": -9999.0})
     p = plan(str(path))
-    assert p.method == "circular_mean" and "wind_from_direction" in p.method_from
+    assert p.method == "mean" and p.circular == ("wdir",) and "wind_from_direction" in p.method_from
     build(str(path), levels=3, executor="sync")
     oracle0 = xr.open_zarr(path, consolidated=False)["wdir"].values.astype(np.float64)
     for g in _levels(path):
@@ -321,7 +321,41 @@ def test_a_direction_gets_a_circular_mean_and_a_slope_does_not(tmp_path):
     assert np.nanmin(np.abs((two + 180) % 360 - 180)) < 90  # near north, not near 180
     assert verify(str(path), executor="sync").ok
     slope = _write(tmp_path / "slope.zarr", "slope", deg, {"units": "degree"}, {})
-    assert plan(str(slope)).method == "mean"  # degrees alone are no direction
+    assert plan(str(slope)).circular == ()  # degrees alone are no direction
+    assert plan(str(slope), method="circular_mean").circular == ("slope",)  # unless asked
+    assert plan(str(path), method="mean").circular == ()  # an arithmetic mean, when asked
+
+
+def test_directions_and_quantities_pyramid_together(tmp_path):
+    """A wave dataset's direction beside its heights: one build, each variable its own mean."""
+    rng = np.random.default_rng(8)
+    deg = (rng.normal(0, 30, (H, W)) % 360).astype("float32")
+    hs = rng.uniform(0.5, 3, (H, W)).astype("float32")
+    ds = xr.Dataset(
+        {
+            "dirpw": (("y", "x"), deg, {"units": "degree",
+                                        "standard_name": "sea_surface_wave_from_direction"}),
+            "htsgw": (("y", "x"), hs, {"units": "m",
+                                       "standard_name": "sea_surface_wave_significant_height"}),
+        },
+        coords=_coords(),
+    )  # fmt: skip
+    path = tmp_path / "wave.zarr"
+    ds.to_zarr(path, zarr_format=3, mode="w", consolidated=False)
+    p = plan(str(path))
+    assert p.method == "mean" and p.circular == ("dirpw",)
+    build(str(path), levels=2, executor="sync")
+    for g in ("2x", "4x"):
+        f = int(g[:-1])
+        lvl = open_level(str(path), g)
+        gap = np.abs(
+            (lvl["dirpw"].values - window_direction(deg.astype(float), f) + 180) % 360 - 180
+        )
+        assert np.nanmax(gap) < 1e-3
+        np.testing.assert_allclose(
+            lvl["htsgw"].values, window_mean(hs.astype(float), f)[0], rtol=1e-5
+        )
+    assert verify(str(path), executor="sync").ok
 
 
 # ------------------------------------------------------------------- joint masks

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from toolkit.pyramid.plan import (
-    DIRECT,
     MAX_SHARD,
     PlanError,
     PyramidPlan,
     choose_method,
+    circular_vars,
     declared_classes,
     plan_pyramid,
 )
@@ -39,9 +39,14 @@ def plan_source(
     levels: int | None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
+    circular: tuple[str, ...] | None = None,
 ) -> PyramidPlan:
+    """The plan of `src`; `circular`: the variables whose mean is circular, as recorded (None:
+    from the data and `method`, `toolkit.pyramid.plan.circular_vars`)."""
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
+    circular = circular_vars(src.arrays, src.attrs, method) if circular is None else circular
+    method = "mean" if method == "circular_mean" else method
     chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
     if band_dim is None and src.arrays and all(BAND in a.dims[:-2] for a in src.arrays.values()):
         band_dim = BAND  # rioxarray's name for the bands of one pixel: their mask is joint
@@ -55,6 +60,7 @@ def plan_source(
         method_from=why,
         classes=declared_classes(src.arrays, src.attrs),
         prints=src.prints,
+        circular=circular,
     )
     return replace(p, notes=band_notes(src, p.method, band_dim))
 
@@ -66,7 +72,7 @@ APPEND_DIMS = ("time", "init_time", "lead_time", "valid_time", "step", "forecast
 def band_notes(src: Source, method: str, band_dim: str | None) -> tuple[str, ...]:
     """One line per leading dim a mean pools plane by plane that may be one vector: not the
     band dim, not an append dim (time-like by name or by its coordinate's dtype)."""
-    if method not in ("mean", *DIRECT):
+    if method != "mean":
         return ()
     dims: dict[str, list[str]] = {}
     for name, a in sorted(src.arrays.items()):
@@ -93,7 +99,7 @@ def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
             pv = p.levels[k - 1].var(v.var)
             path = f"{p.levels[k - 1].group}/{pv.classes_name}"
             out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
-        elif k == 0 or p.method in ("mode", *DIRECT):
+        elif k == 0 or p.method == "mode" or v.circle is not None:
             out.append(
                 VarSource(
                     v,
@@ -104,7 +110,6 @@ def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
                     lvl.factor,
                     band_axis,
                     cf=a.cf,
-                    circle=a.circle,
                 )
             )
         else:

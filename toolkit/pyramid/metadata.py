@@ -51,7 +51,6 @@ RESAMPLING = {
     "min": "min",
     "max": "max",
     "sum": "sum",
-    "circular_mean": "circular_mean",
 }
 ADDED_ATTRS = ("multiscales", "spatial:dimensions", "spatial:bbox", "spatial:registration")
 
@@ -145,7 +144,11 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             arr[...] = base[...]
         for v in lvl.vars:
             attrs = level_attrs(
-                src.attrs.get(v.var, {}), src.arrays[v.var], v, plan.method, lvl.factor
+                src.attrs.get(v.var, {}),
+                src.arrays[v.var],
+                v,
+                "circular_mean" if v.circle is not None else plan.method,
+                lvl.factor,
             )
             attrs["resampling_method"] = RESAMPLING[plan.method]
             # the count plane is an auxiliary coordinate to a reader, not a second variable
@@ -336,7 +339,8 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     layout: list[dict[str, Any]] = [base]
     factors = {".": 1}
     for lvl in plan.levels:
-        direct = plan.method in ("mode", "circular_mean")  # each level pooled from level 0
+        # each level pooled from level 0: mode, or only directions (circular means)
+        direct = plan.method == "mode" or set(plan.circular) == set(plan.variables)
         source = "." if direct or not lvl.parent else lvl.parent
         factors[lvl.group] = lvl.factor
         rel = float(lvl.factor // factors[source])  # relative to `derived_from`

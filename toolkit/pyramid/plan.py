@@ -15,7 +15,7 @@ shard covers a whole number of parent shards (`(2 s_k) % s_{k-1} == 0`, deeper l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import product
 from typing import Any
@@ -37,6 +37,7 @@ __all__ = [
     "check_dtype",
     "child_shard_size",
     "choose_method",
+    "circular_vars",
     "declared_classes",
     "decode_keys",
     "desired_shard",
@@ -128,6 +129,9 @@ class VarLevel:
     key_encoding: dict[str, Any]
     classes: tuple[int, ...] = ()  # mode with declared classes: their per-window counts cascade
     classes_dtype: str = "uint16"
+    # a direction's circular mean (radians per unit, lowest value, period); not composable
+    # from a coarser level's angles, so every level pools level 0 (factor 2^k)
+    circle: tuple[float, float, float] | None = None
 
     @property
     def count_name(self) -> str:
@@ -197,6 +201,7 @@ class PyramidPlan:
     max_shard: int = MAX_SHARD
     method_from: str = "given"  # why this operator (`choose_method`)
     notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
+    circular: tuple[str, ...] = ()  # variables whose mean is circular (directions)
     # each level-0 shard's content fingerprint {var: {"i.j": "size:etag"}}: not in the digest
     # (a store recorded before fingerprints keeps its plan); an in-place edit shows here
     prints: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
@@ -217,13 +222,16 @@ class PyramidPlan:
         raise KeyError(f"no level {group!r} in the plan (levels: {[x.group for x in self.levels]})")
 
     def settings(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "method": self.method,
             "band_dim": self.band_dim,
             "variables": list(self.variables),
             "levels": len(self.levels),
             "max_shard": self.max_shard,
         }
+        if self.circular:  # only when there are any: records made before stay equal
+            out["circular"] = list(self.circular)
+        return out
 
     def to_json(self) -> str:
         doc = {
@@ -332,7 +340,6 @@ def decode_keys(encoding: ChunkKeyEncoding, keys: Iterable[str], ndim: int) -> s
 # ----------------------------------------------------------------------------- the operator
 
 FLAG_ATTRS = ("flag_values", "flag_meanings", "flag_masks")
-DIRECT = ("circular_mean",)  # not composable from a coarser level: read level 0 at 2^k
 MAX_TASK_BYTES = 4 * 2**30  # what one task may read (the source block it pools), by design
 
 
@@ -369,7 +376,7 @@ def choose_method(
         elif cf:
             chosen[name] = ("mode", "CF flag_values/flag_meanings/flag_masks: classes")
         elif (sn := direction(attrs.get(name, {}))) and (kind == "f" or a.packed):
-            chosen[name] = ("circular_mean", f"CF standard_name {sn}: a direction")
+            chosen[name] = ("mean", f"CF standard_name {sn}: a direction, averaged circularly")
         elif a.packed:
             chosen[name] = ("mean", "CF scale_factor/add_offset: a packed quantity")
         elif kind == "f":
@@ -428,11 +435,27 @@ def classes_dtype(k: int) -> str:
     return "uint16" if 4**k <= np.iinfo(np.uint16).max else "uint32"
 
 
+def circular_vars(
+    arrays: Mapping[str, ArrayMeta], attrs: Mapping[str, Mapping[str, Any]], method: str | None
+) -> tuple[str, ...]:
+    """The variables a mean pools as directions: every one for `--method circular_mean`,
+    none for a given `--method mean`, else those whose CF standard_name names a direction."""
+    if method == "circular_mean":
+        return tuple(sorted(arrays))
+    if method is not None:
+        return ()
+    return tuple(
+        sorted(
+            n
+            for n, a in arrays.items()
+            if direction(attrs.get(n, {})) and (np.dtype(a.dtype).kind == "f" or a.packed)
+        )
+    )
+
+
 def _output_dtype(method: str, dtype: str, packed: bool = False) -> str:
     dt = np.dtype(dtype)
     kind = dt.kind
-    if method == "circular_mean":
-        return "float64" if dt == np.float64 and not packed else "float32"
     if packed and method != "mode":  # a packed quantity is written decoded
         return "float64" if method == "sum" else "float32"
     if method == "mean":
@@ -505,6 +528,7 @@ def _var_level(
     shard_yx: tuple[int, int],
     classes: tuple[int, ...] = (),
     k: int = 1,
+    circular: bool = False,
 ) -> VarLevel:
     lead = len(a.shape) - 2
     out_shape = (*a.shape[:lead], *shape)
@@ -536,6 +560,7 @@ def _var_level(
         key_encoding=a.key_encoding,
         classes=classes if (method == "mode" and band_dim is None) else (),
         classes_dtype=classes_dtype(k),
+        circle=a.circle if (circular and method == "mean") else None,
     )
 
 
@@ -591,6 +616,7 @@ def plan_pyramid(
     method_from: str = "given",
     classes: Mapping[str, tuple[int, ...]] | None = None,
     prints: Mapping[str, Mapping[str, str]] | None = None,
+    circular: Sequence[str] = (),
 ) -> PyramidPlan:
     """Plan every level from the level-0 arrays and their listed shard keys (relative to each
     array); `prints` are the listed objects' fingerprints (key -> "size:etag"), recorded. Refused: more levels than halvings to one pixel, and any level whose largest task
@@ -637,7 +663,10 @@ def plan_pyramid(
             # one would only encode fill (one-position shards of a repo's small fields)
             sy = min(shape[0], child_shard_size(py, desired_shard(py, max_shard)))
             sx = min(shape[1], child_shard_size(px, desired_shard(px, max_shard)))
-            v = _var_level(a, method, band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k)
+            v = _var_level(
+                a, method, band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k,
+                circular=name in circular,
+            )  # fmt: skip
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
             kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)
             grid = v.grid_shape()
@@ -659,6 +688,7 @@ def plan_pyramid(
                     method_from=method_from,
                     classes=rest,
                     prints=prints,
+                    circular=circular,
                 )
             if need > max_task_bytes:
                 raise PlanError(
@@ -686,6 +716,7 @@ def plan_pyramid(
         max_shard=max_shard,
         method_from=method_from,
         prints=_shard_prints(arrays, prints or {}),
+        circular=tuple(sorted(n for n in names if n in circular and method == "mean")),
     )
 
 
@@ -776,7 +807,7 @@ def task_bytes(
     """What the largest task of level `k` reads: the block of its source under one shard
     (level 0 for the first level and for mode without class counts, which re-reads it at
     factor 2^k; else the parent level: its count plane, or its class counts for mode)."""
-    direct = (method == "mode" and not v.classes) or method in DIRECT
+    direct = (method == "mode" and not v.classes) or v.circle is not None
     factor = 2**k if direct else 2
     first = direct or k == 1
     src = a.shape if first else parent

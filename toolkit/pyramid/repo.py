@@ -451,6 +451,7 @@ class FireLevels:
             max_shard=then.get("max_shard", MAX_SHARD),
             force_method=bool(then),
             executor="sync",  # in the fire's own process, like its commits
+            circular=tuple(then.get("circular", ())) if then else None,
         )
 
 
@@ -488,10 +489,12 @@ def build_repo(
     progress: Callable[[str, int, int], None] | None = None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
+    circular: tuple[str, ...] | None = None,
 ) -> Report:
-    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main."""
+    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main
+    (`circular`: the directions, as main's levels recorded them; None: from the data)."""
     src, _ = repo_source(ref, variables, select, latest)
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method, circular)
     check_settings(ref, p)
     return run(
         repo_plan(ref, src, p),

@@ -22,7 +22,7 @@ import zarr
 
 from toolkit import kernels, storage
 from toolkit.cf import Decoding
-from toolkit.pyramid.plan import DIRECT, ShardTask, VarLevel, region, source_region
+from toolkit.pyramid.plan import ShardTask, VarLevel, region, source_region
 
 MODE_BAND_PIXELS = 1 << 24  # level-0 pixels per band read for a mode shard
 
@@ -40,7 +40,6 @@ class VarSource:
     band_axis: int | None
     from_classes: bool = False  # src_path is the parent's class counts (mode cascade)
     cf: Decoding | None = None  # level 0: how CF says to read its stored values
-    circle: tuple[float, float, float] | None = None  # circular_mean: the angle's units
 
     def level0(self, raw: np.ndarray, method: str) -> tuple[np.ndarray, Any]:
         """Level-0 values as the kernels pool them, and their nodata: a quantity decoded to
@@ -120,7 +119,7 @@ def compute_region(
     out = spec.out
     if method == "mode" and out.classes:
         return _compute_classes(store, spec, reg)
-    if method in ("mode", *DIRECT) and spec.src_count_path is None:
+    if (method == "mode" or out.circle is not None) and spec.src_count_path is None:
         return (*_compute_banded(store, spec, reg, method), None)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
     raw = np.asarray(open_array(store, spec.src_path)[sreg])
@@ -194,10 +193,9 @@ def _pool_all(
     out = spec.out
     datas, counts = [], []
     for t in range(vals.shape[0]):
-        if method == "circular_mean":
-            assert spec.circle is not None
+        if out.circle is not None:
             d, c = kernels.pool_circular(
-                vals[t], fill, spec.circle, out.fill_value, spec.factor, np.dtype(out.dtype)
+                vals[t], fill, out.circle, out.fill_value, spec.factor, np.dtype(out.dtype)
             )
         elif weights is None:
             d, c = kernels.pool_level0(

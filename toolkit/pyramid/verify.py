@@ -378,7 +378,7 @@ class SampleCheck:
             empty = np.broadcast_to((cnt == 0)[:, None, :, :], nod.shape)
             # a circular mean is also nodata where its vectors cancel (checked against the
             # reference below); any other level is nodata exactly where nothing was valid
-            wrong = (empty & ~nod) if self.method == "circular_mean" else (empty != nod)
+            wrong = (empty & ~nod) if spec.out.circle is not None else (empty != nod)
             if wrong.any():
                 out += fail("joint-mask", "nodata does not match count == 0 in every band")
         factor = int(t.group.rstrip("x"))
@@ -444,14 +444,15 @@ class SampleCheck:
         )
         raw = np.asarray(base[(*lead, ys, xs)])
         block = _canonical(decoded_level0(raw, dict(base.attrs), base.fill_value), l0.band_axis)
-        want, want_count = reduce_level0(block, np.nan, self.method, factor, dict(base.attrs))
+        method = "circular_mean" if spec.out.circle is not None else self.method
+        want, want_count = reduce_level0(block, np.nan, method, factor, dict(base.attrs))
         got, got_count = canon[:, :, tile[0], tile[1]], cnt[:, tile[0], tile[1]]
         where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
         if not np.array_equal(got_count, want_count):
             n = int((got_count != want_count).sum())
             return fail("reference", f"{n} count(s) differ from the numpy reference ({where})")
         valid = np.broadcast_to((want_count > 0)[:, None], got.shape)
-        if self.method == "circular_mean":  # float32 angles; nodata also where vectors cancel
+        if method == "circular_mean":  # float32 angles; nodata also where vectors cancel
             turn = angle_units(dict(base.attrs))[0]
             valid = valid & ~np.isnan(want)
             off = (np.isnan(got) != np.isnan(want)) & (want_count > 0)[:, None]
@@ -710,6 +711,7 @@ def verify(
             doc["levels"],
             doc.get("max_shard", MAX_SHARD),
             force_method=True,  # the build accepted this operator; the check re-plans with it
+            circular=tuple(doc.get("circular", ())),
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
