@@ -125,8 +125,10 @@ def read_source(
     attrs = {n: dict(a.attrs) for n, a in members.items()}
     candidates: dict[str, ArrayMeta] = {}
     skipped: dict[str, str] = {}
+    # CF auxiliary coordinates (a forecast's 2-D valid_time) describe data, they are not data
+    auxiliary = {c for a in attrs.values() for c in str(a.get("coordinates", "")).split()}
     for name, arr in sorted(members.items()):
-        why = _skip_reason(arr, coords)
+        why = "is a CF auxiliary coordinate" if name in auxiliary else _skip_reason(arr, coords)
         if why is None:
             try:
                 candidates[name] = array_meta(name, arr)
