@@ -7,6 +7,8 @@ the template is built once, when the value is, and travels with it.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -90,11 +92,17 @@ def latlon_crs_attrs(earth_radius: float = EARTH_RADIUS) -> dict[str, Any]:
 def grid_mapping(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """CF grid-mapping attributes plus the same CRS as WKT2 (`crs_wkt`, and `spatial_ref` for
     GDAL and rioxarray), from pyproj, so every reader finds the CRS the way it looks for one."""
+    cf_only = {k: v for k, v in attrs.items() if k not in ("crs_wkt", "spatial_ref")}
+    wkt = _wkt(json.dumps(cf_only, sort_keys=True))
+    return {**cf_only, "crs_wkt": wkt, "spatial_ref": wkt}
+
+
+@functools.cache
+def _wkt(cf_json: str) -> str:
+    """pyproj takes most of a second over a projection's CF attributes: once per process."""
     import pyproj
 
-    cf_only = {k: v for k, v in attrs.items() if k not in ("crs_wkt", "spatial_ref")}
-    wkt = pyproj.CRS.from_cf(cf_only).to_wkt()
-    return {**cf_only, "crs_wkt": wkt, "spatial_ref": wkt}
+    return pyproj.CRS.from_cf(json.loads(cf_json)).to_wkt()
 
 
 def domain_attrs(grid: Mapping[str, np.ndarray], crs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -108,10 +116,8 @@ def domain_attrs(grid: Mapping[str, np.ndarray], crs: Mapping[str, Any] | None) 
         x, y = np.asarray(grid["x"]), np.asarray(grid["y"])
         ex = np.concatenate([x, np.full(len(y), x[-1]), x[::-1], np.full(len(y), x[0])])
         ey = np.concatenate([np.full(len(x), y[0]), y, np.full(len(x), y[-1]), y[::-1]])
-        to_geo = pyproj.Transformer.from_crs(
-            pyproj.CRS.from_cf(dict(crs)), pyproj.CRS.from_cf(dict(crs)).geodetic_crs,
-            always_xy=True,
-        )  # fmt: skip
+        proj = pyproj.CRS.from_wkt(grid_mapping(crs)["crs_wkt"])
+        to_geo = pyproj.Transformer.from_crs(proj, proj.geodetic_crs, always_xy=True)
         lon, lat = to_geo.transform(ex, ey)
     else:
         return {}
