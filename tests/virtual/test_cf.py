@@ -293,3 +293,18 @@ def test_an_update_fire_deploys_cf_metadata_to_a_repo_made_before_it(tmp_path):
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert len(R.history(job.repo.open(fresh=True))) == n
+
+
+def test_a_pyramid_of_the_repo_takes_valid_time_for_a_coordinate_not_a_variable(tmp_path):
+    from toolkit.pyramid.source import read_source
+
+    _, _, job = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=3,
+    )
+    ensure_repo(job)
+    run(job)
+    session = R.readonly(job.repo.open(fresh=True))
+    src = read_source(R.SessionView(f"{job.repo.url}@main", session), listed=False)
+    assert "valid_time" not in src.arrays and "temperature_2m" in src.arrays
