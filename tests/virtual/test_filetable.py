@@ -131,7 +131,9 @@ def test_a_block_ships_as_columns_not_as_an_object_per_file():
     table = file_table(GEFS)
     small, large = table[:2000], table[:4000]
     per_file = (len(pickle.dumps(large)) - len(pickle.dumps(small))) / 2000
-    assert per_file <= 12  # int32 init, int32 lead, int16 member, int16 file type
+    # int32 init, int32 lead, int16 member, int16 file type; plus pickle's 9-byte FRAME header
+    # per 64 KiB, which the larger pickle may have one more of
+    assert per_file <= 12 + 9 / 2000
     assert len(pickle.dumps(list(small))) > 5 * 12 * len(small)  # what it replaced (~110 B)
 
 

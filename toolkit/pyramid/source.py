@@ -156,6 +156,9 @@ def read_source(
     members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
     coords = {n: a[...] for n, a in members.items() if a.ndim == 1}
     attrs = {n: dict(a.attrs) for n, a in members.items()}
+    # CF auxiliary coordinates (a forecast's 2-D valid_time) describe the data: not variables
+    aux = {c for a in attrs.values() for c in str(a.get("coordinates", "")).split()}
+    members = {n: a for n, a in members.items() if n not in aux}
     candidates: dict[str, ArrayMeta] = {}
     skipped: dict[str, str] = {}
     broken: dict[str, PlanError] = {}  # refused when chosen, or when nothing is chosen

@@ -17,11 +17,17 @@ import numpy as np
 
 from toolkit import storage
 from toolkit.virtual.dataset import Dataset, LatestCycles, RepoSettings
-from toolkit.virtual.datasets.common import check_inits, forecast_template
+from toolkit.virtual.datasets.common import (
+    check_inits,
+    forecast_template,
+    global_attrs,
+    grid_mapping,
+    latlon_crs_attrs,
+)
 from toolkit.virtual.source import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, KnownMissing, Member, NoaaSource
 
-__all__ = ["Dataset", "GribVariable", "KnownMissing", "grib_forecast", "variable"]
+__all__ = ["Dataset", "GribVariable", "KnownMissing", "grib_forecast", "latlon_crs", "variable"]
 
 FILE_TYPE = "grib2"  # the one file type of an archive that has one file per (init, lead)
 
@@ -42,6 +48,12 @@ def variable(
     return GribVariable(
         name, element, level, file_type, step_type, period_hours, tuple(float(x) for x in levels)
     )
+
+
+def latlon_crs(earth_radius: float = 6371229.0) -> dict[str, Any]:
+    """A regular latitude/longitude grid on a sphere of `earth_radius` metres (NCEP's by
+    default) as `crs=`: CF grid-mapping attributes plus its WKT."""
+    return latlon_crs_attrs(earth_radius)
 
 
 def grib_forecast(
@@ -67,6 +79,8 @@ def grib_forecast(
     allow_all_nan_vars: Sequence[str] = (),
     min_present_fraction: Sequence[float] = (1.0,),
     expected_latency_hours: float | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    grid_relative_winds: bool = False,
 ) -> Dataset:
     """A forecast archive: one file per (init, lead[, member][, file type]) at `key`.
 
@@ -78,6 +92,11 @@ def grib_forecast(
     `allow_all_nan_vars` names variables validation lets decode entirely to NaN;
     `min_present_fraction` are its completeness tiers (newest position first, the last 1.0);
     `expected_latency_hours` how old the newest data may be at a fire (default: the window).
+
+    Variables get their CF attributes from their element (`toolkit.virtual.cf`); `crs` (CF
+    grid-mapping attributes, e.g. `latlon_crs()`) gains its WKT and a `spatial_ref` variable;
+    `attrs` (e.g. institution, license) join the root's; `grid_relative_winds` says u/v follow
+    a projected grid's axes.
     """
     check_inits(name, first_init, end, every_hours, (every_hours,))
     members = tuple(members)
@@ -106,9 +125,13 @@ def grib_forecast(
         leads=leads,
         grid=grid,
         members=None if members == (None,) else np.array(labels or [str(m) for m in members]),
-        crs=crs,
-        attrs={"title": title or name, "source": store.url},
-    )
+        crs=None if crs is None else grid_mapping(crs),
+        attrs=global_attrs(
+            title=title or name, source=store.url, grid=grid, crs=crs, start=inits,
+            **dict(attrs or {}),
+        ),
+        grid_relative_winds=grid_relative_winds,
+    )  # fmt: skip
     if labels is None and members != (None,):
         labels = tuple(str(m) for m in members)
     return Dataset(

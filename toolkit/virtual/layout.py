@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from toolkit.virtual.template import Template
+from toolkit.virtual.template import VALID_TIME, Template
 
 __all__ = [
     "MetadataDrift",
@@ -66,12 +66,10 @@ def write_template(session: Any, template: Template, extent: int) -> None:
         )
         if len(data):
             arr[:] = data
+    put_valid_time(root, template, extent)
     for name, v in template.variables.items():
         if not v.dims:  # a grid-mapping carrier (CF): a plain stored scalar, no GRIB behind it
-            arr = root.create_array(
-                name, shape=(), dtype=v.dtype, attributes=dict(v.attrs), overwrite=True
-            )
-            arr[...] = 0
+            _write_scalar(root, name, v)
             continue
         root.create_array(
             name,
@@ -114,16 +112,51 @@ def sync_dims_to(session: Any, template: Template, extent: int) -> bool:
     coord[have:extent] = encode_coord(
         np.asarray(template.coords[template.append_dim][have:extent])
     )[0]
+    put_valid_time(root, template, extent, since=have)
     for name, v in template.variables.items():
         if template.append_dim in v.dims:
             root[name].resize(template.shape(name, extent))
     return True
 
 
+def put_valid_time(root: Any, template: Template, extent: int, since: int = 0) -> bool:
+    """Make the stored `valid_time` (a forecast's) hold `extent` inits: created when missing (a
+    repo older than it gains it), else grown and its rows from `since` on rewritten where they
+    differ. True when anything changed."""
+    values = template.valid_time(extent)
+    if values is None:
+        return False
+    data, attrs = encode_coord(values)
+    attrs = {**attrs, **template.coord_attrs.get(VALID_TIME, {})}
+    try:
+        arr = root[VALID_TIME]
+    except KeyError:
+        arr = root.create_array(
+            VALID_TIME,
+            shape=data.shape,
+            dtype=data.dtype,
+            chunks=(1024, max(1, data.shape[1])),
+            dimension_names=(template.append_dim, "lead_time"),
+            attributes=attrs,
+        )
+        if data.size:
+            arr[:] = data
+        return True
+    changed = _set_attrs(arr, attrs)
+    if arr.shape != data.shape:
+        arr.resize(data.shape)
+        changed = True
+    if data.shape[0] > since and not np.array_equal(arr[since:], data[since:]):
+        arr[since:] = data[since:]
+        changed = True
+    return changed
+
+
 def refresh_metadata(session: Any, template: Template, url: str) -> bool:
     """Rewrite `template`'s attrs and coordinate values at the committed extent in `session`;
-    True when anything changed. A store whose structure (variables, dims, chunks, shapes)
-    differs raises `MetadataDrift` naming `url`: that needs a backfill."""
+    True when anything changed. Metadata an older repo lacks (the grid-mapping scalar, the
+    forecast's valid_time) is added; a store whose GRIB variables' structure (names, dims,
+    chunks, shapes) differs raises `MetadataDrift` naming `url`: that needs a backfill."""
     t = template
     extent = committed_extent(session, t)
     if extent is None:
@@ -132,7 +165,12 @@ def refresh_metadata(session: Any, template: Template, url: str) -> bool:
     # the root's attributes the template does not name are other jobs' (a pyramid's layout
     # and settings, which live in the same repo): kept, the template's own rewritten
     changed = _set_attrs(root, {**dict(root.attrs), **dict(t.attrs)})
-    have_vars = {k for k, _ in root.arrays()} - set(t.coords)
+    have_vars = {k for k, _ in root.arrays()} - set(t.coords) - {VALID_TIME}
+    for name in sorted(set(t.variables) - have_vars):
+        if not t.variables[name].dims:  # metadata only (a grid mapping an older repo lacks)
+            _write_scalar(root, name, t.variables[name])
+            have_vars.add(name)
+            changed = True
     if have_vars != set(t.variables):
         raise MetadataDrift(
             f"{url}: variables {sorted(have_vars)} differ from the template's "
@@ -162,7 +200,12 @@ def refresh_metadata(session: Any, template: Template, url: str) -> bool:
             arr[:] = data
             changed = True
         changed |= _set_attrs(arr, {**attrs, **t.coord_attrs.get(dim, {})})
-    return changed
+    return put_valid_time(root, t, extent) | changed
+
+
+def _write_scalar(root: Any, name: str, v: Any) -> None:
+    arr = root.create_array(name, shape=(), dtype=v.dtype, attributes=dict(v.attrs), overwrite=True)
+    arr[...] = 0
 
 
 def _set_attrs(node: Any, want: Any) -> bool:

@@ -16,7 +16,9 @@ import numpy as np
 
 from toolkit.virtual.refs import ArrayGeometry, Geometry, canon
 
-__all__ = ["Template", "TemplateVar"]
+__all__ = ["VALID_TIME", "Template", "TemplateVar"]
+
+VALID_TIME = "valid_time"  # a forecast's init_time + lead_time, stored beside its dims
 
 _MEMO_LOCK = threading.Lock()
 
@@ -97,6 +99,14 @@ class Template:
             for n, v in self.variables.items()
         ]
         return Geometry.build(self.append_dim, arrays, self.coords)
+
+    def valid_time(self, extent: int | None = None) -> np.ndarray | None:
+        """A forecast's valid times as [init_time, lead_time] (the first `extent` inits), the
+        CF auxiliary coordinate readers select a valid time by; None without both dims."""
+        if self.append_dim != "init_time" or "lead_time" not in self.coords:
+            return None
+        inits = np.asarray(self.coords["init_time"][:extent], "datetime64[ns]")
+        return inits[:, None] + np.asarray(self.coords["lead_time"], "timedelta64[ns]")[None, :]
 
     def position(self, label: Any) -> int:
         pos = self.geometry().labels[self.append_dim].get(canon(label))

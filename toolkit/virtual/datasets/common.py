@@ -7,6 +7,8 @@ the template is built once, when the value is, and travels with it.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -14,16 +16,19 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
+from toolkit.virtual import cf
 from toolkit.virtual.dataset import AllLeads, Dataset, LatestCycles, RepoSettings
 from toolkit.virtual.source import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, Member, NoaaSource
-from toolkit.virtual.template import Template, TemplateVar
+from toolkit.virtual.template import VALID_TIME, Template, TemplateVar
 
 __all__ = [
     "EARTH_RADIUS",
     "NOAA_REGION",
     "forecast",
     "forecast_template",
+    "global_attrs",
+    "grid_mapping",
     "hour_range",
     "latlon_0p25",
     "latlon_crs_attrs",
@@ -33,16 +38,16 @@ __all__ = [
 NOAA_REGION = "us-east-1"
 EARTH_RADIUS = 6371229.0  # the sphere NCEP models and their GRIB grids use
 
-COORD_ATTRS: dict[str, dict[str, Any]] = {
-    "init_time": {"long_name": "forecast initialization time"},
-    "lead_time": {"long_name": "forecast lead time"},
-    "latitude": {"units": "degrees_north", "standard_name": "latitude"},
-    "longitude": {"units": "degrees_east", "standard_name": "longitude"},
-    "level": {"units": "hPa", "long_name": "isobaric level"},
-    "ensemble_member": {"long_name": "ensemble member ('mean': ensemble mean)"},
-    "x": {"units": "m", "standard_name": "projection_x_coordinate"},
-    "y": {"units": "m", "standard_name": "projection_y_coordinate"},
-}
+NCEP = "NOAA National Centers for Environmental Prediction (NCEP)"
+NOAA_LICENSE = (
+    "Public domain: NOAA data from the NOAA Open Data Dissemination program (NODD), "
+    "free to use without restriction"
+)
+
+
+def noaa_source(model: str, bucket: str) -> str:
+    """The root `source` attribute: the model, and the bucket whose GRIB2 bytes are read."""
+    return f"{model}; GRIB2 files read in place from {bucket} (NOAA Open Data Dissemination)"
 
 
 def noaa_store(bucket: str) -> storage.Store:
@@ -71,15 +76,86 @@ def latlon_0p50() -> dict[str, np.ndarray]:
     }
 
 
-def latlon_crs_attrs() -> dict[str, Any]:
+def latlon_crs_attrs(earth_radius: float = EARTH_RADIUS) -> dict[str, Any]:
+    """A regular latitude/longitude grid on a sphere (NCEP's by default), as `spatial_ref`."""
+    return grid_mapping(
+        {
+            "grid_mapping_name": "latitude_longitude",
+            "semi_major_axis": earth_radius,
+            "semi_minor_axis": earth_radius,
+            "inverse_flattening": 0.0,
+            "longitude_of_prime_meridian": 0.0,
+        }
+    )
+
+
+def grid_mapping(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """CF grid-mapping attributes plus the same CRS as WKT2 (`crs_wkt`, and `spatial_ref` for
+    GDAL and rioxarray), from pyproj, so every reader finds the CRS the way it looks for one."""
+    cf_only = {k: v for k, v in attrs.items() if k not in ("crs_wkt", "spatial_ref")}
+    wkt = _wkt(json.dumps(cf_only, sort_keys=True))
+    return {**cf_only, "crs_wkt": wkt, "spatial_ref": wkt}
+
+
+@functools.cache
+def _wkt(cf_json: str) -> str:
+    """pyproj takes most of a second over a projection's CF attributes: once per process."""
+    import pyproj
+
+    return pyproj.CRS.from_cf(json.loads(cf_json)).to_wkt()
+
+
+def domain_attrs(grid: Mapping[str, np.ndarray], crs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """ACDD `geospatial_*` bounds of the grid: its coordinates' range on a latitude/longitude
+    grid, the projected grid's edge taken back to latitude/longitude otherwise."""
+    if "latitude" in grid and "longitude" in grid:
+        lat, lon = np.asarray(grid["latitude"]), np.asarray(grid["longitude"])
+    elif crs is not None and "x" in grid and "y" in grid:
+        import pyproj
+
+        x, y = np.asarray(grid["x"]), np.asarray(grid["y"])
+        ex = np.concatenate([x, np.full(len(y), x[-1]), x[::-1], np.full(len(y), x[0])])
+        ey = np.concatenate([np.full(len(x), y[0]), y, np.full(len(x), y[-1]), y[::-1]])
+        proj = pyproj.CRS.from_wkt(grid_mapping(crs)["crs_wkt"])
+        to_geo = pyproj.Transformer.from_crs(proj, proj.geodetic_crs, always_xy=True)
+        lon, lat = to_geo.transform(ex, ey)
+    else:
+        return {}
     return {
-        "grid_mapping_name": "latitude_longitude",
-        "semi_major_axis": EARTH_RADIUS,
-        "semi_minor_axis": EARTH_RADIUS,
-        "inverse_flattening": 0.0,
-        "longitude_of_prime_meridian": 0.0,
-        "spatial_ref": f"+proj=longlat +R={EARTH_RADIUS:g} +no_defs",
+        "geospatial_lat_min": float(np.min(lat)),
+        "geospatial_lat_max": float(np.max(lat)),
+        "geospatial_lat_units": "degrees_north",
+        "geospatial_lon_min": float(np.min(lon)),
+        "geospatial_lon_max": float(np.max(lon)),
+        "geospatial_lon_units": "degrees_east",
     }
+
+
+def global_attrs(
+    *,
+    title: str,
+    source: str,
+    grid: Mapping[str, np.ndarray],
+    crs: Mapping[str, Any] | None,
+    start: np.ndarray,
+    institution: str = "",
+    license: str = "",
+    **extra: Any,
+) -> dict[str, Any]:
+    """Root attributes a catalog or a CF reader shows: what the dataset is, where its bytes
+    come from, under which terms, and its time and space domain."""
+    out: dict[str, Any] = {"title": title, "source": source}
+    if institution:
+        out["institution"] = institution
+    if license:
+        out["license"] = license
+    out["Conventions"] = "CF-1.10"
+    out.update(domain_attrs(grid, crs))
+    if len(start):
+        first = np.datetime64(start[0], "s")
+        out["time_coverage_start"] = f"{first}Z"
+    out.update(extra)
+    return out
 
 
 def owned(var: GribVariable, file_types: Sequence[str]) -> tuple[float, ...] | bool:
@@ -105,9 +181,13 @@ def forecast_template(
     crs: Mapping[str, Any] | None = None,
     attrs: Mapping[str, Any] | None = None,
     level_attrs: Mapping[str, Any] | None = None,
+    grid_relative_winds: bool = False,
 ) -> Template:
     """init_time (append) x lead_time x [ensemble_member] x [level] x grid, one array per
-    catalog variable (vertical groups get `level`), plus a `spatial_ref` grid-mapping scalar."""
+    catalog variable (vertical groups get `level`), plus a `spatial_ref` grid-mapping scalar.
+
+    Each variable carries its CF attributes (`toolkit.virtual.cf`) and `valid_time` as a
+    coordinate; `grid_relative_winds` says the u/v winds follow the grid's axes (HRRR)."""
     grid_dims = tuple(grid)
     coords: dict[str, np.ndarray] = {"init_time": inits, "lead_time": leads}
     if members is not None:
@@ -125,10 +205,15 @@ def forecast_template(
             + grid_dims
         )
         a: dict[str, Any] = {
+            **cf.variable_attrs(
+                v.element, v.level, v.step_type, v.period_hours,
+                grid_relative_winds=grid_relative_winds,
+            ),
             "step_type": v.step_type,
             "grib_element": v.element,
             "grib_index_level": v.level,
-        }
+            "coordinates": VALID_TIME,
+        }  # fmt: skip
         if crs is not None:
             a["grid_mapping"] = "spatial_ref"
         if v.period_hours is not None:
@@ -136,9 +221,10 @@ def forecast_template(
         out[v.name] = TemplateVar(dims, "float32", a)
     if crs is not None:
         out["spatial_ref"] = TemplateVar((), "int32", dict(crs))
-    coord_attrs = {d: COORD_ATTRS[d] for d in coords if d in COORD_ATTRS}
-    if level_attrs is not None and "level" in coords:
-        coord_attrs["level"] = dict(level_attrs)
+    coord_attrs = {d: cf.coord_attrs(d) for d in [*coords, VALID_TIME] if cf.coord_attrs(d)}
+    if "level" in coords:
+        spelled = {v.level for v in variables if v.is_vertical}
+        coord_attrs["level"] = dict(level_attrs or cf.level_attrs(spelled))
     return Template("init_time", coords, out, grid_dims, dict(attrs or {}), coord_attrs)
 
 
@@ -151,12 +237,13 @@ def analysis_template(
     crs: Mapping[str, Any] | None = None,
     attrs: Mapping[str, Any] | None = None,
     valid_dim: str = "time",
+    grid_relative_winds: bool = False,
 ) -> Template:
     """`valid_dim` (append) x [level] x grid: the forecast template without its init and lead
     dims, each position one valid time."""
     t = forecast_template(
         variables, file_types, inits=times, leads=np.array([], "timedelta64[ns]"), grid=grid,
-        crs=crs, attrs=attrs,
+        crs=crs, attrs=attrs, grid_relative_winds=grid_relative_winds,
     )  # fmt: skip
     coords = {(valid_dim if d == "init_time" else d): v for d, v in t.coords.items()}
     del coords["lead_time"]
@@ -164,12 +251,14 @@ def analysis_template(
         n: TemplateVar(
             tuple(valid_dim if d == "init_time" else d for d in v.dims if d != "lead_time"),
             v.dtype,
-            v.attrs,
+            {k: x for k, x in v.attrs.items() if k != "coordinates"},  # no valid_time: the dim is
         )
         for n, v in t.variables.items()
     }
-    coord_attrs = {d: a for d, a in t.coord_attrs.items() if d not in ("init_time", "lead_time")}
-    coord_attrs[valid_dim] = {"long_name": "valid time (analysis)"}
+    coord_attrs = {
+        d: a for d, a in t.coord_attrs.items() if d not in ("init_time", "lead_time", VALID_TIME)
+    }
+    coord_attrs[valid_dim] = cf.coord_attrs("time")
     return Template(valid_dim, coords, out, t.grid_dims, t.attrs, coord_attrs)
 
 
@@ -222,6 +311,8 @@ def forecast(
     leads: Any = None,
     update_cycles: int = 3,
     publish_hours: int = 6,
+    model: str = "",
+    grid_relative_winds: bool = False,
 ) -> Dataset:
     """A NOAA forecast on its NODD bucket (or `source_store`: a mirror, a local copy).
 
@@ -253,12 +344,18 @@ def forecast(
         grid=grid,
         members=None if member_labels is None else np.array(member_labels),
         crs=crs,
-        attrs={
-            "title": title,
-            "source": catalog.bucket,
-            "file_types": list(file_types),
-            "virtual": "chunks are byte ranges of the source GRIB2 messages",
-        },
+        attrs=global_attrs(
+            title=title,
+            source=noaa_source(model or catalog.name, catalog.bucket),
+            grid=grid,
+            crs=crs,
+            start=inits,
+            institution=NCEP,
+            license=NOAA_LICENSE,
+            file_types=list(file_types),
+            virtual="chunks are byte ranges of the source GRIB2 messages",
+        ),
+        grid_relative_winds=grid_relative_winds,
     )
     store = source_store or noaa_store(catalog.bucket)
     return Dataset(

@@ -76,4 +76,5 @@ def gefs(
         members=MEMBERS,
         member_labels=tuple(str(m) for m in MEMBERS),
         leads=rule,
+        model=f"NOAA Global Ensemble Forecast System (GEFS v12), {'0.5' if half else '0.25'} degree",
     )

@@ -58,4 +58,5 @@ def gfs(
         grid=latlon_0p25(),
         crs=latlon_crs_attrs(),
         split={f"^/({vertical})$": 40, None: 500} if vertical else 500,
+        model="NOAA Global Forecast System (GFS), 0.25 degree",
     )

@@ -20,13 +20,18 @@ from toolkit import storage
 from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings, ShortCycles
 from toolkit.virtual.datasets.common import (
     EARTH_RADIUS,
+    NCEP,
+    NOAA_LICENSE,
     NOAA_REGION,
     analysis_template,
     carried,
     check_inits,
     forecast,
+    global_attrs,
+    grid_mapping,
     hour_range,
     next_cycle,
+    noaa_source,
     noaa_store,
 )
 from toolkit.virtual.source import GribSource
@@ -40,10 +45,7 @@ DX = 3000.0
 X0 = -2697520.142521929
 Y0 = -1587306.152556665
 SHORT_CYCLE_MAX_LEAD_H = 18
-PROJ4 = (
-    f"+proj=lcc +lat_0=38.5 +lon_0=262.5 +lat_1=38.5 +lat_2=38.5 "
-    f"+x_0=0 +y_0=0 +R={EARTH_RADIUS:g} +units=m +no_defs"
-)
+MODEL = "NOAA High-Resolution Rapid Refresh (HRRR), CONUS 3 km"
 
 
 def hrrr_xy() -> dict[str, np.ndarray]:
@@ -52,15 +54,19 @@ def hrrr_xy() -> dict[str, np.ndarray]:
 
 
 def lcc_crs_attrs() -> dict[str, Any]:
+    """HRRR's Lambert conformal conic on NCEP's sphere, as `spatial_ref`'s attributes."""
     return {
-        "grid_mapping_name": "lambert_conformal_conic",
-        "standard_parallel": [38.5, 38.5],
-        "longitude_of_central_meridian": 262.5,
-        "latitude_of_projection_origin": 38.5,
-        "false_easting": 0.0,
-        "false_northing": 0.0,
-        "earth_radius": EARTH_RADIUS,
-        "spatial_ref": PROJ4,
+        **grid_mapping(
+            {
+                "grid_mapping_name": "lambert_conformal_conic",
+                "standard_parallel": [38.5, 38.5],
+                "longitude_of_central_meridian": 262.5,
+                "latitude_of_projection_origin": 38.5,
+                "false_easting": 0.0,
+                "false_northing": 0.0,
+                "earth_radius": EARTH_RADIUS,
+            }
+        ),
         "GeoTransform": f"{X0 - DX / 2} {DX} 0 {Y0 - DX / 2} 0 {DX}",
     }
 
@@ -92,6 +98,8 @@ def hrrr(
         split=1000,
         leads=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
         publish_hours=2,  # a cycle's first files land about an hour after its init
+        model=MODEL,
+        grid_relative_winds=True,  # HRRR's u/v follow the Lambert grid's axes
     )
 
 
@@ -109,13 +117,26 @@ def hrrr_analysis(
         np.datetime64(first_time, "ns"), np.datetime64(end, "ns"), np.timedelta64(1, "h")
     )
     title = "NOAA HRRR CONUS hourly analysis (virtual)"
+    grid, crs = hrrr_xy(), lcc_crs_attrs()
     template = analysis_template(
         carried(catalog, ("sfc",)),
         ("sfc",),
         times=times,
-        grid=hrrr_xy(),
-        crs=lcc_crs_attrs(),
-        attrs={"title": title, "source": catalog.bucket, "file_types": ["sfc"]},
+        grid=grid,
+        crs=crs,
+        attrs=global_attrs(
+            title=title,
+            source=noaa_source(
+                f"{MODEL}, analysis (lead 0; accumulations from lead 1)", catalog.bucket
+            ),
+            grid=grid,
+            crs=crs,
+            start=times,
+            institution=NCEP,
+            license=NOAA_LICENSE,
+            file_types=["sfc"],
+        ),
+        grid_relative_winds=True,
     )
     return Dataset(
         "hrrr-analysis",
