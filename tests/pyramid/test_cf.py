@@ -485,3 +485,25 @@ def test_a_store_built_before_the_record_layout_reads_without_warnings_after_a_b
             xr.open_zarr(path, group=group, consolidated=False).load()
             xr.open_zarr(path, group=group, consolidated=True).load()
     assert verify(str(path), executor="sync").ok
+
+
+def test_a_grid_mapping_written_as_a_coordinate_reaches_every_level(tmp_path):
+    """rioxarray keeps `spatial_ref` as a coordinate: xarray lists it in the variable's
+    `coordinates`; it is still the levels' CRS variable, and no variable of its own."""
+    ds = xr.Dataset(
+        {"t": (("y", "x"), _field(), {"units": "K", "grid_mapping": "spatial_ref"})},
+        coords={**_coords(), "spatial_ref": ((), 0, {"grid_mapping_name": "latitude_longitude"})},
+    )
+    path = tmp_path / "rio.zarr"
+    ds.to_zarr(path, zarr_format=3, mode="w", consolidated=False)
+    assert (
+        "spatial_ref"
+        in json.loads((path / "t" / "zarr.json").read_text())["attributes"]["coordinates"]
+    )
+    p = plan(str(path))
+    assert p.variables == ("t",)
+    build(str(path), levels=2, executor="sync")
+    lvl = open_level(str(path), "2x")
+    assert lvl["spatial_ref"].attrs["grid_mapping_name"] == "latitude_longitude"
+    assert lvl["t"].attrs["grid_mapping"] == "spatial_ref"
+    assert verify(str(path), executor="sync").ok

@@ -42,6 +42,24 @@ def window_reference(a: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
     return mean, count
 
 
+def circular_reference(deg: np.ndarray, f: int) -> np.ndarray:
+    """Each window's mean direction in degrees [0, 360): the angle of the summed unit vectors
+    of its valid pixels (numpy only); NaN where none is valid or they cancel."""
+    h, w = deg.shape
+    ny, nx = -(-h // f), -(-w // f)
+    pad = np.full((ny * f, nx * f), np.nan)
+    pad[:h, :w] = deg
+    win = pad.reshape(ny, f, nx, f)
+    ok = ~np.isnan(win)
+    rad = np.radians(np.where(ok, win, 0.0))
+    s = np.where(ok, np.sin(rad), 0).sum(axis=(1, 3))
+    c = np.where(ok, np.cos(rad), 0).sum(axis=(1, 3))
+    n = ok.sum(axis=(1, 3))
+    out = np.degrees(np.arctan2(s, c)) % 360
+    out[(n == 0) | (np.hypot(s, c) <= 1e-6 * n)] = np.nan
+    return out
+
+
 def level0(files, name: str) -> np.ndarray:
     """The simulator's encoded values (what ecCodes wrote), as [init, lead, (level,) y, x]."""
     inits = sorted({f.init for f in files})
@@ -322,12 +340,18 @@ def test_real_grib_levels_equal_numpy_of_eccodes_decode(tmp_path):
     compared = 0
     for k in (1, 2, 3):
         ds = main_level(tmp_path / "repo", f"{2**k}x").isel(init_time=0, lead_time=0)
-        for name, element in {"wind_speed": "WIND", "significant_height_combined": "HTSGW",
-                              "primary_wave_direction": "DIRPW"}.items():  # fmt: skip
+        for name, element in {"wind_speed": "WIND", "significant_height_combined": "HTSGW"}.items():
             want, count = window_reference(fields[(element, "surface")][0].astype("float32"), 2**k)
             np.testing.assert_array_equal(ds[f"{name}_count"].values, count)
             np.testing.assert_allclose(ds[name].values, want, rtol=2e-6, atol=1e-6)
             compared += 1
+        # the wave direction (CF sea_surface_wave_from_direction) is a circular mean
+        want = circular_reference(fields[("DIRPW", "surface")][0].astype("float64"), 2**k)
+        got = ds["primary_wave_direction"].values.astype("float64")
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert np.nanmax(np.abs((got - want + 180) % 360 - 180)) < 1e-3
+        assert "circular" in ds["primary_wave_direction"].attrs["cell_methods"]
+        compared += 1
         for level in (1, 2, 3):
             want, _ = window_reference(
                 fields[("SWELL", f"{level} in sequence")][0].astype("float32"), 2**k

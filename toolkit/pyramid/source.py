@@ -158,6 +158,7 @@ def read_source(
     attrs = {n: dict(a.attrs) for n, a in members.items()}
     # CF auxiliary coordinates (a forecast's 2-D valid_time) describe the data: not variables
     aux = {c for a in attrs.values() for c in str(a.get("coordinates", "")).split()}
+    arrays = set(members)  # every array (a grid mapping may be listed as a coordinate)
     members = {n: a for n, a in members.items() if n not in aux}
     candidates: dict[str, ArrayMeta] = {}
     skipped: dict[str, str] = {}
@@ -217,7 +218,7 @@ def read_source(
             {
                 attrs[n]["grid_mapping"]
                 for n in candidates
-                if attrs[n].get("grid_mapping") in members
+                if attrs[n].get("grid_mapping") in arrays
             }
         )
     )
