@@ -179,7 +179,8 @@ def repo_source(
 ) -> tuple[Source, dict[str, set[int]]]:
     """Level 0 as main's head holds it. Its objects: for chosen positions, manifest probes of
     their cells; for the whole archive, the arrays' listings (read from the manifests)."""
-    session = R.readonly(ref.open(), "main")  # one snapshot: metadata and probes agree
+    repo = ref.open()
+    session = R.readonly(repo, "main")  # one snapshot: metadata and probes agree
     chosen = bool(select) or latest
     src = read_source(R.SessionView(f"{ref.url}@main", session), variables, listed=not chosen)
     if not chosen:
@@ -187,7 +188,12 @@ def repo_source(
     positions = select_positions(src, select)
     if latest:
         positions = _latest(session, src, positions)
-    return dataclasses.replace(src, listings=_present(session, src, positions)), positions
+    listings = _present(session, src, positions)
+    # level-0 objects rewritten since the levels were built are rebuilt whatever is chosen
+    for name, cells in rewritten_cells(repo, src.store, src.arrays, session.snapshot_id).items():
+        enc = src.arrays[name].encoding
+        listings[name] = sorted({*listings[name], *(enc.encode_chunk_key(c) for c in cells)})
+    return dataclasses.replace(src, listings=listings), positions
 
 
 def settings_record(p: PyramidPlan) -> dict[str, Any]:
@@ -240,22 +246,42 @@ class Setup:
         return self.branch
 
 
-def drop_rewritten(repo: Any, session: Any, src: Source, p: PyramidPlan, main: str) -> int:
-    """Delete, on the build's branch, every level shard that depends on a level-0 chunk
-    written since the levels were last built (`virtual backfill --overwrite-chunks`
-    re-emitting refs in place): the build then rebuilds them like any missing shard, instead
-    of keeping levels of the old values. Returns how many objects were dropped."""
-    root = json.loads(storage.get(src.store, "zarr.json").data).get("attributes", {})
+def rewritten_cells(
+    repo: Any, store: Any, arrays: Mapping[str, Any], snapshot: str
+) -> dict[str, set[tuple[int, ...]]]:
+    """Level-0 objects (cells of each array's object grid) written by the commits since
+    main's levels were built (the snapshot recorded in `store`'s root) up to `snapshot` over
+    objects that were there then: refs re-emitted in place (`virtual backfill
+    --overwrite-chunks`); new positions are not rewritten, and never built yet."""
+    root = json.loads(storage.get(store, "zarr.json").data).get("attributes", {})
     then = root.get(BUILT_FROM)
-    written = R.written_chunks(repo, then, main) if then else None
+    written = R.written_chunks(repo, then, snapshot) if then else None
+    out: dict[str, set[tuple[int, ...]]] = {}
     if not written:
-        return 0
-    changed: dict[str, set[tuple[int, ...]]] = {}
-    for name, a in src.arrays.items():
+        return out
+    before = R.readonly(repo, snapshot=then)
+    for name, a in arrays.items():
+        coords = written.get(name, [])
+        try:  # rewritten, not new: the chunk was there when the levels were built
+            was = R.chunks_present(before, [(name, c) for c in coords]) if coords else []
+        except KeyError:  # the array is newer than the levels
+            continue
         per = [g // c if g % c == 0 else 1 for g, c in zip(a.grid, a.chunks, strict=True)]
-        changed[name] = {
-            tuple(c // k for c, k in zip(cell, per, strict=True)) for cell in written.get(name, ())
+        cells = {
+            tuple(i // k for i, k in zip(c, per, strict=True))
+            for c, ok in zip(coords, was, strict=True)
+            if ok
         }
+        if cells:
+            out[name] = cells
+    return out
+
+
+def drop_rewritten(repo: Any, session: Any, src: Source, p: PyramidPlan, main: str) -> int:
+    """Delete, on the build's branch, every level shard that depends on a level-0 object
+    written since the levels were last built: the build then rebuilds them like any missing
+    shard, instead of keeping levels of the old values. Returns how many were dropped."""
+    changed = rewritten_cells(repo, src.store, src.arrays, main)
     keys = [k for tasks in stale_tasks(p, src.arrays, changed) for t in tasks for k in t.objects]
     there = [k for k, ok in zip(keys, R.exists_many(session, keys), strict=True) if ok]
     for key in there:  # an appended position has no level shard yet: nothing to drop

@@ -215,11 +215,7 @@ def read_source(
             listings[name] = [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")]
     crs = tuple(
         sorted(
-            {
-                attrs[n]["grid_mapping"]
-                for n in candidates
-                if attrs[n].get("grid_mapping") in arrays
-            }
+            {attrs[n]["grid_mapping"] for n in candidates if attrs[n].get("grid_mapping") in arrays}
         )
     )
     node_keys = (
