@@ -478,7 +478,8 @@ def test_a_store_built_before_the_record_layout_reads_without_warnings_after_a_b
         warnings.simplefilter("error")
         assert plan(str(path)).method == "mean"
     build(str(path), levels=2, executor="sync")
-    assert sorted(p.name for p in (path / ".pyramid").iterdir()) == ["backup", "plan", "zarr.json"]
+    records = sorted(p.name for p in (path / ".pyramid").iterdir())
+    assert records == ["backup", "plan", "prints", "zarr.json"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for group in (None, "2x"):

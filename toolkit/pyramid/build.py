@@ -77,6 +77,15 @@ def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
     return doc
 
 
+def recorded_prints(store: storage.Store) -> dict[str, dict[str, str]] | None:
+    """The level-0 fingerprints the last build recorded (None: none, or not this toolkit's)."""
+    try:
+        doc = records.get_json(store, records.PRINTS)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
     """One stage per level: a node per output shard, a gate listing the level vs its targets."""
     stages = []
@@ -243,10 +252,11 @@ def build(
                     why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
                     frm = p.levels[then["levels"]].group  # the first new level; the rest stay
             raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
-        edited = edited_in_place(old, p) if old is not None else None
+        edited = edited_in_place(recorded_prints(store), p) if old is not None else None
         if edited and any(edited.values()):
             notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
     records.put(store, records.PLAN, p.to_json().encode())
+    records.put(store, records.PRINTS, json.dumps(p.prints, sort_keys=True).encode())
     metadata.write_levels(src, p)
     report = run(
         pyramid_stages(src, p, start),

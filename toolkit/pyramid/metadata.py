@@ -388,6 +388,12 @@ def update_root(src: Source, plan: PyramidPlan, refresh: bool = False) -> None:
     with warnings.catch_warnings():  # zarr notes consolidation is not in the v3 spec yet
         warnings.simplefilter("ignore", UserWarning)
         zarr.consolidate_metadata(store.zarr())  # one request serves the whole pyramid
+    # the build's own records are no part of the dataset a reader opens in one request
+    doc = json.loads(storage.get(store, "zarr.json").data)
+    meta = doc.get("consolidated_metadata", {}).get("metadata", {})
+    for key in [k for k in meta if k == records.GROUP or k.startswith(records.GROUP + "/")]:
+        del meta[key]
+    storage.put(store, "zarr.json", json.dumps(doc, indent=2).encode())
 
 
 def root_attributes(attrs: dict[str, Any], src: Source, plan: PyramidPlan) -> dict[str, Any]:

@@ -202,8 +202,9 @@ class PyramidPlan:
     method_from: str = "given"  # why this operator (`choose_method`)
     notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
     circular: tuple[str, ...] = ()  # variables whose mean is circular (directions)
-    # each level-0 shard's content fingerprint {var: {"i.j": "size:etag"}}: not in the digest
-    # (a store recorded before fingerprints keeps its plan); an in-place edit shows here
+    # each level-0 shard's content fingerprint {var: {"i.j": hash of size and ETag}}: recorded
+    # beside the plan, not in it (two stores of the same data have other ETags, and the same
+    # plan); an in-place edit shows here
     prints: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
 
     @property
@@ -242,7 +243,6 @@ class PyramidPlan:
             "spatial_dims": list(self.spatial_dims),
             "base_shape": list(self.base_shape),
             "naive": list(self.naive),
-            "prints": {n: dict(sorted(v.items())) for n, v in sorted(self.prints.items())},
             "level_plans": [
                 {
                     "group": lvl.group,
@@ -619,7 +619,7 @@ def plan_pyramid(
     circular: Sequence[str] = (),
 ) -> PyramidPlan:
     """Plan every level from the level-0 arrays and their listed shard keys (relative to each
-    array); `prints` are the listed objects' fingerprints (key -> "size:etag"), recorded. Refused: more levels than halvings to one pixel, and any level whose largest task
+    array); `prints` are the listed objects' fingerprints (key -> `source.fingerprint`). Refused: more levels than halvings to one pixel, and any level whose largest task
     would read more than `max_task_bytes`. `classes`: each array's declared classes
     (`declared_classes`), which a mode pyramid without a band dim carries counts of."""
     spatial, base = _check_arrays(arrays, method, band_dim)
@@ -737,13 +737,12 @@ def _shard_prints(
 
 
 def edited_in_place(
-    recorded: Mapping[str, Any], p: PyramidPlan
+    then: Mapping[str, Mapping[str, str]] | None, p: PyramidPlan
 ) -> dict[str, set[tuple[int, ...]]] | None:
-    """The level-0 shards (by var) whose content changed since `recorded` (a plan's JSON) with
-    the same objects and settings; None when that cannot be told (no fingerprints recorded,
+    """The level-0 shards (by var) whose content changed since fingerprints `then` were
+    recorded, for a plan over the same objects; None when that cannot be told (none recorded,
     or other objects: an append or a deletion changes the plan itself)."""
-    then = recorded.get("prints")
-    if not then or recorded.get("digest") != p.digest:
+    if not then:
         return None
     if {n: set(v) for n, v in then.items()} != {n: set(v) for n, v in p.prints.items()}:
         return None

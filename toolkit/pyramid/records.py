@@ -16,6 +16,7 @@ from toolkit import storage
 GROUP = ".pyramid"
 PLAN = "plan"
 BACKUP = "backup"
+PRINTS = "prints"  # level-0 fingerprints: this store's own, so beside the (reproducible) plan
 
 
 def chunk_key(name: str) -> str:
@@ -52,7 +53,9 @@ GROUP_DOC = json.dumps(
     {
         "zarr_format": 3,
         "node_type": "group",
-        "attributes": {"description": "what toolkit pyramid keeps for itself: plan, backup"},
+        "attributes": {
+            "description": "what toolkit pyramid keeps for itself: plan, backup, prints"
+        },
     },
     indent=2,
 ).encode()
@@ -85,3 +88,11 @@ def migrate(store: storage.Store, name: str) -> None:
     """Move an older build's `.pyramid/<name>.json` into the record layout, bytes unchanged."""
     if storage.exists(store, legacy_key(name)) and not storage.exists(store, chunk_key(name)):
         put(store, name, storage.get(store, legacy_key(name)).data)
+
+
+def get_json(store: storage.Store, name: str) -> object | None:
+    """Record `name` as JSON (None: there is none)."""
+    try:
+        return json.loads(get(store, name)[1])
+    except storage.NotFound:
+        return None

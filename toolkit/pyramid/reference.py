@@ -136,7 +136,11 @@ def reduce_level0(
         vals = _windows(block.astype(np.float64), factor, big)
         pick = np.where(ok, vals, big)
         out = pick.min(axis=-1) if method == "min" else pick.max(axis=-1)
-        return out.astype(block.dtype) if block.dtype.kind != "f" else out, count
+        if (
+            block.dtype.kind != "f"
+        ):  # an empty window's +-inf has no integer: compare only count > 0
+            return np.where(count[:, None] > 0, out, 0).astype(block.dtype), count
+        return out, count
     if method == "mode":
         return _mode(block, ok, factor), count
     if method == "circular_mean":

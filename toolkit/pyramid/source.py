@@ -6,6 +6,7 @@ Only metadata and listings are read here, never a data chunk.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -230,9 +231,10 @@ def read_source(
 
 
 def fingerprint(info: storage.ObjectInfo) -> str:
-    """What one object holds, as its listing tells: size and ETag (or last-modified)."""
+    """What one object holds, as its listing tells: a hash of its size and ETag (or version,
+    or last-modified), of one length whatever the store."""
     tag = info.version.etag or info.version.version or info.last_modified.isoformat()
-    return f"{info.size}:{tag}"
+    return hashlib.sha256(f"{info.size}:{tag}".encode()).hexdigest()[:16]
 
 
 def read_json(store: storage.Store, key: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from toolkit import storage
 from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.build import recorded_plan
+from toolkit.pyramid.build import recorded_plan, recorded_prints
 from toolkit.pyramid.levels import plan_source, var_sources
 from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask, edited_in_place
 from toolkit.pyramid.shards import VarSource, count_region
@@ -726,7 +726,8 @@ def verify(
                 "level 0 no longer matches the recorded plan (listing changed)",
             )
         )
-    edited = edited_in_place(doc, p) if ref is None else None
+    same = ref is None and p.digest == doc["digest"]
+    edited = edited_in_place(recorded_prints(store), p) if same else None
     if edited and any(edited.values()):
         n = sum(len(v) for v in edited.values())
         failures.append(
