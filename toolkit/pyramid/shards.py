@@ -50,7 +50,14 @@ class VarSource:
         if cf is None:
             return raw, self.src_fill
         kind = np.dtype(cf.dtype).kind
-        if method != "mode" and (cf.packed or kind == "f" or not cf.masks):
+        if method == "mode":
+            return cf.classes(raw), cf.fill
+        plain = kind == "f" and not cf.packed and cf.valid_min is None and cf.valid_max is None
+        if plain and len(cf.nodata) <= 1 and not np.isinf(raw).any():
+            # the common float field: NaN and at most one sentinel, which the kernels mask in
+            # their own pass; no decoded copy of the block
+            return raw, cf.nodata[0] if cf.nodata else np.nan
+        if cf.packed or kind == "f" or not cf.masks:
             return cf.decode(raw), np.nan
         return cf.classes(raw), cf.fill
 
