@@ -95,10 +95,23 @@ def _prefix(url: str) -> str:
 
 
 def local_container(path_or_url: str) -> Container:
-    """A container for source files under a local directory (file:// prefix)."""
-    url = path_or_url if path_or_url.startswith("file://") else storage.Store(path_or_url).url
-    prefix = _prefix(url)
-    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(urlparse(prefix).path))
+    """A container for source files under a local directory (file:// prefix).
+
+    Icechunk matches a chunk's location against a container prefix letter for letter, but
+    a prefix holding percent-encoded letters (a space, a non-ASCII letter) matches no read;
+    the prefix is therefore the nearest enclosing directory whose URL needs no encoding (the
+    directory itself, usually), and the rest of each location is read as a path below it."""
+    path = storage.Store(path_or_url).local_path
+    plain = path
+    while plain.as_uri() != f"file://{plain}" and plain.parent != plain:
+        plain = plain.parent
+    if plain.parent == plain:
+        raise ValueError(
+            f"source directory {path}: Icechunk cannot read virtual chunks below a top-level "
+            "folder whose name URLs must encode; move or link the archive below a plain one"
+        )
+    prefix = _prefix(plain.as_uri())
+    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(str(plain)))
 
 
 def s3_container(
@@ -261,7 +274,7 @@ def _storage(store: storage.Store) -> ic.Storage:
     if store.is_local:
         return ic.local_filesystem_storage(str(store.local_path))
     if store.scheme == "s3":
-        bucket, prefix = urlparse(store.url).netloc, urlparse(store.url).path.strip("/")
+        bucket, prefix = storage.split_bucket(store.url)
         o = store.options
         return ic.s3_storage(
             bucket=bucket,
@@ -274,7 +287,7 @@ def _storage(store: storage.Store) -> ic.Storage:
             anonymous=bool(o.get("anonymous")) or None,
         )
     if store.scheme in ("gs", "gcs"):
-        bucket, prefix = urlparse(store.url).netloc, urlparse(store.url).path.strip("/")
+        bucket, prefix = storage.split_bucket(store.url)
         return ic.gcs_storage(bucket=bucket, prefix=prefix or None, from_env=True)
     raise ValueError(
         f"cannot hold an Icechunk repo at {store.url}: use a path, file:// s3:// or gs://"

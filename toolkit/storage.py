@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Protocol
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import obstore
 from obstore import exceptions as obx
@@ -327,17 +327,26 @@ class Store:
 
     @property
     def local_path(self) -> Path:
+        """The directory of a local store, decoded from its file:// URL."""
         if not self.is_local:
             raise ValueError(f"{self.url} is not a local store")
-        return Path(urlparse(self.url).path)
+        return file_path(self.url)
 
     def child(self, prefix: str) -> Store:
-        """The same store rooted one prefix deeper."""
-        return Store(
-            f"{self.url.rstrip('/')}/{prefix.strip('/')}",
-            self.options,
-            self.credential_provider,
-        )
+        """The same store rooted one prefix deeper (`prefix` is a key: taken literally)."""
+        if self.is_local:
+            url = (self.local_path / prefix.strip("/")).as_uri()
+        else:
+            url = f"{self.url.rstrip('/')}/{prefix.strip('/')}"
+        return Store(url, self.options, self.credential_provider)
+
+    def object_url(self, key: str) -> str:
+        """The URL of `key` here (what a virtual reference points at): percent-encoded for a
+        local store, as its own URL is, so that the two agree on every letter."""
+        key = key.lstrip("/")
+        if self.is_local:
+            return (self.local_path / key).as_uri()
+        return f"{self.url.rstrip('/')}/{key}"
 
     def zarr(self, read_only: bool = False) -> Any:
         """A zarr v3 store over this object store (zarr's own ObjectStore adapter)."""
@@ -370,14 +379,42 @@ class Store:
 
 
 def _normalise_url(url: str) -> str:
+    """One spelling per location. A plain path is taken literally (spaces, `%`, `#`, `?` and
+    any letter are part of the name) and becomes a file:// URL, percent-encoded as URLs are;
+    a file:// URL is decoded first, so `file:///a b` and `file:///a%20b` are one store. Cloud
+    URLs are `scheme://bucket/key-prefix` with the key prefix literal (as `aws s3` reads them)."""
     if "://" not in url:
         return Path(url).expanduser().resolve().as_uri()
+    if url.startswith("file://"):
+        return file_path(url).resolve().as_uri()
     return url
 
 
-def _split_bucket(url: str) -> tuple[str, str]:
-    parsed = urlparse(url)
-    return parsed.netloc, parsed.path.strip("/")
+def file_path(url: str) -> Path:
+    """The local path a file:// URL names, percent-decoded (the inverse of `Path.as_uri`)."""
+    return Path(unquote(urlparse(url).path))
+
+
+def local_path_of(source: str) -> Path | None:
+    """The local path a plain path or file:// URL names (None for other schemes): what a
+    command checks before opening, since opening a local store creates its directory."""
+    if "://" not in source:
+        return Path(source).expanduser()
+    if source.startswith("file://"):
+        return file_path(source)
+    return None
+
+
+def object_url(store: Store, key: str) -> str:
+    """The URL of `key` in `store` (`Store.object_url`)."""
+    return store.object_url(key)
+
+
+def split_bucket(url: str) -> tuple[str, str]:
+    """(bucket, key prefix) of a cloud URL; the prefix is literal (a `#` or `?` is a letter)."""
+    rest = url.split("://", 1)[1]
+    bucket, _, prefix = rest.partition("/")
+    return bucket, prefix.strip("/")
 
 
 def _build(store: Store) -> Any:
@@ -387,12 +424,12 @@ def _build(store: Store) -> Any:
         with _MEMORY_LOCK:
             return _MEMORY.setdefault(url, MemoryStore())
     if scheme == "file":
-        path = Path(urlparse(url).path)
+        path = store.local_path
         path.mkdir(parents=True, exist_ok=True)
         # a deleted object takes its emptied directories with it: none is left to read as a
         # stray zarr node or to trip a later rename (a level rebuilt in place)
         return LocalStore(path, automatic_cleanup=True)
-    bucket, prefix = _split_bucket(url)
+    bucket, prefix = split_bucket(url)
     client_options: dict[str, Any] = {}
     if opts.pop("allow_http", False):
         client_options["allow_http"] = True

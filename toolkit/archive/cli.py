@@ -113,10 +113,11 @@ def _open(
 
 def _open_data(url: str, *opts: Any) -> Any:
     """The data root; a local one must exist (a typo would otherwise find nothing, silently)."""
-    if "://" not in url or url.startswith("file://"):  # checked first: opening creates it
-        path = Path(url.removeprefix("file://")).expanduser()
-        if not path.is_dir():
-            raise ValueError(f"data root {path.resolve()} does not exist or is not a directory")
+    from toolkit import storage
+
+    path = storage.local_path_of(url)
+    if path is not None and not path.is_dir():  # checked first: opening creates it
+        raise ValueError(f"data root {path.resolve()} does not exist or is not a directory")
     return _open(url, *opts)
 
 

@@ -76,11 +76,9 @@ def open_repo_source(
     """The repo at `source`, or None when `source` is not an Icechunk repo (a Zarr store)."""
     store = source if isinstance(source, storage.Store) else None
     if store is None:
-        if "://" not in source or source.startswith("file://"):
-            from pathlib import Path
-
-            if not Path(source.removeprefix("file://")).expanduser().is_dir():
-                return None
+        local = storage.local_path_of(source)
+        if local is not None and not local.is_dir():
+            return None
         try:
             store = storage.open_store(source, **options)
         except storage.StorageError as err:

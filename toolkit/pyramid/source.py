@@ -10,7 +10,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,11 +50,10 @@ def open_source(source: str | storage.Store, **options: Any) -> storage.Store:
     """
     if isinstance(source, storage.Store):
         return source
-    if "://" not in source or source.startswith("file://"):
-        path = Path(source.removeprefix("file://")).expanduser()
-        if not path.is_dir():
-            what = "is not a directory" if path.exists() else "does not exist"
-            raise PlanError(f"store {path.resolve()}: {what} (want a zarr v3 store)")
+    path = storage.local_path_of(source)
+    if path is not None and not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise PlanError(f"store {path.resolve()}: {what} (want a zarr v3 store)")
     try:
         return storage.open_store(source, **options)
     except storage.StorageError as err:

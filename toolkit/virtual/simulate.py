@@ -317,7 +317,7 @@ class SimArchive:
         return self.data_key(f) + ".idx"
 
     def data_url(self, f: SimFile) -> str:
-        return f"{self.store.url.rstrip('/')}/{self.data_key(f)}"
+        return storage.object_url(self.store, self.data_key(f))
 
     def expected(self, f: SimFile, name: str, level: float | None = None) -> np.ndarray:
         return expected_values(name, f.init, f.lead, f.member, level)

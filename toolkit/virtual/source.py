@@ -128,7 +128,7 @@ def file_coord(
         lead[0],
         member,
         file_type,
-        f"{source.store.url.rstrip('/')}/{key}",
+        source.store.object_url(key),
         names,
         source.label_of(member),
         valid_dim,

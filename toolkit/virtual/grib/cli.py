@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
@@ -38,16 +37,17 @@ def _open(target: str, options: dict[str, Any]) -> tuple[Any, str]:
     """(Store, key) for a path or URL; a local path must exist (opening would create it)."""
     from toolkit import storage
 
-    parsed = urlparse(target)
-    if "://" not in target or parsed.scheme == "file":
-        path = Path(parsed.path if parsed.scheme == "file" else target).expanduser().resolve()
+    local = storage.local_path_of(target)
+    if local is not None:
+        path = local.resolve()
         if not path.is_file():
             raise InputError(f"no such file: {path}")
         return storage.open_store(str(path.parent)), path.name
-    if not parsed.netloc or not parsed.path.strip("/"):
+    bucket, key = storage.split_bucket(target)
+    if not bucket or not key:
         raise InputError(f"{target} names no object (expected scheme://bucket/key)")
-    store = storage.open_store(f"{parsed.scheme}://{parsed.netloc}", **options)
-    return store, parsed.path.lstrip("/")
+    store = storage.open_store(f"{urlparse(target).scheme}://{bucket}", **options)
+    return store, key
 
 
 def _scan_file(store: Any, key: str) -> list[Row]:
@@ -167,7 +167,7 @@ def scan(
     source = target
     try:
         store, key = _open(target, options)
-        source = f"{store.url.rstrip('/')}/{key}"
+        source = storage.object_url(store, key)
         if index is None:
             rows = _scan_file(store, key)
         else:

@@ -14,7 +14,7 @@ from toolkit.virtual.grib.message import INDICATOR_SIZE, MessageSpan, scan_messa
 
 def object_url(store: storage.Store, key: str) -> str:
     """The canonical URL of `key` in `store` (what references point at)."""
-    return f"{store.url.rstrip('/')}/{key.lstrip('/')}"
+    return storage.object_url(store, key)
 
 
 def read_index(store: storage.Store, key: str) -> Inventory:
