@@ -98,8 +98,8 @@ def test_grib_scan_finds_a_file_with_a_space_in_its_name(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_virtual_backfill_into_an_odd_folder_reads_back(tmp_path: Path) -> None:
     from tests.virtual.test_backfill import START, sim
-    from toolkit.virtual.backfill import backfill
     from toolkit.virtual import open_dataset
+    from toolkit.virtual.backfill import backfill
     from toolkit.virtual.simulate import expected_values
 
     odd = _odd_dir(tmp_path)
