@@ -158,6 +158,7 @@ def container_for(store: storage.Store) -> Container:
             endpoint_url=o.get("endpoint"),
             allow_http=bool(o.get("allow_http")),
             path_style=bool(o.get("path_style")),
+            anonymous=bool(o.get("anonymous")),  # a private bucket: readers sign, as we did
         )
     if store.scheme in ("gs", "gcs"):
         return gcs_container(store.url.replace("gcs://", "gs://", 1))
@@ -184,10 +185,28 @@ def _credential(prefix: str, mode: Literal["anonymous", "env"]) -> Any:
 
 
 def reader_credentials(
-    prefixes: Iterable[str], mode: Literal["anonymous", "env"] = "anonymous"
+    prefixes: Iterable[str],
+    mode: Literal["anonymous", "env"] = "anonymous",
+    containers: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The credentials map a reader passes at open: anonymous (or from-env) per container."""
-    return ic.containers_credentials({p: _credential(p, mode) for p in prefixes})
+    """The credentials map a reader passes at open, per container: from the environment
+    with `mode="env"`, and for a container the repo records as private (its source was read
+    with credentials: a backfill from a private bucket); anonymous otherwise."""
+    known = containers or {}
+
+    def how(p: str) -> Literal["anonymous", "env"]:
+        return "env" if mode == "env" or (p in known and not _anonymous(known[p])) else "anonymous"
+
+    return ic.containers_credentials({p: _credential(p, how(p)) for p in prefixes})
+
+
+def _anonymous(container: Any) -> bool:
+    """Whether a container's recorded store options read it anonymously (True when the
+    store kind records no such option: a local or an older container)."""
+    try:
+        return bool(container.store[0].anonymous)
+    except (AttributeError, IndexError, TypeError):
+        return True
 
 
 # ----------------------------------------------------------------------------- manifest splitting
@@ -318,7 +337,9 @@ def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
     repo = ic.Repository.create(
         _storage(store),
         config=config.repository_config(),
-        authorize_virtual_chunk_access=reader_credentials(config.prefixes),
+        authorize_virtual_chunk_access=reader_credentials(
+            config.prefixes, containers={c.url_prefix: c for c in config.containers}
+        ),
     )
     repo.save_config()
     return repo
@@ -360,9 +381,10 @@ def open_repo(
         with _OPEN_LOCK:
             if key in _OPEN:
                 return _OPEN[key]
-    prefixes = list(cfg.virtual_chunk_containers or {})
+    containers = dict(cfg.virtual_chunk_containers or {})
     repo = ic.Repository.open(
-        st, authorize_virtual_chunk_access=reader_credentials(prefixes, credentials)
+        st,
+        authorize_virtual_chunk_access=reader_credentials(containers, credentials, containers),
     )
     with _OPEN_LOCK:
         for stale in [k for k in _OPEN if k[:2] == key[:2] and k != key]:
