@@ -114,6 +114,9 @@ def test_packed_integer_is_a_quantity_decoded_to_float32(tmp_path):
     )  # fmt: skip
     p = plan(str(path))
     assert p.method == "mean" and "scale_factor" in p.method_from
+    shown = CliRunner().invoke(app, ["pyramid", "plan", str(path)]).output
+    assert "level 0 t2m: nodata -32767; valid" not in shown  # no range declared
+    assert "level 0 t2m: nodata -32767; x 0.01 + 280" in shown
     build(str(path), levels=3, executor="sync")
     oracle0 = xr.open_zarr(path, consolidated=False)["t2m"].values.astype(np.float64)
     assert np.isnan(oracle0).sum() == np.isnan(t).sum()

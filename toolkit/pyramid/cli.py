@@ -174,6 +174,8 @@ def plan_cmd(
             str(len(lvl.targets)),
         )
     out.print(table)
+    for line in p.reading:  # how CF said to read level 0
+        out.print(f"level 0 {escape(line)}", soft_wrap=True)
     for note in p.notes:
         out.print(f"note: {escape(note)}", soft_wrap=True)
 

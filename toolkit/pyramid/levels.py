@@ -62,7 +62,10 @@ def plan_source(
         prints=src.prints,
         circular=circular,
     )
-    return replace(p, notes=band_notes(src, p.method, band_dim))
+    reading = tuple(
+        f"{n}: {a.cf.describe()}" for n, a in sorted(src.arrays.items()) if a.cf is not None
+    )
+    return replace(p, notes=band_notes(src, p.method, band_dim), reading=reading)
 
 
 BAND = "band"

@@ -202,6 +202,7 @@ class PyramidPlan:
     method_from: str = "given"  # why this operator (`choose_method`)
     notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
     circular: tuple[str, ...] = ()  # variables whose mean is circular (directions)
+    reading: tuple[str, ...] = ()  # how each variable's level 0 is read (`Decoding.describe`)
     # each level-0 shard's content fingerprint {var: {"i.j": hash of size and ETag}}: recorded
     # beside the plan, not in it (two stores of the same data have other ETags, and the same
     # plan); an in-place edit shows here
