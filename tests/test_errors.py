@@ -127,6 +127,18 @@ CASES: tuple[Case, ...] = (
         ("'wave'", "complex64", "--variable"),
     ),
     Case(
+        "an `--endpoint` whose port is not a number",
+        ("pyramid", "plan", "s3://b/x", "--endpoint", "http://127.0.0.1:notaport", "--allow-http"),
+        2,
+        ("malformed endpoint", "s3://b/x", "notaport", "want http[s]://host[:port]"),
+    ),
+    Case(
+        "an `--endpoint` that is not a URL",
+        ("archive", "resolve", "--manifests", "s3://b/m", "x/y", "--endpoint", "not a url"),
+        2,
+        ("malformed endpoint", "s3://b/m", "'not a url'", "want http[s]://host[:port]"),
+    ),
+    Case(
         "a CF `_FillValue` that is neither a number nor base64",
         ("pyramid", "build", "odd.zarr", "--variable", "fill_text", *SYNC),
         2,

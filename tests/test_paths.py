@@ -116,3 +116,21 @@ def test_a_virtual_backfill_into_an_odd_folder_reads_back(tmp_path: Path) -> Non
     )
     f = files[0]
     np.testing.assert_array_equal(got, expected_values("temperature_2m", f.init, f.lead))
+
+
+def test_a_secret_inside_an_endpoint_url_is_never_echoed() -> None:
+    for argv in (
+        ["pyramid", "plan", "s3://b/x", "--endpoint", "http://KEY:SECRET@127.0.0.1:x"],
+        ["pyramid", "plan", "s3://b/x", "--allow-http",
+         "--endpoint", "http://KEY:SECRET@127.0.0.1:x"],
+    ):  # fmt: skip
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2, r.output
+        assert "SECRET" not in r.output and "KEY" not in r.output and "***@" in r.output
+
+
+@given(port=st.text(alphabet="abxyz:-_.!~ #?%", min_size=1, max_size=6))
+def test_an_endpoint_is_checked_before_any_connection(port: str) -> None:
+    with pytest.raises(storage.BadEndpoint, match="malformed endpoint"):
+        storage.open_store("s3://b/x", endpoint=f"http://127.0.0.1:{port}")
+    assert storage.open_store("s3://b/x", endpoint="http://127.0.0.1:9000").url == "s3://b/x"

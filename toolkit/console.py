@@ -51,7 +51,7 @@ OUT_OF_REACH = (storage.Unreachable, storage.AccessDenied)  # exit 2: the user's
 
 def fail(code: int, message: str) -> typer.Exit:
     """Print one red line to stderr and return the Exit to raise."""
-    err_console.print(f"[red]error:[/red] {escape(message)}")
+    err_console.print(f"[red]error:[/red] {escape(storage.redact(message))}")
     return typer.Exit(code)
 
 

@@ -131,6 +131,36 @@ class Unreachable(StorageError):
     cause = "store unreachable (check the endpoint URL and network)"
 
 
+class BadEndpoint(Unreachable):
+    """An endpoint that names no server: refused before any connection (a usage error)."""
+
+    cause = "malformed endpoint"
+
+
+def check_endpoint(url: str, endpoint: str) -> None:
+    """`endpoint` is http[s]://host[:port] with a numeric port, or BadEndpoint naming it."""
+    try:
+        parsed = urlparse(endpoint)
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not a number
+        ok = (
+            parsed.scheme in ("http", "https")
+            and bool(parsed.hostname)
+            and not (parsed.query or parsed.fragment or parsed.netloc.endswith(":"))
+            and "#" not in endpoint
+            and "?" not in endpoint
+        )
+        why = "" if ok else "want http[s]://host[:port]"
+    except ValueError as err:
+        why = f"{err}; want http[s]://host[:port]"
+    if why:
+        raise BadEndpoint(url, None, f"--endpoint {redact(endpoint)!r}: {why}")
+
+
+def redact(text: str) -> str:
+    """`text` with the user:password of every URL in it replaced by ***."""
+    return re.sub(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", r"\1***@", text, flags=re.I)
+
+
 _UNREACHABLE_HINTS = (
     "connect",
     "connection",
@@ -486,6 +516,8 @@ def open_store(
     """
     if isinstance(url, Store):
         return url
+    if options.get("endpoint") is not None and "://" in url and not url.startswith("file://"):
+        check_endpoint(url, str(options["endpoint"]))
     store = Store(url, options, credential_provider)
     if must_exist and store.is_local and not store.local_path.is_dir():
         raise NotFound(store.url, None, "no such directory")  # and none is made for a reader
