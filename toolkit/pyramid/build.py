@@ -220,6 +220,7 @@ def build(
     p = plan_source(src, method, band_dim, levels, max_shard, force_method)
     start = 0
     notes = list(p.notes)
+    accepted = rebuild_from is not None  # a changed level 0 this build takes on
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)
         if start > 0:
@@ -255,6 +256,7 @@ def build(
         edited = edited_in_place(recorded_prints(store), p) if old is not None else None
         if edited and any(edited.values()):
             notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
+            accepted = True
     records.put(store, records.PLAN, p.to_json().encode())
     records.put(store, records.PRINTS, json.dumps(p.prints, sort_keys=True).encode())
     metadata.write_levels(src, p)
@@ -264,8 +266,7 @@ def build(
         executor=executor,  # type: ignore[arg-type]
         progress=progress,
     )
-    # the backup follows level 0 when a build accepted its change (a rebuild, an edit)
-    metadata.update_root(src, p, refresh=rebuild_from is not None or len(notes) > len(p.notes))
+    metadata.update_root(src, p, refresh=accepted)  # the backup follows an accepted level 0
     return replace(report, notes=(*report.notes, *notes))
 
 
