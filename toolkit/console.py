@@ -13,6 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from toolkit import storage
-from toolkit.engine import ClusterUnreachable, Session, VersionMismatch, progress_bar
+from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
 from toolkit.plan import IncompleteStageError, Report, task_context
 
 err_console = Console(stderr=True, soft_wrap=True)  # one-line errors in logs and pipes
@@ -74,7 +75,7 @@ def exit_codes(
             err_console.print(escape("".join(traceback.format_exception(err))), highlight=False)
             if context is not None and context.traceback:
                 err_console.print(f"on the worker:\n{escape(context.traceback)}", highlight=False)
-        raise _one_line(err, usage_errors, check_errors) from None
+        raise _one_line(storage.explain(err) or err, usage_errors, check_errors) from None
 
 
 def _one_line(
@@ -101,7 +102,7 @@ def _code(
     check_errors: tuple[type[BaseException], ...],
 ) -> int:
     """2: bad usage, an unreachable store or cluster, mismatched versions; 1: anything else."""
-    if isinstance(err, (*OUT_OF_REACH, ClusterUnreachable, VersionMismatch)):
+    if isinstance(err, (*OUT_OF_REACH, ClusterUnreachable, VersionMismatch, BadOption)):
         return 2
     if isinstance(err, storage.StorageError):
         return 1
@@ -166,6 +167,27 @@ Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
 Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
 AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
 PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
+RETRY_SECONDS = storage.RETRY_SECONDS
+# the running command's --retry-seconds, read by store_options: every store a command opens
+# gets it without threading it through each helper; the root command resets it per invocation
+retry_budget: ContextVar[float | None] = ContextVar("retry_budget", default=None)
+
+
+def _take_budget(value: float) -> float:
+    retry_budget.set(value)
+    return value
+
+
+RetrySeconds = Annotated[
+    float,
+    typer.Option(
+        "--retry-seconds",
+        min=1,
+        callback=_take_budget,
+        help="Retry every object-store call with backoff for up to this long before giving "
+        "up (an outage shorter than this costs only time).",
+    ),
+]
 
 # The engine options of every job command.
 PerformanceReport = Annotated[
@@ -200,7 +222,8 @@ def store_options(
     allow_http: bool = False,
     path_style: bool = False,
 ) -> dict[str, Any]:
-    """The S3-style options of toolkit.storage, for URLs of a cloud scheme only."""
+    """The S3-style options of toolkit.storage, for URLs of a cloud scheme only, with the
+    command's --retry-seconds budget."""
     scheme = url.split("://", 1)[0] if "://" in url else "file"
     if scheme not in ("s3", "gs", "gcs", "az", "azure", "abfs"):
         return {}
@@ -208,6 +231,9 @@ def store_options(
     for name, value in (("endpoint", endpoint), ("region", region)):
         if value is not None:
             options[name] = value
+    budget = retry_budget.get()
+    if budget is not None:
+        options["retry_seconds"] = float(budget)
     for name, flag in (
         ("anonymous", anonymous),
         ("allow_http", allow_http),
@@ -243,7 +269,7 @@ class OneLineErrors(TyperGroup):
             if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
                 sys.exit(err.exit_code)  # a bare group: its help was printed when raised
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            text = " ".join(err.format_message().split())
+            text = " ".join(err.format_message().split()).replace("Value error, ", "")
             typer.echo(f"error: {text}{where}", err=True)
             sys.exit(getattr(err, "exit_code", 2))
         sys.exit(code if isinstance(code, int) else 0)

@@ -334,15 +334,20 @@ class RepoRef:
 
 def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
     """Create a repo whose config persists `config`'s containers and manifest settings."""
+    st = _storage(store)
+    credentials = reader_credentials(
+        config.prefixes, containers={c.url_prefix: c for c in config.containers}
+    )
     repo = ic.Repository.create(
-        _storage(store),
-        config=config.repository_config(),
-        authorize_virtual_chunk_access=reader_credentials(
-            config.prefixes, containers={c.url_prefix: c for c in config.containers}
-        ),
+        st, config=config.repository_config(), authorize_virtual_chunk_access=credentials
     )
     repo.save_config()
-    return repo
+    if store.is_local:
+        return repo
+    # the caller's retry budget applies from here on, without being persisted
+    return ic.Repository.open(
+        st, config=_retries(store), authorize_virtual_chunk_access=credentials
+    )
 
 
 def open_repo(
@@ -362,7 +367,8 @@ def open_repo(
     st = _storage(store)
     try:
         cfg = ic.Repository.fetch_config(st)  # one read: the hot path (every tick) pays no more
-    except ic.IcechunkError:
+    except ic.IcechunkError as err:
+        _refuse_unreachable(store, err)
         if _exists(store, st):
             raise
         raise NotARepo(
@@ -384,6 +390,7 @@ def open_repo(
     containers = dict(cfg.virtual_chunk_containers or {})
     repo = ic.Repository.open(
         st,
+        config=_retries(store),
         authorize_virtual_chunk_access=reader_credentials(containers, credentials, containers),
     )
     with _OPEN_LOCK:
@@ -393,12 +400,45 @@ def open_repo(
     return repo
 
 
+def _retries(store: storage.Store) -> ic.RepositoryConfig | None:
+    """Icechunk's retries bounded by the store's time budget (`storage.retry_seconds`), as
+    obstore's are: many tries, short backoff, the whole operation cut at the budget. Applied
+    when opening, not persisted: the budget is the caller's, not the repo's."""
+    if store.is_local:
+        return None
+    budget_ms = int(storage.retry_seconds(store.options) * 1000)
+    return ic.RepositoryConfig(
+        storage=ic.StorageSettings(
+            retries=ic.StorageRetriesSettings(
+                max_tries=max(10, budget_ms // 200), initial_backoff_ms=100, max_backoff_ms=2000
+            ),
+            timeouts=ic.StorageTimeoutSettings(operation_timeout_ms=budget_ms),
+        )
+    )
+
+
+_UNREACHABLE = ("dispatch failure", "connection refused", "connect", "timed out", "timeout")
+
+
+def _refuse_unreachable(store: storage.Store, err: Exception) -> None:
+    """An Icechunk error that says the server did not answer becomes `storage.Unreachable`
+    naming the repo and the endpoint (instead of Icechunk's multi-line context)."""
+    text = str(err).lower()
+    if not store.is_local and any(h in text for h in _UNREACHABLE):
+        endpoint = store.options.get("endpoint") or store.url
+        budget = storage.retry_seconds(store.options)
+        raise storage.Unreachable(store.url, None, storage.unanswered(endpoint, budget)) from None
+
+
 def _exists(store: storage.Store, st: ic.Storage | None = None) -> bool:
     """Whether an Icechunk repo is at `store`; one written in a format newer than this
     icechunk reads is a usage error naming both versions and the upgrade."""
     try:
         return ic.Repository.exists(st or _storage(store))
-    except ic.FormatError as err:
+    except ic.IcechunkError as err:
+        if not isinstance(err, ic.FormatError):
+            _refuse_unreachable(store, err)
+            raise
         said = str(err).split("\n", 1)[0].removeprefix("FormatError: ").split(". Please")[0]
         raise NotARepo(
             f"{store.url}: {said}: upgrade icechunk (this toolkit has {ic.__version__}) on this "

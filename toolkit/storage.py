@@ -95,6 +95,15 @@ class StorageError(Exception):
             msg += f" ({detail})"
         super().__init__(msg)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # travels from a worker as itself
+        return (_rebuild, (type(self), self.store, self.key, self.detail))
+
+
+def _rebuild(kind: type[StorageError], store: str, key: str | None, detail: str) -> StorageError:
+    err = kind.__new__(kind)
+    StorageError.__init__(err, store, key, detail)
+    return err
+
 
 class NotFound(StorageError):
     cause = "not found"
@@ -185,11 +194,37 @@ def _translate(err: BaseException, store: Store, key: str | None) -> StorageErro
         return AccessDenied(store.url, key, detail)
     text = str(err).lower()
     if any(h in text for h in _UNREACHABLE_HINTS):
-        return Unreachable(store.url, key, detail)
+        endpoint = store.options.get("endpoint") or store.url
+        return Unreachable(store.url, key, unanswered(endpoint, retry_seconds(store.options)))
     # a status code, not digits inside a duration such as "in 1.821543403s"
     if re.search(r"\b403\b", text) or "forbidden" in text or "access denied" in text:
         return AccessDenied(store.url, key, detail)
     return StorageError(store.url, key, detail)
+
+
+def unanswered(endpoint: str, budget: float) -> str:
+    """Why a call failed when its server never answered: the endpoint, the budget, the fix."""
+    return (
+        f"{redact(endpoint)} did not answer within the {budget:g} s retry budget; rerun when "
+        "it is back (the run resumes), or allow longer with --retry-seconds"
+    )
+
+
+_PERFORMING = re.compile(r"Error performing (\w+) (\S+) in .*?retry_timeout: ([\d.]+)s", re.S)
+
+
+def explain(err: BaseException) -> StorageError | None:
+    """A toolkit error for an obstore error that escaped without its store (raised inside
+    zarr's adapter, on a worker): named by the URL the request went to; None if not one."""
+    if isinstance(err, StorageError) or not isinstance(err, obx.BaseError):
+        return None
+    found = _PERFORMING.search(str(err))
+    url = found.group(2) if found else "an object store"
+    if found and any(h in str(err).lower() for h in _UNREACHABLE_HINTS):
+        parsed = urlparse(url)
+        endpoint = f"{parsed.scheme}://{parsed.netloc}"
+        return Unreachable(url, None, unanswered(endpoint, float(found.group(3))))
+    return _translate(err, Store(url if found else "memory://unknown"), None)
 
 
 # --------------------------------------------------------------------------- types
@@ -470,13 +505,14 @@ def _build(store: Store) -> Any:
     kwargs: dict[str, Any] = {"prefix": prefix or None}
     if client_options:
         kwargs["client_options"] = client_options
-    retry: dict[str, Any] = {}
-    if "max_retries" in opts:
-        retry["max_retries"] = int(opts.pop("max_retries"))
-    if "retry_timeout" in opts:
-        retry["retry_timeout"] = timedelta(seconds=float(opts.pop("retry_timeout")))
-    if retry:
-        kwargs["retry_config"] = retry
+    # retries end at the time budget, not at a count: a store that comes back inside it
+    # costs only time (obstore's own default gives up after 10 quick tries)
+    kwargs["retry_config"] = {
+        "max_retries": int(opts.pop("max_retries", 1_000_000)),
+        "retry_timeout": timedelta(seconds=retry_seconds(opts)),
+        "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": MAX_BACKOFF},
+    }
+    opts.pop("retry_seconds", None)
     if store.credential_provider is not None:
         kwargs["credential_provider"] = store.credential_provider
     if scheme == "s3":
@@ -498,6 +534,15 @@ def _build(store: Store) -> Any:
     )
 
 
+RETRY_SECONDS = 60.0  # the default budget every object-store call retries within
+MAX_BACKOFF = timedelta(seconds=2)  # a server that is back is noticed within this
+
+
+def retry_seconds(options: dict[str, Any]) -> float:
+    """The retry budget of a store's options (`retry_seconds`), RETRY_SECONDS by default."""
+    return float(options.get("retry_seconds", RETRY_SECONDS))
+
+
 def open_store(
     url: str | Store,
     *,
@@ -509,8 +554,9 @@ def open_store(
 
     `memory://name`, `file:///abs/path` or a plain path, `s3://bucket/prefix` (options:
     `endpoint`, `region`, `anonymous`, `allow_http`, `path_style`), `gs://bucket/prefix`,
-    `az://container/prefix`. Cloud stores also take `timeout`/`connect_timeout` ("5s"),
-    `max_retries` and `retry_timeout` (seconds). Nothing is contacted until the first operation.
+    `az://container/prefix`. Cloud stores also take `timeout`/`connect_timeout` ("5s") and
+    `retry_seconds`: every call retries with backoff for that long (RETRY_SECONDS) before it
+    fails as Unreachable. Nothing is contacted until the first operation.
     `must_exist`: a local directory must be there already (`NotFound`); a reader's open
     then creates nothing.
     """

@@ -248,6 +248,8 @@ def test_unreachable_endpoint_exits_2_naming_the_store() -> None:
         "--allow-http",
         "--region",
         "us-east-1",
+        "--retry-seconds",
+        "1",
     )
     assert res.exit_code == 2 and "unreachable" in res.output and "s3://bkt/data" in res.output
     res = invoke("resolve", "a/b", "--manifests", "s3://bkt/m", "--endpoint", "http://127.0.0.1:9")

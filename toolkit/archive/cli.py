@@ -13,17 +13,19 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from toolkit.console import (
+    RETRY_SECONDS,
     AllowHttp,
     Anonymous,
     Endpoint,
     PathStyle,
     PerformanceReport,
     Region,
+    RetrySeconds,
     Ship,
     exit_codes,
     session,
@@ -221,6 +223,7 @@ def partition(
     hot_always: HotAlways = None,
     as_json: Json = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -266,8 +269,9 @@ def scan(
     hot_always: HotAlways = None,
     as_json: Json = False,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -312,6 +316,7 @@ def diff(
     force: Force = False,
     hot_always: HotAlways = None,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -359,6 +364,7 @@ def resolve(
     manifests: Manifests = "manifests",
     as_json: Json = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -411,10 +417,13 @@ def watch(
     ] = False,
     debounce: Annotated[
         float,
-        typer.Option(help="Seconds without a new event that close a batch (a burst is one batch)."),
+        typer.Option(
+            min=0,
+            help="Seconds without a new event that close a batch (a burst is one batch).",
+        ),
     ] = 1.0,
     max_wait: Annotated[
-        float, typer.Option(help="Seconds a batch may wait for the stream to go quiet.")
+        float, typer.Option(min=0, help="Seconds a batch may wait for the stream to go quiet.")
     ] = 30.0,
     exclude: Exclude = None,
     t_max: TMax = "50GiB",
@@ -423,8 +432,9 @@ def watch(
     hot_always: HotAlways = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per batch.")] = False,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -510,6 +520,7 @@ def mark(
         bool, typer.Option("--force", help="Record a transition the state machine refuses.")
     ] = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -574,6 +585,7 @@ def show(
     manifests: Manifests = "manifests",
     as_json: Json = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -628,6 +640,7 @@ def pin_add(
     until: Annotated[str | None, typer.Option("--until", help="YYYY-MM-DD")] = None,
     manifests: Manifests = "manifests",
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -652,6 +665,7 @@ def pin_remove(
     prefix: Annotated[str, typer.Argument()],
     manifests: Manifests = "manifests",
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -685,7 +699,7 @@ def report(
     manifests: Manifests = "manifests",
     rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
     mount: Annotated[
-        float, typer.Option("--mount", help="Seconds per tape mount and seek.")
+        float, typer.Option("--mount", min=0, help="Seconds per tape mount and seek.")
     ] = 90.0,
     events: Annotated[
         Path | None,
@@ -699,6 +713,7 @@ def report(
     ] = None,
     as_json: Json = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,

@@ -1,6 +1,7 @@
 """The engine: compiles plans into Dask graphs and runs them. The only dask/distributed import."""
 
 from toolkit.engine.cluster import (
+    BadOption,
     ClusterUnreachable,
     Session,
     connect,
@@ -29,6 +30,7 @@ from toolkit.plan import (
 
 __all__ = [
     "AUTO",
+    "BadOption",
     "ClusterUnreachable",
     "Gate",
     "IncompleteStageError",

@@ -26,6 +26,44 @@ class ClusterUnreachable(ConnectionError):
     """No Dask scheduler answered at the given address."""
 
 
+class BadOption(ValueError):
+    """A cluster option that cannot work (a malformed address, a report nobody can write):
+    refused when the command starts, before anything is written."""
+
+
+def check_address(address: str) -> None:
+    """`address` names a scheduler (tcp://host:port, tls://, ws://, a bare host:port), or
+    BadOption naming it; distributed's own parser decides."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except ValueError as err:
+        raise BadOption(
+            f"--cluster / TOOLKIT_CLUSTER {address!r} is not a scheduler address ({err}); "
+            "want tcp://host:port, or leave it unset for the embedded cluster"
+        ) from None
+
+
+def check_report_path(path: Path | str) -> None:
+    """The performance report can be written where asked, or BadOption before the run (not
+    after it, with the work done and its report lost)."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        why = "is a directory"
+    elif not parent.is_dir():
+        why = f"its folder {parent} does not exist"
+    elif not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        why = "is not writable here"
+    else:
+        return
+    raise BadOption(f"--performance-report {target}: {why}; give a writable file path")
+
+
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -148,6 +186,10 @@ class Session:
         ship: bool = False,
         quiet: bool = True,
     ) -> None:
+        if isinstance(cluster, str):
+            check_address(cluster)
+        if performance_report is not None:
+            check_report_path(performance_report)
         self.cluster = cluster
         self.quiet = quiet
         self.announce = announce

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit import storage
 from toolkit.plan import (
     CONTEXT,
     Gate,
@@ -93,14 +94,17 @@ def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> An
     `TaskError` with its type name and message, so the context reaches the client either way."""
     try:
         return service(arg)
-    except Exception as err:
-        if task_context(err) is not None or isinstance(err, IncompleteStageError):
+    except Exception as raised:
+        if task_context(raised) is not None or isinstance(raised, IncompleteStageError):
             raise
         detail = traceback.format_exc()
+        err = storage.explain(raised) or raised  # an obstore error from inside zarr: named
         setattr(err, CONTEXT, TaskContext(stage, label, detail))
         if not _pickles(err):
             raise TaskError(stage, label, type(err).__name__, str(err), detail) from None
-        raise
+        if err is raised:
+            raise
+        raise err from None
 
 
 def _pickles(err: BaseException) -> bool:

@@ -7,19 +7,21 @@ context.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from toolkit.console import (
+    RETRY_SECONDS,
     AllowHttp,
     Anonymous,
     Endpoint,
     PathStyle,
     PerformanceReport,
     Region,
+    RetrySeconds,
     Ship,
     exit_codes,
     out,
@@ -70,13 +72,16 @@ ForceMethod = Annotated[
     ),
 ]
 BandDim = Annotated[str | None, typer.Option("--band-dim", help="Joint-mask (band) dimension.")]
-Levels = Annotated[int | None, typer.Option(help="Levels (default: down to one 512 px tile).")]
+Levels = Annotated[
+    int | None, typer.Option(min=1, help="Levels (default: down to one 512 px tile).")
+]
 MaxShard = Annotated[
-    int, typer.Option("--max-shard", help="Largest output shard side (px); levels grow to it.")
+    int,
+    typer.Option("--max-shard", min=1, help="Largest output shard side (px); levels grow to it."),
 ]
 Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
 Executor = Annotated[
-    str,
+    Literal["auto", "dask", "sync"],
     typer.Option(
         help="auto: this process for small work (under 1 GiB to read, nothing to start), "
         "else a cluster (--cluster, or an embedded one with its dashboard); dask: always a "
@@ -103,10 +108,15 @@ def _options(
     return options
 
 
-def _selection(items: list[str] | None) -> dict[str, list[str]]:
-    """`--select DIM=VALUE` options as {dim: [values]}; a malformed one is bad usage."""
+def _selection(items: list[str] | None, latest: bool = False) -> dict[str, list[str]]:
+    """`--select DIM=VALUE` options as {dim: [values]}; a malformed one, or one given with
+    --latest (which chooses positions too), is bad usage."""
     from toolkit.pyramid.plan import PlanError
 
+    if items and latest:
+        raise PlanError(
+            "--latest and --select both choose the positions to build: give one of them"
+        )
     out: dict[str, list[str]] = {}
     for item in items or ():
         dim, sep, value = item.partition("=")
@@ -135,6 +145,7 @@ def plan_cmd(
     select: Select = None,
     latest: Latest = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -153,7 +164,7 @@ def plan_cmd(
             levels,
             max_shard,
             force_method,
-            select=_selection(select),
+            select=_selection(select, latest),
             latest=latest,
             **opts,
         )
@@ -202,6 +213,7 @@ def build_cmd(
     select: Select = None,
     latest: Latest = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
@@ -226,7 +238,7 @@ def build_cmd(
                 rebuild_from=rebuild_from,
                 max_shard=max_shard,
                 force_method=force_method,
-                select=_selection(select),
+                select=_selection(select, latest),
                 latest=latest,
                 **opts,
             )
@@ -245,8 +257,9 @@ def verify_cmd(
     sample: Annotated[
         int,
         typer.Option(
+            min=1,
             help="Shards per level and variable compared with the numpy reference, spread "
-            "evenly (the first and the last among them)."
+            "evenly (the first and the last among them).",
         ),
     ] = 4,
     cluster: Cluster = None,
@@ -262,6 +275,7 @@ def verify_cmd(
     select: Select = None,
     latest: Latest = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     region: Region = None,
     anonymous: Anonymous = False,
     allow_http: AllowHttp = False,
@@ -280,7 +294,7 @@ def verify_cmd(
             cluster=where,
             executor=executor,
             private=private,
-            select=_selection(select),
+            select=_selection(select, latest),
             latest=latest,
             **opts,
         )

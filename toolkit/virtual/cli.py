@@ -10,11 +10,19 @@ validation failure), 2 bad usage or an unreachable store.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from toolkit.console import AllowHttp, Endpoint, PathStyle, PerformanceReport, Ship
+from toolkit.console import (
+    RETRY_SECONDS,
+    AllowHttp,
+    Endpoint,
+    PathStyle,
+    PerformanceReport,
+    RetrySeconds,
+    Ship,
+)
 
 app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
@@ -49,8 +57,9 @@ Anonymous = Annotated[
 Sample = Annotated[
     int,
     typer.Option(
+        min=0,
         help="Cells to decode (each a graph node), at least every variable's first, "
-        "interior and last lead and every member at each sampled position."
+        "interior and last lead and every member at each sampled position (0: none).",
     ),
 ]
 MinPresent = Annotated[
@@ -167,6 +176,18 @@ def _errors() -> Any:
     )
 
 
+def _var_choice(
+    include: list[str] | None, exclude: list[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """--include-var / --exclude-var; a variable named in both is bad usage."""
+    both = sorted(set(include or ()) & set(exclude or ()))
+    if both:
+        raise ValueError(
+            f"--include-var and --exclude-var both name {', '.join(both)}: drop one of them"
+        )
+    return tuple(include or ()), tuple(exclude or ())
+
+
 def _positions(text: str) -> int | str:
     if text.strip().lower() == "all":
         return "all"
@@ -228,7 +249,7 @@ def backfill(
         ),
     ] = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "dask",
+    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     strict: Annotated[bool, typer.Option(help="Any skipped file fails the gate.")] = False,
     overwrite_chunks: Annotated[bool, typer.Option(help="Re-emit refs, no filter.")] = False,
     allow_empty_positions: Annotated[
@@ -242,6 +263,7 @@ def backfill(
         ),
     ] = False,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
@@ -311,15 +333,17 @@ def update(
             "the one it replaced would have. Default: --fire-time."
         ),
     ] = None,
-    deadline: Annotated[float, typer.Option(help="Active deadline, seconds.")] = 600.0,
+    deadline: Annotated[float, typer.Option(min=1, help="Active deadline, seconds.")] = 600.0,
     lease_wait: Annotated[
         float,
         typer.Option(
+            min=0,
             help="Seconds to wait for another running update to release the repo's lease "
-            "(0: exit 1 at once)."
+            "(0: exit 1 at once).",
         ),
     ] = 0.0,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
@@ -353,7 +377,9 @@ def update(
     cluster: Annotated[
         str | None, typer.Option(help="Dask scheduler address for the decode samples.")
     ] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync (decode samples)")] = "sync",
+    executor: Annotated[
+        Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
+    ] = "sync",
     pyramid: Annotated[
         list[str] | None,
         typer.Option(
@@ -452,8 +478,9 @@ def _epoch(text: str) -> float:
 @app.command()
 def inspect(
     repo: RepoArg,
-    commits: Annotated[int, typer.Option(help="How many recent commits to show.")] = 10,
+    commits: Annotated[int, typer.Option(min=1, help="How many recent commits to show.")] = 10,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
 ) -> None:
@@ -511,6 +538,7 @@ def abort(
         typer.Option(help="The backfill branch (backfill-<hex>); default: the only one."),
     ] = None,
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
 ) -> None:
@@ -550,15 +578,17 @@ def validate(
         typer.Option(help="Newest positions with data to sample, or 'all' (an offline sweep)."),
     ] = "1",
     max_positions: Annotated[
-        int | None, typer.Option(help="With --positions all: at most this many, spread evenly.")
+        int | None,
+        typer.Option(min=1, help="With --positions all: at most this many, spread evenly."),
     ] = None,
     min_present: MinPresent = None,
     include_var: IncludeVars = None,
     exclude_var: ExcludeVars = None,
     replica: Replicas = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
-    executor: Annotated[str, typer.Option(help="dask or sync")] = "sync",
+    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "sync",
     endpoint: Endpoint = None,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
     allow_http: AllowHttp = False,
     path_style: PathStyle = False,
     anonymous: Anonymous = False,
@@ -573,6 +603,7 @@ def validate(
     from toolkit.console import session
 
     with _errors(), session(ctx, cluster, performance_report, ship) as where:
+        include_vars, exclude_vars = _var_choice(include_var, exclude_var)
         _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
         for url in replica or ():
             _existing_repo(url, endpoint, allow_http, path_style)
@@ -586,8 +617,8 @@ def validate(
             positions=_positions(positions),
             max_positions=max_positions,
             min_present_fraction=_tiers(min_present),
-            include_vars=tuple(include_var or ()),
-            exclude_vars=tuple(exclude_var or ()),
+            include_vars=include_vars,
+            exclude_vars=exclude_vars,
             cluster=where,
             executor=executor,
         )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolkit import icechunk as R
+from toolkit import storage
 from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
@@ -195,6 +196,8 @@ def fetch_or_skip(job: Job, c: SourceFileCoord, size: int) -> Any:
     """The file's index and header bytes (I/O, in a pool thread), or `Skipped`."""
     try:
         return fetch(job.dataset.source, c, size)  # type: ignore[arg-type]
+    except (storage.Unreachable, storage.AccessDenied):
+        raise  # the source is out of reach, not this file: skipping it would commit holes
     except Exception as err:  # an unreadable file must not sink the commit
         return _skip(c, err)
 

@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 
 import typer
 
+from toolkit.console import RETRY_SECONDS, RetrySeconds
+
 app = typer.Typer(help="Inspect GRIB2 files and their wgrib2 indexes.", no_args_is_help=True)
 
 
@@ -143,6 +145,7 @@ def scan(
     endpoint: Annotated[str | None, typer.Option(help="S3-compatible endpoint URL.")] = None,
     region: Annotated[str | None, typer.Option(help="Bucket region.")] = None,
     anonymous: Annotated[bool, typer.Option(help="Unsigned requests (public buckets).")] = False,
+    retry_seconds: RetrySeconds = RETRY_SECONDS,
 ) -> None:
     """List a file's messages (number, offset, length, element, level, window).
 
@@ -157,7 +160,7 @@ def scan(
     from toolkit.virtual.grib.errors import GribSourceError
 
     err = Console(stderr=True)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"retry_seconds": retry_seconds}
     if endpoint:
         options |= {"endpoint": endpoint, "allow_http": endpoint.startswith("http://")}
     if region:
