@@ -26,6 +26,12 @@ class ClusterUnreachable(ConnectionError):
     """No Dask scheduler answered at the given address."""
 
 
+# Run by each embedded worker process as it starts (a preload script): a terminal's Ctrl-C
+# reaches the whole process group, and only the toolkit process answers it, closing the workers
+# (toolkit.engine.interrupt); a worker answering too would print a traceback of its own.
+IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+
+
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -49,6 +55,7 @@ def embedded(
             n_workers=n_workers or default_workers(),
             threads_per_worker=1,
             processes=True,
+            preload=[IGNORE_SIGINT],
             **common,
         )
     return LocalCluster(
