@@ -1,6 +1,7 @@
 """The `toolkit` command line.
 
-Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable store.
+Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable store, 130 / 143
+interrupted by SIGINT / SIGTERM (toolkit.engine.interrupt).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 
 from toolkit import storage
 from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
+from toolkit.engine.interrupt import Interrupts, interrupted
 from toolkit.plan import IncompleteStageError, Report, task_context
 
 err_console = Console(stderr=True, soft_wrap=True)  # one-line errors in logs and pipes
@@ -70,6 +71,8 @@ def exit_codes(
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as err:
+        if interrupted():  # whatever the signal broke on the way out is the interrupt itself
+            raise KeyboardInterrupt from err
         context = task_context(err)
         if debugging():
             err_console.print(escape("".join(traceback.format_exception(err))), highlight=False)
@@ -128,7 +131,7 @@ def session(
     arguments are validated), dashboard link on stderr, closed when the command ends."""
     return Session(
         root_cluster(ctx, cluster),
-        announce=lambda line: err_console.print(escape(line), highlight=False),
+        announce=lambda line: err_console.print(escape(storage.redact(line)), highlight=False),
         performance_report=performance_report,
         ship=ship,
         quiet=not debugging(),
@@ -156,7 +159,7 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
         )
     out.print(table)
     for note in report.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        out.print(f"note: {escape(storage.redact(note))}", soft_wrap=True)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
 
@@ -247,7 +250,8 @@ def store_options(
 class OneLineErrors(TyperGroup):
     """The root command: a usage error (an unknown flag, a missing option, a value out of
     range, a file that is not there) is one line and exit 2, naming the command's --help,
-    instead of click's five-line box around the same sentence."""
+    instead of click's five-line box around the same sentence. Ctrl-C or SIGTERM: one line,
+    `interrupted: rerun to resume`, exit 130 or 143 (toolkit.engine.interrupt)."""
 
     def main(
         self,
@@ -260,7 +264,16 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with Interrupts(lambda line: typer.echo(line, err=True)) as signals:
+                try:
+                    code = super().main(
+                        args, prog_name, complete_var, standalone_mode=False, **extra
+                    )
+                except Exception:
+                    if signals.signum is None:
+                        raise
+                if signals.signum is not None:  # whatever the command raised on its way out
+                    sys.exit(signals.finish())
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             sys.exit(1)

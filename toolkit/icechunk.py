@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -366,7 +367,7 @@ def open_repo(
     """
     st = _storage(store)
     try:
-        cfg = ic.Repository.fetch_config(st)  # one read: the hot path (every tick) pays no more
+        cfg = _fetch_config(store, st)  # one read: the hot path (every tick) pays no more
     except ic.IcechunkError as err:
         _refuse_unreachable(store, err)
         if _exists(store, st):
@@ -420,11 +421,27 @@ def _retries(store: storage.Store) -> ic.RepositoryConfig | None:
 _UNREACHABLE = ("dispatch failure", "connection refused", "connect", "timed out", "timeout")
 
 
+def _fetch_config(store: storage.Store, st: ic.Storage) -> ic.RepositoryConfig | None:
+    """The persisted config, retried until the store's budget is spent: Icechunk's own read
+    takes no retry settings and gives up after its default schedule (about 12 s)."""
+    deadline = time.monotonic() + storage.retry_seconds(store.options)
+    while True:
+        try:
+            return ic.Repository.fetch_config(st)
+        except ic.IcechunkError as err:
+            if not _unreachable(store, err) or time.monotonic() >= deadline:
+                raise
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def _unreachable(store: storage.Store, err: Exception) -> bool:
+    return not store.is_local and any(h in str(err).lower() for h in _UNREACHABLE)
+
+
 def _refuse_unreachable(store: storage.Store, err: Exception) -> None:
     """An Icechunk error that says the server did not answer becomes `storage.Unreachable`
     naming the repo and the endpoint (instead of Icechunk's multi-line context)."""
-    text = str(err).lower()
-    if not store.is_local and any(h in text for h in _UNREACHABLE):
+    if _unreachable(store, err):
         endpoint = store.options.get("endpoint") or store.url
         budget = storage.retry_seconds(store.options)
         raise storage.Unreachable(store.url, None, storage.unanswered(endpoint, budget)) from None

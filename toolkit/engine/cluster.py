@@ -64,6 +64,12 @@ def check_report_path(path: Path | str) -> None:
     raise BadOption(f"--performance-report {target}: {why}; give a writable file path")
 
 
+# Run by each embedded worker process as it starts (a preload script): a terminal's Ctrl-C
+# reaches the whole process group, and only the toolkit process answers it, closing the workers
+# (toolkit.engine.interrupt); a worker answering too would print a traceback of its own.
+IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+
+
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -87,6 +93,7 @@ def embedded(
             n_workers=n_workers or default_workers(),
             threads_per_worker=1,
             processes=True,
+            preload=[IGNORE_SIGINT],
             **common,
         )
     return LocalCluster(
