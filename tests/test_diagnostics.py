@@ -132,15 +132,16 @@ def corrupt_one_shard(path: Path) -> str:
 @pytest.mark.parametrize("engine", [["--executor", "sync"], []], ids=["sync", "embedded"])
 def test_a_failed_task_is_one_line_and_debug_shows_the_worker(engine, tmp_path) -> None:
     store = tmp_path / "s.zarr"
-    corrupt_one_shard(store)
+    key = corrupt_one_shard(store)
     res = runner.invoke(app, ["pyramid", "build", str(store), "--levels", "2", *engine])
     assert res.exit_code == 1
     lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("dashboard: ")]
     assert len(lines) == 1, res.stderr
-    assert re.match(
-        r"error: stage '2x' task '2x/field/c/\d+/\d+': ValueError: .*checksum", lines[0]
-    )
-    assert "--debug shows the traceback" in lines[0]
+    assert re.match(  # the corrupt object named, from whichever task read it, with the fix
+        rf"error: stage '2x' task '2x/field/c/\d+/\d+': CorruptObject: \S+/{key}: "
+        r"ValueError: .*checksum.*; restore the object",
+        lines[0],
+    ), lines[0]
     res = runner.invoke(app, ["--debug", "pyramid", "build", str(store), "--levels", "2", *engine])
     assert res.exit_code == 1
     assert "Traceback" in res.stderr and "on the worker:" in res.stderr

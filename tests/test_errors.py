@@ -86,6 +86,32 @@ def _built_then_changed(w: Path) -> None:
     field[:4, :4] = 7.0
 
 
+def _spoil(rel: str, how: str = "garbage") -> Callable[[Path], None]:
+    """Replace a stored object's bytes by garbage, or cut it to half its length."""
+
+    def go(w: Path) -> None:
+        body = (w / rel).read_bytes()
+        cut = body[: len(body) // 2]
+        (w / rel).write_bytes(b"\x8b garbage \x00" * 30 if how == "garbage" else cut)
+
+    return go
+
+
+def _built_then_spoiled(w: Path) -> None:
+    """Build good.zarr's pyramid, then cut one level-0 shard to half its bytes."""
+    res = CliRunner().invoke(app, ["pyramid", "build", str(w / "good.zarr"), "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    _spoil("good.zarr/field/c/1/1", "truncate")(w)
+
+
+def _spoiled_head(w: Path) -> None:
+    """Junk in place of the snapshot the virtual repo's main points at."""
+    from toolkit import icechunk as R
+
+    head = R.snapshot_of(R.open_repo(storage.open_store(str(w / "repo")), fresh=True), "main")
+    (w / "repo" / "snapshots" / head).write_bytes(b"not a snapshot\n" * 20)
+
+
 SYNC = ("--executor", "sync")
 S3 = ("--endpoint", "{s3}", "--region", "us-east-1", "--allow-http", "--path-style")
 SW = ("--endpoint", "{sw}", "--region", "us-east-1", "--allow-http", "--path-style")
@@ -717,6 +743,70 @@ CASES: tuple[Case, ...] = (
         ),
         2,
         ("--include-var and --exclude-var", "temperature_2m", "drop one"),
+    ),
+    # ---------------------------------------------------------------- corrupt objects
+    Case(
+        "a level-0 chunk (shard) of garbage bytes",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        1,
+        ("good.zarr/field/c/1/1", "not a valid zarr chunk", "restore the object, or rerun"),
+        setup=_spoil("good.zarr/field/c/1/1"),
+    ),
+    Case(
+        "a coordinate chunk of garbage bytes",
+        ("pyramid", "plan", "good.zarr"),
+        1,
+        ("good.zarr/lat/c/0", "Zstd", "not a valid zarr chunk", "restore the object"),
+        setup=_spoil("good.zarr/lat/c/0"),
+    ),
+    Case(
+        "a level-0 chunk truncated after its pyramid was built",
+        ("pyramid", "verify", "good.zarr", *SYNC),
+        1,
+        ("good.zarr/field/c/1/1", "not a valid zarr chunk", "restore the object, or rerun"),
+        setup=_built_then_spoiled,
+    ),
+    Case(
+        "an array's `zarr.json` that is not JSON",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        1,
+        ("good.zarr/field/zarr.json", "Expecting value", "not JSON", "restore the object"),
+        setup=_write("good.zarr/field/zarr.json", "not json{"),
+    ),
+    Case(
+        "a root `zarr.json` that is not JSON",
+        ("pyramid", "plan", "good.zarr"),
+        1,
+        ("good.zarr/zarr.json", "not JSON", "restore the object"),
+        setup=_write("good.zarr/zarr.json", "\x00\x01 junk"),
+    ),
+    Case(
+        "a `zarr.json` in the archive's data that is not JSON",
+        ("archive", "scan", "--data", "data", "--manifests", "m", *SYNC),
+        1,
+        ("data/cordex/a.zarr/tas/zarr.json", "not JSON", "restore the object, or rerun"),
+        setup=_write("data/cordex/a.zarr/tas/zarr.json", "junk"),
+    ),
+    Case(
+        "an Icechunk repo whose newest snapshot is junk (`virtual validate`)",
+        ("virtual", "validate", "sim-gfs", "--repo", "repo", "--source", "src"),
+        1,
+        ("repo/snapshots/", "not an Icechunk snapshot", "restore the object, or rerun"),
+        setup=_spoiled_head,
+    ),
+    Case(
+        "an Icechunk repo whose newest snapshot is junk (`pyramid build`)",
+        ("pyramid", "build", "repo", "-v", "temperature_2m", "--levels", "1", *SYNC),
+        1,
+        ("repo/snapshots/", "not an Icechunk snapshot", "restore the object, or rerun"),
+        setup=_spoiled_head,
+    ),
+    Case(
+        "an Icechunk repo file of junk",
+        ("virtual", "inspect", "repo"),
+        1,
+        ("repo/repo", "header size", "not an Icechunk repo file", "restore the object"),
+        setup=_write("repo/repo", "junk"),
     ),
 )
 

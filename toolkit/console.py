@@ -91,7 +91,8 @@ def _one_line(
     context = task_context(err)
     if context is not None:  # a task failed: exit 1, unless its store was out of reach
         code = 2 if isinstance(err, OUT_OF_REACH) else 1
-        hint = "" if debugging() else " (--debug shows the traceback)"
+        named = isinstance(err, storage.CorruptObject)  # its line ends with the fix
+        hint = "" if debugging() or named else " (--debug shows the traceback)"
         return fail(code, f"{context.line(err)}{hint}")
     code = _code(err, usage_errors, check_errors)
     known = code == 2 or isinstance(err, (storage.StorageError, *check_errors))

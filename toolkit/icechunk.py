@@ -14,13 +14,14 @@ objects (`session.store` is a zarr store).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -41,6 +42,8 @@ __all__ = [
     "chunk_coordinates",
     "chunks_present",
     "commit",
+    "corrupt",
+    "corruption_named",
     "create_branch",
     "delete_branch",
     "exists_many",
@@ -447,12 +450,50 @@ def _refuse_unreachable(store: storage.Store, err: Exception) -> None:
         raise storage.Unreachable(store.url, None, storage.unanswered(endpoint, budget)) from None
 
 
+# what Icechunk says of a file it cannot parse (a failed request says something else)
+_UNPARSED = re.compile(
+    r"invalid magic|header size|src size is incorrect|decompress|deserializ|unknown frame"
+    r"|flatbuffer|invalid file|unexpected end|corrupt",
+    re.I,
+)
+
+
+def corrupt(
+    err: BaseException, url: str, snapshot: str | None = None
+) -> storage.CorruptObject | None:
+    """The repo's object Icechunk could not parse, named (its repo file, a snapshot, a
+    manifest: as Icechunk's context says, else `snapshot`, the one the reader was on); None
+    for any other error (a newer format, a failed request)."""
+    if not isinstance(err, ic.IcechunkError):
+        return None
+    text = str(err)
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if "format version" in first or not (
+        isinstance(err, ic.FormatError) or _UNPARSED.search(first)
+    ):
+        return None
+    key, what = None, "an Icechunk repository object"
+    if m := re.search(r"snapshot_id=(\w+)", text):
+        key, what = f"snapshots/{m.group(1)}", "an Icechunk snapshot"
+    elif m := re.search(r"manifest_id=(\w+)", text):
+        key, what = f"manifests/{m.group(1)}", "an Icechunk manifest"
+    elif "fetch_repo_info" in text:
+        key, what = "repo", "an Icechunk repo file"
+    elif snapshot is not None and 'key="' in text and "zarr.json" in text:
+        key, what = f"snapshots/{snapshot}", "an Icechunk snapshot"  # its metadata is there
+    return storage.CorruptObject(url, key, what, f"{type(err).__name__}: {first}")
+
+
 def _exists(store: storage.Store, st: ic.Storage | None = None) -> bool:
     """Whether an Icechunk repo is at `store`; one written in a format newer than this
-    icechunk reads is a usage error naming both versions and the upgrade."""
+    icechunk reads is a usage error naming both versions and the upgrade, a repo file that
+    does not parse is a `CorruptObject` naming it."""
     try:
         return ic.Repository.exists(st or _storage(store))
     except ic.IcechunkError as err:
+        named = corrupt(err, store.url)
+        if named is not None:
+            raise named from None
         if not isinstance(err, ic.FormatError):
             _refuse_unreachable(store, err)
             raise
@@ -547,6 +588,15 @@ class BranchView:
             raise ValueError(f"{self.url}: a branch head is read-only; write through a session")
         return readonly(self.ref.open(), self.branch).store
 
+    def explain(self, err: Exception, key: str | None) -> storage.StorageError | None:
+        """An error of this view's store as `toolkit.storage` reports it: a corrupt object
+        of the repo named (None: not one)."""
+        head = None
+        if isinstance(err, ic.IcechunkError):
+            with contextlib.suppress(Exception):
+                head = snapshot_of(self.ref.open(), self.branch)
+        return corrupt(err, self.ref.url, head)
+
 
 @dataclass(frozen=True)
 class SessionView:
@@ -561,6 +611,11 @@ class SessionView:
 
     def zarr(self, read_only: bool = False) -> Any:
         return self.session.store
+
+    def explain(self, err: Exception, key: str | None) -> storage.StorageError | None:
+        """A corrupt object of the repo named (None: `err` is not one)."""
+        repo = self.url.rpartition("@")[0] if "@" in self.url.rpartition("/")[2] else self.url
+        return corrupt(err, repo, getattr(self.session, "snapshot_id", None))
 
 
 def finalize_branch(repo: ic.Repository, branch: str, marker: str) -> str:
@@ -892,3 +947,34 @@ def _await(coro: Any) -> Any:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+@contextlib.contextmanager
+def corruption_named(store: storage.Store) -> Iterator[None]:
+    """Around a job on the repo at `store`: Icechunk's error about one of the repo's objects
+    that does not parse (its several lines of Rust context) becomes a `CorruptObject`; when
+    the error does not say which object, the branches' snapshots are read to find it."""
+    try:
+        yield
+    except ic.IcechunkError as err:
+        named = corrupt(err, store.url)
+        if named is None:
+            raise
+        raise (named if named.key else _corrupt_snapshot(store) or named) from err
+
+
+def _corrupt_snapshot(store: storage.Store) -> storage.CorruptObject | None:
+    """The first branch head whose snapshot does not parse, named (None: every one does)."""
+    try:
+        repo = ic.Repository.open(_storage(store))
+        heads = sorted({repo.lookup_branch(b) for b in repo.list_branches()})
+    except Exception:
+        return None
+    for head in heads:
+        try:
+            _await(repo.inspect_snapshot_async(head))
+        except ic.IcechunkError as err:
+            named = corrupt(err, store.url, head)
+            if named is not None and named.key:
+                return named
+    return None

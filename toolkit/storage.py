@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import obstore
 from obstore import exceptions as obx
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
@@ -39,6 +40,7 @@ __all__ = [
     "AccessDenied",
     "AlreadyExists",
     "Blob",
+    "CorruptObject",
     "LockHeld",
     "NotFound",
     "ObjectInfo",
@@ -52,12 +54,15 @@ __all__ = [
     "delete_prefix",
     "exists",
     "get",
+    "get_json",
     "get_range",
     "head",
     "list_keys",
     "list_objects",
     "open_store",
     "put",
+    "read",
+    "zarr_metadata",
 ]
 
 SECRET_OPTIONS = frozenset(
@@ -130,6 +135,25 @@ class LockHeld(PreconditionFailed):
             f"{lock} is held by {owner} for {left:.0f} s more; if that writer is gone, "
             "rerun with --break-lock",
         )
+
+
+class CorruptObject(StorageError):
+    """An object is there but its bytes are not what its reader expects (a chunk that does not
+    decode, metadata that is not JSON, a snapshot that is not Icechunk's): named, with the way
+    out, instead of a decoder's message about nothing in particular."""
+
+    cause = "corrupt object"
+
+    def __init__(self, store: str, key: str | None, what: str, detail: str = "") -> None:
+        self.store, self.key, self.what, self.detail = store, key, what, detail
+        where = f"{store.rstrip('/')}/{key}" if key else store
+        Exception.__init__(
+            self,
+            f"{where}: {detail} (not {what}); restore the object, or rerun the job that writes it",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CorruptObject, (self.store, self.key, self.what, self.detail))
 
 
 class AccessDenied(StorageError):
@@ -290,8 +314,18 @@ def _view_call(store: Any, key: str | None, fn: Callable[[], Any]) -> Any:
     except StorageError:
         raise
     except Exception as err:  # the zarr store's own errors (Icechunk: a key it cannot hold)
+        named = _explained(store, err, key)
+        if named is not None:
+            raise named from err
         detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         raise StorageError(store.url, key, detail) from err
+
+
+def _explained(store: Any, err: Exception, key: str | None) -> StorageError | None:
+    """What a view says an error of its zarr store means (Icechunk: which of its own objects
+    is corrupt), or None."""
+    explain = getattr(store, "explain", None)
+    return explain(err, key) if callable(explain) else None
 
 
 def _view_keys(store: Any, prefix: str) -> list[str]:
@@ -808,3 +842,92 @@ def delete_prefix(store: Store | ZarrView, prefix: str) -> int:
         except Exception as err:
             raise _translate(err, store, prefix) from err
     return len(keys)
+
+
+# --------------------------------------------------------------------------- zarr reads
+
+# failed requests, not undecodable bytes: the object is not at fault, and reading it again one
+# chunk at a time would name whichever chunk the next failure happened to hit
+_NOT_DECODING = (
+    obx.BaseError,
+    StorageError,
+    ConnectionError,
+    TimeoutError,
+    FileNotFoundError,
+    PermissionError,
+    MemoryError,
+)
+
+
+def _decoding_error(err: BaseException) -> bool:
+    return isinstance(err, Exception) and not isinstance(err, _NOT_DECODING)
+
+
+def _said(err: BaseException) -> str:
+    """The decoder's first sentence (a checksum error goes on to print the bytes)."""
+    text = str(err).strip()
+    if not text:
+        return type(err).__name__
+    first = re.split(r"(?<=\.)\s+(?=[A-Z])", text.splitlines()[0])[0].rstrip(".")
+    return f"{type(err).__name__}: {first[:200]}"
+
+
+def get_json(store: Store | ZarrView, key: str) -> Any:
+    """The JSON document at `key`; one that is not JSON is a `CorruptObject` naming it."""
+    body = get(store, key).data
+    try:
+        return json.loads(body)
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CorruptObject(store.url, key, "JSON", _said(err)) from err
+
+
+@contextlib.contextmanager
+def zarr_metadata(store: Store | ZarrView, path: str = "") -> Iterator[None]:
+    """Around opening the zarr node at `path`: its zarr.json not being JSON is a
+    `CorruptObject` naming it (zarr's own error names no key)."""
+    try:
+        yield
+    except ValueError as err:
+        if not isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)):
+            raise
+        key = f"{path.strip('/')}/zarr.json" if path.strip("/") else "zarr.json"
+        raise CorruptObject(store.url, key, "JSON", _said(err)) from err
+
+
+def read(store: Store | ZarrView, arr: Any, selection: Any = Ellipsis) -> np.ndarray:
+    """`arr[selection]` of a zarr array in `store`; a stored object that does not decode (bad
+    bytes, truncated) is a `CorruptObject` naming it. Looked for only when a read fails: each
+    object the selection touches is read alone until one fails, so a good read costs nothing."""
+    try:
+        return np.asarray(arr[selection])
+    except Exception as err:
+        named = _explained(store, err, None) if _view(store) else None
+        if named is not None:
+            raise named from err
+        if not _decoding_error(err):
+            raise
+        found = _corrupt_chunk(arr, selection)
+        if found is None:
+            raise
+        key, why = found
+        raise CorruptObject(store.url, key, "a valid zarr chunk", _said(why)) from err
+
+
+def _corrupt_chunk(arr: Any, selection: Any) -> tuple[str, BaseException] | None:
+    """(key, error) of the first stored object under `selection` that fails to read alone; the
+    key as the array's chunk key encoding spells it (a shard is one object: read whole)."""
+    from zarr.core.indexing import BasicIndexer
+
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    try:
+        cells = [p.chunk_coords for p in BasicIndexer(sel, arr.shape, arr._chunk_grid)]
+    except Exception:  # a selection that is not basic: nothing to narrow down
+        return None
+    for cell in cells:
+        try:
+            arr.get_block_selection(cell)
+        except Exception as err:
+            if _decoding_error(err):
+                key = arr.metadata.encode_chunk_key(cell)
+                return (f"{arr.path.strip('/')}/{key}" if arr.path.strip("/") else key), err
+    return None

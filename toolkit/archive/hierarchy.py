@@ -30,6 +30,14 @@ class HierarchyError(ValueError):
         super().__init__(f"{key}: {cause}")
 
 
+class NotJSON(HierarchyError):
+    """A metadata document whose bytes are not JSON: the object is corrupt, not the input."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.detail = detail
+        super().__init__(key, f"metadata is not valid JSON ({detail})")
+
+
 def _dir(key: str) -> str:
     return posixpath.dirname(key)
 
@@ -109,7 +117,7 @@ def _decode(key: str, body: bytes) -> Mapping[str, Any]:
     try:
         doc = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise HierarchyError(key, f"metadata is not valid JSON ({err})") from None
+        raise NotJSON(key, f"{type(err).__name__}: {err}") from None
     if not isinstance(doc, Mapping):
         raise HierarchyError(key, "metadata is not a JSON object")
     return doc
@@ -184,4 +192,7 @@ def read_arrays(store: storage.Store, scope: str) -> list[ArrayInfo]:
         raise HierarchyError(
             scope or store.url, "no Zarr metadata (zarr.json / .zarray) under this prefix"
         )
-    return parse_arrays(((o.key, o.size) for o in listing), bodies)
+    try:
+        return parse_arrays(((o.key, o.size) for o in listing), bodies)
+    except NotJSON as err:  # named in its store, with the way out: exit 1, not bad usage
+        raise storage.CorruptObject(store.url, err.key, "JSON", err.detail) from None

@@ -131,6 +131,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 _write_coord(zstore, lvl.group, dim, src.coords[dim], src.attrs.get(dim, {}))
         for name in src.crs:
             base = zarr.open_array(store.zarr(read_only=True), path=name, mode="r")
+            values = storage.read(store, base)
             arr = _create(
                 zstore,
                 f"{lvl.group}/{name}",
@@ -141,7 +142,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 dimension_names=base.metadata.dimension_names,
                 fill_value=base.fill_value,
             )
-            arr[...] = base[...]
+            arr[...] = values
         for v in lvl.vars:
             attrs = level_attrs(
                 src.attrs.get(v.var, {}),

@@ -9,7 +9,6 @@ an empty root (the root's attributes only) and one child per level, level 0 as `
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from toolkit import storage
@@ -58,6 +57,6 @@ def open_datatree(source: str | storage.Store, **kwargs: Any) -> Any:
 
 def _root(store: storage.Store) -> dict[str, Any]:
     try:
-        return json.loads(storage.get(store, "zarr.json").data)
+        return storage.get_json(store, "zarr.json")
     except storage.NotFound as err:
         raise PlanError(f"{store.url}: no zarr.json at the root (not a zarr v3 store)") from err

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -88,6 +87,8 @@ def open_repo_source(
             return None  # a Zarr store (an Icechunk repo has no zarr.json at its root)
         if not R.is_repo(store):
             return None
+    except storage.CorruptObject:
+        raise  # a repo whose own objects do not parse: named, not taken for a Zarr store
     except (storage.StorageError, ValueError):
         return None  # not reachable as a repo: the Zarr path names the problem
     return R.RepoRef(store, credentials)
@@ -251,7 +252,7 @@ def rewritten_cells(
     main's levels were built (the snapshot recorded in `store`'s root) up to `snapshot` over
     objects that were there then: refs re-emitted in place (`virtual backfill
     --overwrite-chunks`); new positions are not rewritten, and never built yet."""
-    root = json.loads(storage.get(store, "zarr.json").data).get("attributes", {})
+    root = storage.get_json(store, "zarr.json").get("attributes", {})
     then = root.get(BUILT_FROM)
     written = R.written_chunks(repo, then, snapshot) if then else None
     out: dict[str, set[tuple[int, ...]]] = {}
@@ -481,7 +482,7 @@ class FireLevels:
 
 def recorded_settings(ref: R.RepoRef) -> dict[str, Any] | None:
     """The settings main's levels were built with (None: main has no levels)."""
-    root = json.loads(storage.get(R.BranchView(ref, "main"), "zarr.json").data)
+    root = storage.get_json(R.BranchView(ref, "main"), "zarr.json")
     return root.get("attributes", {}).get(SETTINGS_ATTR)
 
 

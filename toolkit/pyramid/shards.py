@@ -81,9 +81,10 @@ def open_array(store: storage.Store, path: str, write: bool = False) -> Any:
     if memo is not None and (path, write) in memo:
         return memo[(path, write)]
     config = {"write_empty_chunks": True} if write else None
-    arr = zarr.open_array(
-        store.zarr(read_only=not write), path=path, mode="r+" if write else "r", config=config
-    )
+    with storage.zarr_metadata(store, path):
+        arr = zarr.open_array(
+            store.zarr(read_only=not write), path=path, mode="r+" if write else "r", config=config
+        )
     if memo is not None:
         memo[(path, write)] = arr
     return arr
@@ -129,12 +130,12 @@ def compute_region(
     if (method == "mode" or out.circle is not None) and spec.src_count_path is None:
         return (*_compute_banded(store, spec, reg, method), None)
     sreg = source_region(reg, spec.factor, spec.src_shape, spec.band_axis)
-    raw = np.asarray(open_array(store, spec.src_path)[sreg])
+    raw = storage.read(store, open_array(store, spec.src_path), sreg)
     weights = None  # level 0: the kernel derives the joint mask from the values and fill
     fill = spec.src_fill
     if spec.src_count_path is not None:
-        cnt = np.asarray(
-            open_array(store, spec.src_count_path)[_count_region(sreg, spec.band_axis)]
+        cnt = storage.read(
+            store, open_array(store, spec.src_count_path), _count_region(sreg, spec.band_axis)
         )
         weights = cnt.reshape((-1, *cnt.shape[-2:]))
     else:
@@ -157,7 +158,7 @@ def _compute_classes(
     n = len(labels)
     sreg = source_region(reg, 2, spec.src_shape, None)
     if spec.from_classes:
-        raw = np.asarray(open_array(store, spec.src_path)[_with_class_axis(sreg, n)])
+        raw = storage.read(store, open_array(store, spec.src_path), _with_class_axis(sreg, n))
         lead = raw.shape[:-3]
         src = raw.reshape((-1, *raw.shape[-3:]))
         pooled = [
@@ -165,7 +166,7 @@ def _compute_classes(
             for s in src
         ]
     else:
-        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), "mode")
+        raw, fill = spec.level0(storage.read(store, open_array(store, spec.src_path), sreg), "mode")
         lead = raw.shape[:-2]
         planes = raw.reshape((-1, *raw.shape[-2:]))
         try:
@@ -231,7 +232,7 @@ def _compute_banded(
     for r0 in range(rows.start, rows.stop, step):
         sub = (*reg[:-2], slice(r0, min(rows.stop, r0 + step)), reg[-1])
         sreg = source_region(sub, f, spec.src_shape, spec.band_axis)
-        raw, fill = spec.level0(np.asarray(open_array(store, spec.src_path)[sreg]), method)
+        raw, fill = spec.level0(storage.read(store, open_array(store, spec.src_path), sreg), method)
         vals, lead = _to_canonical(raw, spec.band_axis)
         parts.append(_pool_all(vals, None, lead, spec, method, fill))
     return (

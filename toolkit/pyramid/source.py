@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +67,8 @@ def _root_members(store: storage.Store) -> dict[str, Any]:
             raise PlanError(f"{store.url}: a zarr v2 store; the pyramid wants zarr v3")
         raise PlanError(f"{store.url}: no zarr.json at the root (not a zarr v3 store)")
     try:
-        group = zarr.open_group(store.zarr(read_only=True), mode="r", use_consolidated=False)
+        with storage.zarr_metadata(store):
+            group = zarr.open_group(store.zarr(read_only=True), mode="r", use_consolidated=False)
     except (FileNotFoundError, KeyError, ValueError, TypeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise PlanError(f"{store.url}: no zarr v3 group at the store root ({first})") from err
@@ -77,10 +77,10 @@ def _root_members(store: storage.Store) -> dict[str, Any]:
             f"{store.url}: the root is a zarr v{group.metadata.zarr_format} group; "
             "the pyramid wants zarr v3"
         )
-    return _nodes(group)
+    return _nodes(group, store)
 
 
-def _nodes(group: Any) -> dict[str, Any]:
+def _nodes(group: Any, store: storage.Store) -> dict[str, Any]:
     """The group's child arrays and groups, opened concurrently. Unlike `Group.members()`,
     an object at the root that is no node (an older build's `.pyramid/plan.json`, a
     README) is passed over without a warning: it is not the user's to hear about here."""
@@ -90,7 +90,8 @@ def _nodes(group: Any) -> dict[str, Any]:
 
     async def one(name: str) -> tuple[str, Any]:
         try:
-            return name, await group._async_group.getitem(name)
+            with storage.zarr_metadata(store, name):
+                return name, await group._async_group.getitem(name)
         except KeyError:
             return name, None
 
@@ -153,7 +154,7 @@ def read_source(
     (`listed=False`: none; the caller finds the objects another way)."""
     nodes = _root_members(store)
     members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
-    coords = {n: a[...] for n, a in members.items() if a.ndim == 1}
+    coords = {n: storage.read(store, a) for n, a in members.items() if a.ndim == 1}
     attrs = {n: dict(a.attrs) for n, a in members.items()}
     # CF auxiliary coordinates (a forecast's 2-D valid_time) describe the data: not variables
     aux = {c for a in attrs.values() for c in str(a.get("coordinates", "")).split()}
@@ -236,4 +237,4 @@ def fingerprint(info: storage.ObjectInfo) -> str:
 
 
 def read_json(store: storage.Store, key: str) -> dict[str, Any]:
-    return json.loads(storage.get(store, key).data)
+    return storage.get_json(store, key)

@@ -235,7 +235,7 @@ class MetaCheck:
                     f"{off.size} coordinate(s) differ from the mean of their level-0 window "
                     f"(cell {i}: {c[i]!r}, want {want[i]!r})",
                 )
-        root = json.loads(storage.get(self.store, "zarr.json").data)
+        root = storage.get_json(self.store, "zarr.json")
         layout = {
             x["asset"]: x
             for x in root.get("attributes", {}).get("multiscales", {}).get("layout", [])
@@ -272,7 +272,7 @@ class MetaCheck:
     def _root_versioned(self) -> list[Failure]:
         """In a repo, level 0's nodes are the dataset's own (their history is the repo's): the
         root must carry the layout and both conventions; the levels are checked one by one."""
-        attrs = json.loads(storage.get(self.store, "zarr.json").data).get("attributes", {})
+        attrs = storage.get_json(self.store, "zarr.json").get("attributes", {})
         out = []
         if "multiscales" not in attrs:
             out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
@@ -297,7 +297,7 @@ class MetaCheck:
                 continue
             if now != body:
                 out.append(Failure(".", key, "level0-metadata", "changed since the backup"))
-        root_now = json.loads(storage.get(self.store, "zarr.json").data)
+        root_now = storage.get_json(self.store, "zarr.json")
         root_then = json.loads(saved["zarr.json"])
         a, b = metadata.strip_added(root_now), metadata.strip_added(root_then)
         if a != b:
@@ -368,8 +368,10 @@ class SampleCheck:
 
         reg = region(spec.out, t.index)
         z = self.store.zarr(read_only=True)
-        data = np.asarray(zarr_open(z, spec.path(t.group))[reg])
-        count = np.asarray(zarr_open(z, spec.count_path(t.group))[count_region(spec, t.index)])
+        data = storage.read(self.store, zarr_open(z, spec.path(t.group)), reg)
+        count = storage.read(
+            self.store, zarr_open(z, spec.count_path(t.group)), count_region(spec, t.index)
+        )
         out: list[Failure] = []
         canon = _canonical(data, spec.band_axis)
         cnt = count.reshape((-1, *count.shape[-2:]))
@@ -407,13 +409,13 @@ class SampleCheck:
             for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
         )
         block = decoded_level0(
-            np.asarray(base[(*reg[:-2], ys, xs)]), dict(base.attrs), base.fill_value
+            storage.read(self.store, base, (*reg[:-2], ys, xs)), dict(base.attrs), base.fill_value
         )
         want = class_counts(block.reshape((-1, *block.shape[-2:])), np.nan, labels, factor)
         sel = (*reg[:-2], slice(0, len(labels)), *(
             slice(o.start + w.start, o.start + w.stop) for o, w in zip(reg[-2:], tile, strict=True)
         ))  # fmt: skip
-        got = np.asarray(zarr_open(z, spec.classes_path(t.group))[sel])
+        got = storage.read(self.store, zarr_open(z, spec.classes_path(t.group)), sel)
         got = got.reshape((-1, *got.shape[-3:]))
         where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
         if not np.array_equal(got.astype(np.int64), want):
@@ -442,7 +444,7 @@ class SampleCheck:
             slice((o.start + w.start) * factor, min((o.start + w.stop) * factor, n))
             for o, w, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
         )
-        raw = np.asarray(base[(*lead, ys, xs)])
+        raw = storage.read(self.store, base, (*lead, ys, xs))
         block = _canonical(decoded_level0(raw, dict(base.attrs), base.fill_value), l0.band_axis)
         method = "circular_mean" if spec.out.circle is not None else self.method
         want, want_count = reduce_level0(block, np.nan, method, factor, dict(base.attrs))

@@ -10,6 +10,8 @@ validation failure), 2 bad usage or an unreachable store.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 import typer
@@ -151,7 +153,12 @@ def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style:
     return R.open_repo(store, fresh=True)
 
 
-def _errors() -> Any:
+@contextmanager
+def _errors(repo: str | None = None) -> Iterator[None]:
+    """One line and the documented exit code; an object of `repo` that does not parse is
+    named (Icechunk's own error names neither the repo nor, often, the object)."""
+    from toolkit import icechunk as R
+    from toolkit import storage
     from toolkit.console import exit_codes
     from toolkit.icechunk import BranchMoved, OutsideContainers
     from toolkit.virtual.backfill import RegionOverlap
@@ -160,7 +167,7 @@ def _errors() -> Any:
     from toolkit.virtual.update import BackfillInFlight, FarBehind
     from toolkit.virtual.validate import ValidationFailed
 
-    return exit_codes(
+    with exit_codes(
         usage_errors=(ValueError, KeyError),
         check_errors=(
             BranchMoved,
@@ -173,7 +180,12 @@ def _errors() -> Any:
             OutsideContainers,
             ValidationFailed,
         ),
-    )
+    ):
+        if repo is None:
+            yield
+            return
+        with R.corruption_named(storage.Store(repo)):
+            yield
 
 
 def _var_choice(
@@ -276,7 +288,7 @@ def backfill(
     from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
 
-    with _errors(), session(ctx, cluster, performance_report, ship) as where:
+    with _errors(repo), session(ctx, cluster, performance_report, ship) as where:
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         with progress_bars() as bars:
             report = run_backfill(
@@ -396,7 +408,7 @@ def update(
     from toolkit.console import err_console, print_report
     from toolkit.virtual.update import update as run_update
 
-    with _errors():
+    with _errors(repo):
         fire = _label(fire_time or "now", "--fire-time")
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
         tiers = _tiers(min_present)
@@ -493,7 +505,7 @@ def inspect(
     from toolkit.console import out
     from toolkit.virtual.inflight import in_flight
 
-    with _errors():
+    with _errors(repo):
         r = _existing_repo(repo, endpoint, allow_http, path_style)
         out.print(f"branches: {', '.join(R.branches(r))}")
         flying = in_flight(r)
@@ -547,7 +559,7 @@ def abort(
     from toolkit.console import out
     from toolkit.virtual.inflight import abort as drop
 
-    with _errors():
+    with _errors(repo):
         r = _existing_repo(repo, endpoint, allow_http, path_style)
         for name in drop(r, branch):
             out.print(f"deleted branch {name}", highlight=False)
@@ -602,7 +614,7 @@ def validate(
     """
     from toolkit.console import session
 
-    with _errors(), session(ctx, cluster, performance_report, ship) as where:
+    with _errors(repo), session(ctx, cluster, performance_report, ship) as where:
         include_vars, exclude_vars = _var_choice(include_var, exclude_var)
         _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
         for url in replica or ():
