@@ -187,7 +187,7 @@ def test_announced_lines_redact_credentials(capsys):
     from toolkit.console import print_report, session
     from toolkit.plan import Report
 
-    announce = session(None, "tcp://me:s3cret@scheduler:8786").announce  # type: ignore[arg-type]
+    announce = session(None, "tcp://scheduler:8786").announce  # type: ignore[arg-type]
     assert announce is not None
     announce("dashboard: http://me:s3cret@h/status")
     report = Report("p", "d", "sync", (), 0.0, notes=("read s3://key:s3cret@bucket/x.zarr",))

@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 
 from toolkit import storage
 from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
+from toolkit.engine.cluster import WAIT_FOR_WORKERS
 from toolkit.engine.interrupt import Interrupts, interrupted
 from toolkit.plan import IncompleteStageError, Report, task_context
 
@@ -127,11 +128,18 @@ def session(
     cluster: str | None = None,
     performance_report: Path | None = None,
     ship: bool = False,
+    executor: str | None = None,
+    wait_for_workers: float = WAIT_FOR_WORKERS,
 ) -> Session:
     """The cluster a job command runs on: connected when the job first needs it (after its
-    arguments are validated), dashboard link on stderr, closed when the command ends."""
+    arguments are validated), dashboard link on stderr, closed when the command ends. A
+    scheduler given by --cluster / TOOLKIT_CLUSTER that the `executor` will use is reached at
+    once, and given `wait_for_workers` seconds to have a worker, before anything is written."""
+    address = root_cluster(ctx, cluster)
     return Session(
-        root_cluster(ctx, cluster),
+        address,
+        eager=address is not None and executor not in (None, "sync"),
+        wait_for_workers=wait_for_workers,
         announce=lambda line: err_console.print(escape(storage.redact(line)), highlight=False),
         performance_report=performance_report,
         ship=ship,
@@ -194,6 +202,15 @@ RetrySeconds = Annotated[
 ]
 
 # The engine options of every job command.
+WaitForWorkers = Annotated[
+    float,
+    typer.Option(
+        "--wait-for-workers",
+        min=0,
+        help="With --cluster: seconds to wait for the scheduler's first worker before giving "
+        "up (exit 2), before anything is written.",
+    ),
+]
 PerformanceReport = Annotated[
     Path | None,
     typer.Option(

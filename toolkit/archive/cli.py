@@ -19,6 +19,7 @@ import typer
 
 from toolkit.console import (
     RETRY_SECONDS,
+    WAIT_FOR_WORKERS,
     AllowHttp,
     Anonymous,
     Endpoint,
@@ -27,6 +28,7 @@ from toolkit.console import (
     Region,
     RetrySeconds,
     Ship,
+    WaitForWorkers,
     exit_codes,
     session,
     store_options,
@@ -269,6 +271,7 @@ def scan(
     hot_always: HotAlways = None,
     as_json: Json = False,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
     retry_seconds: RetrySeconds = RETRY_SECONDS,
@@ -283,7 +286,10 @@ def scan(
     """Find every Zarr store under --data and partition each as one node of a Dask graph."""
     from toolkit.archive.service import scan as run_scan
 
-    with _errors(), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _errors(),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         policy = _policy(t_max, t_hot, t_min)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
@@ -432,6 +438,7 @@ def watch(
     hot_always: HotAlways = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per batch.")] = False,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     endpoint: Endpoint = None,
     retry_seconds: RetrySeconds = RETRY_SECONDS,
@@ -455,7 +462,10 @@ def watch(
     """
     from toolkit.archive.watch import Stopper, WatchOptions, batches, parse_lines, process
 
-    with _errors(), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _errors(),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         policy = _policy(t_max, t_hot, t_min)
         if debounce < 0 or max_wait <= 0:
             raise ValueError("--debounce must be >= 0 and --max-wait > 0 (seconds)")

@@ -70,6 +70,26 @@ def check_report_path(path: Path | str) -> None:
 IGNORE_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 
 
+WAIT_FOR_WORKERS = 60.0  # seconds a run waits for a scheduler's first worker
+
+
+def await_workers(client: Client, seconds: float, say: Callable[[str], None] | None) -> None:
+    """Return once the scheduler has a worker; with none after `seconds`, ClusterUnreachable
+    naming its address (a scheduler without workers would take the graph and never answer)."""
+    if client.nthreads():
+        return
+    address = client.scheduler.address
+    if say is not None:
+        say(f"waiting up to {seconds:g} s for a worker to join the scheduler at {address}")
+    try:
+        client.wait_for_workers(1, timeout=seconds)
+    except TimeoutError:
+        raise ClusterUnreachable(
+            f"no worker joined the scheduler at {address} within {seconds:g} s: start workers "
+            f"(dask worker {address}), or wait longer with --wait-for-workers"
+        ) from None
+
+
 def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -129,6 +149,8 @@ def connect(
     holds_gil: bool = True,
     check: bool = True,
     quiet: bool = True,
+    wait_for_workers: float = WAIT_FOR_WORKERS,
+    say: Callable[[str], None] | None = None,
 ) -> Iterator[Client]:
     """Yield a Client for `cluster` and close every client and cluster this call created.
 
@@ -137,6 +159,8 @@ def connect(
     you made yourself (dask-gateway makes a new client per call: that one is closed on exit).
     `check`: compare package versions on client, scheduler and workers (`check_versions`).
     `quiet`: an embedded cluster's workers do not log what the caller is told anyway.
+    `wait_for_workers`: a scheduler address with no worker yet is given this long for one to
+    join (`say` tells the user it waits); an adaptive cluster object scales on demand instead.
     """
     from distributed import Client
 
@@ -156,6 +180,7 @@ def connect(
                     "check --cluster / TOOLKIT_CLUSTER"
                 ) from err
             stack.enter_context(client)
+            await_workers(client, wait_for_workers, say)
         elif isinstance(cluster, Client):
             client = cluster
         elif hasattr(cluster, "get_client"):
@@ -178,7 +203,9 @@ class Session:
     """One cluster for a whole command: connected on first use, closed on exit.
 
     A command validates its input before it needs a cluster, so nothing starts (and no
-    dashboard link is printed) for a command that fails on bad arguments. At first use it
+    dashboard link is printed) for a command that fails on bad arguments. `eager`: a given
+    cluster the command will run on is reached on entry instead, so that an unreachable
+    scheduler, one without workers or with other versions stops it before it writes. At first use it
     connects, checks versions, ships the running toolkit if asked, announces the dashboard
     link and starts distributed's performance report, which is written on exit. An embedded
     cluster is of the kind the first plan asks for (threads, or processes for GIL-holding work).
@@ -192,6 +219,8 @@ class Session:
         performance_report: Path | str | None = None,
         ship: bool = False,
         quiet: bool = True,
+        wait_for_workers: float = WAIT_FOR_WORKERS,
+        eager: bool = False,
     ) -> None:
         if isinstance(cluster, str):
             check_address(cluster)
@@ -199,6 +228,8 @@ class Session:
             check_report_path(performance_report)
         self.cluster = cluster
         self.quiet = quiet
+        self.wait_for_workers = wait_for_workers
+        self.eager = eager
         self.announce = announce
         self.performance_report = performance_report
         self.ship = ship
@@ -212,7 +243,14 @@ class Session:
             from toolkit.engine.ship import ship
 
             client = self._stack.enter_context(
-                connect(self.cluster, holds_gil=holds_gil, check=not self.ship, quiet=self.quiet)
+                connect(
+                    self.cluster,
+                    holds_gil=holds_gil,
+                    check=not self.ship,
+                    quiet=self.quiet,
+                    wait_for_workers=self.wait_for_workers,
+                    say=self.announce,
+                )
             )
             if self.ship:
                 ship(client)
@@ -237,6 +275,8 @@ class Session:
         self._stack.close()
 
     def __enter__(self) -> Session:
+        if self.eager:  # a given cluster the run will use: reached, workers there, versions
+            self.client()  # checked -- before the command writes anything
         return self
 
     def __exit__(self, *exc: object) -> None:

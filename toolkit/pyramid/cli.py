@@ -15,6 +15,7 @@ from rich.table import Table
 
 from toolkit.console import (
     RETRY_SECONDS,
+    WAIT_FOR_WORKERS,
     AllowHttp,
     Anonymous,
     Endpoint,
@@ -23,6 +24,7 @@ from toolkit.console import (
     Region,
     RetrySeconds,
     Ship,
+    WaitForWorkers,
     exit_codes,
     out,
     print_report,
@@ -200,6 +202,7 @@ def build_cmd(
     band_dim: BandDim = None,
     levels: Levels = None,
     cluster: Cluster = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     rebuild_from: Annotated[
         str | None,
         typer.Option(
@@ -223,7 +226,10 @@ def build_cmd(
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
     from toolkit.pyramid import build
 
-    with _exit_codes(), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _exit_codes(),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         opts = _options(source, endpoint, region, False, allow_http, path_style)
         with progress_bars() as bars:
             report = build(
@@ -263,6 +269,7 @@ def verify_cmd(
         ),
     ] = 4,
     cluster: Cluster = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Executor = "auto",
     private: Annotated[
         bool,
@@ -286,7 +293,10 @@ def verify_cmd(
     """Check the pyramid; exit 0 only if every check passes, 1 otherwise."""
     from toolkit.pyramid import verify
 
-    with _exit_codes(), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _exit_codes(),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
         result = verify(
             source,

@@ -18,12 +18,14 @@ import typer
 
 from toolkit.console import (
     RETRY_SECONDS,
+    WAIT_FOR_WORKERS,
     AllowHttp,
     Endpoint,
     PathStyle,
     PerformanceReport,
     RetrySeconds,
     Ship,
+    WaitForWorkers,
 )
 
 app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
@@ -261,6 +263,7 @@ def backfill(
         ),
     ] = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
     strict: Annotated[bool, typer.Option(help="Any skipped file fails the gate.")] = False,
     overwrite_chunks: Annotated[bool, typer.Option(help="Re-emit refs, no filter.")] = False,
@@ -288,7 +291,10 @@ def backfill(
     from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
 
-    with _errors(repo), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _errors(repo),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
         with progress_bars() as bars:
             report = run_backfill(
@@ -389,6 +395,7 @@ def update(
     cluster: Annotated[
         str | None, typer.Option(help="Dask scheduler address for the decode samples.")
     ] = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[
         Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
     ] = "sync",
@@ -451,7 +458,7 @@ def update(
             return
         from toolkit.console import session
 
-        with session(ctx, cluster) as where:
+        with session(ctx, cluster, executor=executor, wait_for_workers=wait_for_workers) as where:
             found = _run_validation(
                 ds,
                 fire_time=fire,
@@ -598,6 +605,7 @@ def validate(
     exclude_var: ExcludeVars = None,
     replica: Replicas = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "sync",
     endpoint: Endpoint = None,
     retry_seconds: RetrySeconds = RETRY_SECONDS,
@@ -614,7 +622,10 @@ def validate(
     """
     from toolkit.console import session
 
-    with _errors(repo), session(ctx, cluster, performance_report, ship) as where:
+    with (
+        _errors(repo),
+        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+    ):
         include_vars, exclude_vars = _var_choice(include_var, exclude_var)
         _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
         for url in replica or ():
