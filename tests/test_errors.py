@@ -112,6 +112,14 @@ def _spoiled_head(w: Path) -> None:
     (w / "repo" / "snapshots" / head).write_bytes(b"not a snapshot\n" * 20)
 
 
+def _pin(w: Path, prefix: str) -> None:
+    """A pin on `prefix` of the partitioned cordex/a.zarr, placed before the case runs."""
+    argv = ["archive", "pin", "add", "cordex/a.zarr", prefix, *PIN, "--manifests", str(w / "m")]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+
+
+PIN = ("--who", "ana", "--why", "paper")
 SYNC = ("--executor", "sync")
 S3 = ("--endpoint", "{s3}", "--region", "us-east-1", "--allow-http", "--path-style")
 SW = ("--endpoint", "{sw}", "--region", "us-east-1", "--allow-http", "--path-style")
@@ -565,6 +573,74 @@ CASES: tuple[Case, ...] = (
         ("archive", "pin", "remove", "cordex/a.zarr", "cordex/a.zarr/nope", "--manifests", "m"),
         2,
         ("scope 'cordex/a.zarr'", "no pin on 'cordex/a.zarr/nope'"),
+    ),
+    Case(
+        "a key with a `..` segment",
+        ("archive", "resolve", "--manifests", "m", "cordex/a.zarr/../b.zarr/tas/c/0/0/0"),
+        2,
+        ("'cordex/a.zarr/../b.zarr/tas/c/0/0/0'", "'..' segment", "without '.' or '..'"),
+    ),
+    Case(
+        "an empty key",
+        ("archive", "resolve", "--manifests", "m", "cordex/a.zarr/tas/c/0/0/0", ""),
+        2,
+        ("key ''", "is empty", "name a key relative to the data root"),
+    ),
+    Case(
+        "a key with an empty segment (`//`)",
+        ("archive", "resolve", "--manifests", "m", "cordex//a.zarr/tas/c/0/0/0"),
+        2,
+        ("'cordex//a.zarr/tas/c/0/0/0'", "empty segment", "drop the extra '/'"),
+    ),
+    Case(
+        "a pin prefix with a `.` segment",
+        ("archive", "pin", "add", "cordex/a.zarr", "cordex/a.zarr/./tas", *PIN, "--manifests", "m"),
+        2,
+        ("prefix 'cordex/a.zarr/./tas'", "'.' segment", "without '.' or '..'"),
+    ),
+    Case(
+        "a scope with a `..` segment",
+        ("archive", "show", "../m/cordex/a.zarr", "--manifests", "m"),
+        2,
+        ("scope '../m/cordex/a.zarr'", "'..' segment", "without '.' or '..'"),
+    ),
+    Case(
+        "a pin inside a pinned prefix",
+        (
+            "archive",
+            "pin",
+            "add",
+            "cordex/a.zarr",
+            "cordex/a.zarr/tas/c/1",
+            *PIN,
+            "--manifests",
+            "m",
+        ),
+        1,
+        (
+            "'cordex/a.zarr/tas/c/1'",
+            "inside the pin on 'cordex/a.zarr/tas'",
+            "remove that pin",
+            "--force",
+        ),
+        setup=lambda w: _pin(w, "cordex/a.zarr/tas"),
+    ),
+    Case(
+        "a pin until a past date",
+        (
+            "archive",
+            "pin",
+            "add",
+            "cordex/a.zarr",
+            "cordex/a.zarr/pr",
+            *PIN,
+            "--until",
+            "2001-01-01",
+            "--manifests",
+            "m",
+        ),
+        2,
+        ("'cordex/a.zarr/pr'", "--until 2001-01-01 is past", "a later date, or --force"),
     ),
     Case(
         "`archive show` of a scope with no manifest",

@@ -73,7 +73,7 @@ def test_partition_show_resolve_pin_report(local, tmp_path: Path) -> None:
         "--why",
         "paper",
         "--until",
-        "2027-06-30",
+        "2099-06-30",
         "--manifests",
         manifests,
     )

@@ -1,8 +1,9 @@
 """`toolkit archive`: partition Zarr stores into archive blobs, resolve keys, report.
 
-Exit codes: 0 ok, 1 a conflict, a missing manifest or another failed check, 2 bad usage (a bad
-flag, a missing store or events file, no Zarr stores or no manifests where pointed), a malformed
-manifest or metadata document, or an unreachable store.
+Exit codes: 0 ok, 1 a conflict, a missing manifest, a pin overlapping a pin or another failed
+check, 2 bad usage (a bad flag, a missing store or events file, no Zarr stores or no manifests
+where pointed, a key, prefix or scope with a `.`, `..` or empty segment, a pin until a past
+date), a malformed manifest or metadata document, or an unreachable store.
 """
 
 from __future__ import annotations
@@ -85,14 +86,25 @@ def _errors() -> Any:
     from toolkit.archive.discover import EventError
     from toolkit.archive.hierarchy import HierarchyError
     from toolkit.archive.manifests import ManifestConflict
-    from toolkit.archive.model import ManifestError
+    from toolkit.archive.model import ManifestError, PinOverlaps
     from toolkit.archive.tiers import TransitionRefused
     from toolkit.archive.tierstore import TierConflict
 
-    return exit_codes(
+    return exit_codes(  # keys.BadKey and model.PinRefused are ValueErrors: usage, exit 2
         usage_errors=(ManifestError, HierarchyError, EventError, ValueError),
-        check_errors=(ManifestConflict, TierConflict, TransitionRefused),
+        check_errors=(ManifestConflict, TierConflict, TransitionRefused, PinOverlaps),
     )
+
+
+def _scope(text: str) -> str:
+    """A scope named on the command line, through the key rule (`keys.check_key`)."""
+    from toolkit.archive.keys import check_key
+
+    return check_key(text, "scope")
+
+
+def _scopes(texts: list[str] | None) -> list[str] | None:
+    return None if texts is None else [_scope(t) for t in texts]
 
 
 def _progress(stage: str, done: int, total: int) -> None:
@@ -238,6 +250,7 @@ def partition(
 
     with _errors():
         policy = _policy(t_max, t_hot, t_min)
+        scopes = _scopes(scopes)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         todo = scopes or _stores(d, exclude)
@@ -333,6 +346,7 @@ def diff(
 
     with _errors():
         policy = _policy(t_max, t_hot, t_min)
+        scope = _scope(scope)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         out = partition_store(
@@ -377,15 +391,17 @@ def resolve(
     path_style: PathStyle = False,
 ) -> None:
     """Resolve keys to scope and blob id; s3://bucket/prefix/store.zarr/... URLs work too."""
+    from toolkit.archive.keys import check_pasted
     from toolkit.archive.resolve import Trie
 
     opts = (endpoint, region, anonymous, allow_http, path_style)
     with _errors():
+        # every key checked before any is answered: one refused key, one line, nothing else
+        todo = [check_pasted(k) for k in keys] if keys else _stdin_keys()
         m = _open(manifests, *opts)
         root = _open(data, *opts).url if data is not None else None
         loaded, broken = _load(m)
         trie = Trie(loaded)
-        todo = keys or [line.strip() for line in sys.stdin if line.strip()]
         plain = root is None and not any("://" in k or k.startswith("/") for k in todo)
         answers = trie.lookup_many(todo) if plain else [trie.resolve(k, root) for k in todo]
         results = []
@@ -403,6 +419,13 @@ def resolve(
             _echo(f"{k}\t{r['scope'] or '-'}\t{what}\t{r['reason']}")
     if any(r["kind"] == "error" for _, r in results):
         raise typer.Exit(1)
+
+
+def _stdin_keys() -> list[str]:
+    """Keys from stdin, one a line (blank lines skipped), each through the key rule."""
+    from toolkit.archive.keys import check_pasted
+
+    return [check_pasted(line.strip()) for line in sys.stdin if line.strip()]
 
 
 @app.command()
@@ -552,6 +575,7 @@ def mark(
 
     opts = (endpoint, region, anonymous, allow_http, path_style)
     with _errors():
+        scope = _scope(scope)
         m = _open(manifests, *opts)
         stored = ManifestStore(m).read(scope)
         if stored is None:
@@ -605,6 +629,7 @@ def show(
     from toolkit.archive.manifests import ManifestStore
 
     with _errors():
+        scope = _scope(scope)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         stored = ManifestStore(m).read(scope)
         if stored is None:
@@ -627,16 +652,26 @@ def show(
 
 
 def _edit(
-    manifests: str, scope: str, change: Any, opts: tuple[Any, ...], break_lock: bool = False
+    manifests: str,
+    scope: str,
+    prefix: str,
+    change: Any,
+    opts: tuple[Any, ...],
+    break_lock: bool = False,
 ) -> None:
+    """Apply `change(manifest, prefix)` to SCOPE's manifest, scope and prefix through the key
+    rule first (a refused one writes nothing)."""
+    from toolkit.archive.keys import check_key
     from toolkit.archive.manifests import ManifestStore
 
     with _errors():
+        scope = _scope(scope)
+        prefix = check_key(prefix, "prefix")
         ms = ManifestStore(_open(manifests, *opts), break_lock)
         stored = ms.read(scope)
         if stored is None:
             raise _fail(1, f"no manifest for scope {scope!r}: partition it first")
-        new = change(stored.manifest)
+        new = change(stored.manifest, prefix)
         ms.write(new, stored)
     _echo(f"{scope}: epoch {stored.manifest.epoch} -> {new.epoch}")
 
@@ -648,6 +683,13 @@ def pin_add(
     who: Annotated[str, typer.Option("--who")],
     why: Annotated[str, typer.Option("--why")],
     until: Annotated[str | None, typer.Option("--until", help="YYYY-MM-DD")] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Add a pin inside or around a pinned prefix, or one --until a past date.",
+        ),
+    ] = False,
     manifests: Manifests = "manifests",
     endpoint: Endpoint = None,
     retry_seconds: RetrySeconds = RETRY_SECONDS,
@@ -657,13 +699,21 @@ def pin_add(
     path_style: PathStyle = False,
     break_lock: BreakLock = False,
 ) -> None:
-    """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1)."""
+    """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1).
+
+    A pin inside or around another pin (exit 1), or until a past date (exit 2), is refused
+    unless --force; pinning a pinned prefix again replaces its pin.
+    """
+    import datetime as dt
+
     from toolkit.archive.model import Pin
 
+    today = dt.datetime.now(dt.UTC).date()
     _edit(
         manifests,
         scope,
-        lambda m: m.with_pin(Pin(prefix, who, why, until)),
+        prefix,
+        lambda m, p: m.with_pin(Pin(p, who, why, until), today=today, force=force),
         (endpoint, region, anonymous, allow_http, path_style),
         break_lock,
     )
@@ -686,7 +736,8 @@ def pin_remove(
     _edit(
         manifests,
         scope,
-        lambda m: m.without_pin(prefix),
+        prefix,
+        lambda m, p: m.without_pin(p),
         (endpoint, region, anonymous, allow_http, path_style),
         break_lock,
     )
@@ -737,6 +788,7 @@ def report(
 
     with _errors():
         bps = parse_rate(rate)
+        scopes = _scopes(scopes)
         d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
         m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
         _require_scopes(m, scopes)

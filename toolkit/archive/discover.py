@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from toolkit import storage
+from toolkit.archive.keys import key_problem
 from toolkit.archive.manifests import ManifestStore, scope_of_key
 from toolkit.archive.model import ManifestError
 from toolkit.archive.partition import excluded
@@ -263,4 +264,6 @@ class LiveResolver:
         if event.bucket is not None and self.manifests.store.scheme not in ("file", "memory"):
             key = relative_to(f"{url.split('://', 1)[0]}://{event.bucket}/{event.key}", url)
         scope = scope_of_key(key) if key is not None else None
-        return scope is not None and event.event == "write" and self.reload(scope)
+        if scope is None or key_problem(scope) is not None:  # no scope of ours has such a name
+            return False
+        return event.event == "write" and self.reload(scope)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from toolkit.archive.ids import ID_PATTERN, is_id
+from toolkit.archive.keys import key_problem
 
 __all__ = [
     "DEFAULT_HOT_ALWAYS",
@@ -29,6 +30,8 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "Pin",
+    "PinOverlaps",
+    "PinRefused",
     "Policy",
     "is_under",
 ]
@@ -47,6 +50,14 @@ class ManifestError(ValueError):
         self.problem = problem
         where = f"manifest{f' for scope {scope!r}' if scope else ''}"
         super().__init__(f"{where}: field {field_name!r}: {problem}")
+
+
+class PinRefused(ValueError):
+    """A pin whose `until` is already past: the input must change (or `force`)."""
+
+
+class PinOverlaps(RuntimeError):
+    """A pin inside or around a pinned prefix: the stored pin refuses it (or `force`)."""
 
 
 def is_under(key: str, prefix: str) -> bool:
@@ -74,6 +85,9 @@ def _prefix(value: Any, name: str) -> str:
         raise ManifestError(
             name, f"{text!r} must be a key prefix without leading, trailing or double '/'"
         )
+    why = key_problem(text)  # '.' and '..' segments: the one rule every entry shares
+    if why is not None:
+        raise ManifestError(name, f"{text!r} {why}")
     return text
 
 
@@ -309,8 +323,38 @@ class Manifest:
                 self.scope,
             )
 
-    def with_pin(self, pin: Pin) -> Manifest:
+    def with_pin(self, pin: Pin, *, today: dt.date | None = None, force: bool = False) -> Manifest:
+        """The successor holding `pin` (replacing a pin on the same prefix: how `until` moves).
+
+        Unless `force`: a pin inside or around another pin is refused (`PinOverlaps`), since
+        two decisions on one key would shadow each other and removing one would silently keep
+        or drop the other's keys; and, given `today`, a pin whose `until` is before it
+        (`PinRefused`), which could only be a typo or a decision already over.
+        """
+        if not force:
+            self._check_new_pin(pin, today)
         return self.bumped(pins=(*tuple(p for p in self.pins if p.prefix != pin.prefix), pin))
+
+    def _check_new_pin(self, pin: Pin, today: dt.date | None) -> None:
+        if today is not None and pin.until is not None and dt.date.fromisoformat(pin.until) < today:
+            raise PinRefused(
+                f"pin on {pin.prefix!r} in scope {self.scope!r}: --until {pin.until} is past "
+                f"(today is {today.isoformat()}): give a later date, or --force to record it"
+            )
+        for other in self.pins:
+            if other.prefix == pin.prefix:
+                continue
+            if is_under(pin.prefix, other.prefix):
+                how = "lies inside"
+            elif is_under(other.prefix, pin.prefix):
+                how = "covers"
+            else:
+                continue
+            raise PinOverlaps(
+                f"pin on {pin.prefix!r} {how} the pin on {other.prefix!r} "
+                f"(by {other.who}: {other.why}) in scope {self.scope!r}: remove that pin "
+                "first, or --force to add it anyway"
+            )
 
     def without_pin(self, prefix: str) -> Manifest:
         if all(p.prefix != prefix for p in self.pins):

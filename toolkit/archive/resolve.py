@@ -6,7 +6,8 @@ the scope, because blob ids repeat across stores.
 
 Keys are relative to the data root. `Trie.resolve` also takes what users paste (an s3:// URL, a
 file:// URL or an absolute path): with the data root known it is stripped; without it, the key is
-cut where it enters a loaded scope, which must be unambiguous.
+cut where it enters a loaded scope, which must be unambiguous. What users paste is checked
+(`keys.check_pasted`); `lookup` and `lookup_many` take keys as a listing or an event gives them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolkit.archive.ids import bucket_id
+from toolkit.archive.keys import check_pasted
 from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Bucket, Manifest
 
 __all__ = ["AmbiguousKey", "Resolution", "Trie", "relative_to"]
@@ -155,7 +157,12 @@ class Trie:
         self._cuts, self._nodes = fresh._cuts, fresh._nodes
 
     def resolve(self, key: str, root: str | None = None) -> Resolution:
-        """`lookup` for what users paste: URLs and absolute paths as well as relative keys."""
+        """`lookup` for what users paste: URLs and absolute paths as well as relative keys.
+
+        A `.`, `..` or empty segment, or an empty key, is refused (`BadKey`): the walk is
+        literal, so such a key would be answered against the scope it is written under.
+        """
+        check_pasted(key)
         if root is not None:
             rel = relative_to(key, root)
             if rel is None:

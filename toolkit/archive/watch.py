@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 
 from toolkit import storage
 from toolkit.archive.discover import Event, dedupe, parse_events
+from toolkit.archive.keys import key_problem
 from toolkit.archive.manifests import MANIFEST_NAME, ManifestStore
 from toolkit.archive.model import Policy
 from toolkit.archive.partition import excluded
@@ -153,7 +154,8 @@ def process(
     for e in mine:
         if e.event not in ("write", "delete", "read"):
             continue
-        s = scope_of(data, e.key, known, found)
+        # a '.', '..' or empty segment is in no Zarr store: never scoped by what precedes it
+        s = None if key_problem(e.key) else scope_of(data, e.key, known, found)
         if s is None:
             outside.append(e.key)
         elif not excluded(s, options.exclude):
