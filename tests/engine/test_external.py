@@ -81,7 +81,8 @@ def test_progress_counts_tasks_and_stripes_follow_the_cluster(cluster_address, t
         threads = sum(client.nthreads().values())
         report = run(plan, cluster=client, progress=lambda *a: heard.append(a))
     assert threads == 2
-    assert [s.nodes for s in report.stages] == [2, 2]  # one stripe per thread of the cluster
+    # four stripes per thread of the cluster, capped by the stage's tasks
+    assert [s.nodes for s in report.stages] == [8, 6]
     for stage, total in (("a", 64), ("b", 6)):
         mine = [(done, t) for s, done, t in heard if s == stage]
         assert {t for _, t in mine} == {total}  # tasks, not nodes

@@ -74,11 +74,18 @@ class _Counter:
         self.progress(stage, count, self.total[stage])
 
 
-def _resolve(stage: Stage, threads: int, previous: StageSummary | None) -> Stage:
-    """The stage as it runs: `workers=AUTO` becomes the cluster's thread count, and tasks made
-    from the previous stage's certified result (`tasks_from`) are made now."""
+# `workers=AUTO` on a cluster: stripe nodes per thread it has when the stage starts. More
+# nodes than threads give an adaptive cluster queued work to scale up for (dask-gateway's and
+# Coiled's `adapt(maximum=...)` add workers for it) and a cluster that grows under the run
+# something to hand its new workers; the task count caps it.
+NODES_PER_THREAD = 4
+
+
+def _resolve(stage: Stage, stripes: int, previous: StageSummary | None) -> Stage:
+    """The stage as it runs: `workers=AUTO` becomes `stripes` nodes (capped by its tasks), and
+    tasks made from the previous stage's certified result (`tasks_from`) are made now."""
     if stage.workers == AUTO:
-        stage = dataclasses.replace(stage, workers=max(1, threads))
+        stage = dataclasses.replace(stage, workers=max(1, stripes))
     if stage.tasks_from is not None:
         stage = dataclasses.replace(
             stage, tasks=stage.tasks_from(previous.value if previous else None), tasks_from=None
@@ -197,7 +204,6 @@ def _run_dask(
     topic = f"toolkit-progress-{run_id}"
     digest = plan_key(plan, run_id)
     with connect(cluster, holds_gil=plan.holds_gil) as client:
-        threads = total_threads(client)
 
         def ticker(stage: str, index: int) -> Tick:
             return EventTick(topic, stage, index, counter.total[stage])
@@ -213,7 +219,7 @@ def _run_dask(
             gate: tuple[Key, ...] = ()
             for planned in plan.stages:
                 previous = summaries[-1] if summaries else None
-                stage = _resolve(planned, threads, previous)
+                stage = _resolve(planned, NODES_PER_THREAD * total_threads(client), previous)
                 counter.total[stage.name] = len(stage.tasks)
                 nodes = compile_stage(stage, digest, gate, ticker if counter.progress else None)
                 summaries.append(_run_stage(client, nodes, counter, previous))
