@@ -785,6 +785,13 @@ CASES: tuple[Case, ...] = (
         absent=("nowhere",),
     ),
     Case(
+        "a performance report of a run in this process",
+        ("pyramid", "verify", "good.zarr", "--performance-report", "r.html", *SYNC),
+        2,
+        ("--performance-report r.html", "needs a cluster", "--executor sync", "drop one"),
+        absent=("r.html",),
+    ),
+    Case(
         "a negative update deadline",
         ("virtual", "update", "sim-gfs", "--repo", "repo", "--deadline", "-5"),
         2,

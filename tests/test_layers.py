@@ -1,5 +1,7 @@
-"""The layering in ARCHITECTURE.md, as import-linter contracts, holds."""
+"""The layering (README "Layout"), as import-linter contracts, holds; and the engine stands on
+Dask's public interfaces only."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -12,3 +14,26 @@ def test_import_contracts_hold() -> None:
     proc = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout
+
+
+def _imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_no_private_dask_module_is_imported() -> None:
+    """A private module (`dask._task_spec`) can change in any release; the engine uses the
+    public ones (`dask.task_spec`, distributed's documented API)."""
+    private = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "toolkit").rglob("*.py")
+        for name in _imported(path)
+        if name.split(".")[0] in ("dask", "distributed")
+        and any(part.startswith("_") for part in name.split(".")[1:])
+    }
+    assert not private, sorted(private)

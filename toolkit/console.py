@@ -136,6 +136,11 @@ def session(
     scheduler given by --cluster / TOOLKIT_CLUSTER that the `executor` will use is reached at
     once, and given `wait_for_workers` seconds to have a worker, before anything is written."""
     address = root_cluster(ctx, cluster)
+    if performance_report is not None and executor == "sync":
+        raise BadOption(
+            f"--performance-report {performance_report}: distributed's report needs a cluster, "
+            "and --executor sync runs in this process; drop one of them"
+        )
     return Session(
         address,
         eager=address is not None and executor not in (None, "sync"),

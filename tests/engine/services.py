@@ -111,3 +111,19 @@ class Explode:
             raise ValueError(f"cannot reshape array of size 0 into shape (1,256,0) at {item.key}")
         storage.put(self.store, item.key, b"x")
         return item.key
+
+
+@dataclass(frozen=True)
+class SlowWrite:
+    """A task of `seconds` of work (I/O-bound, as an index read is), then its object, whose
+    body names the process that wrote it."""
+
+    store: storage.Store
+    seconds: float
+
+    def __call__(self, item: Item) -> str:
+        import time
+
+        time.sleep(self.seconds)  # the work itself, not a wait for anything
+        storage.put(self.store, item.key, str(os.getpid()).encode())
+        return item.key

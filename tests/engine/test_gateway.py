@@ -18,6 +18,7 @@ from toolkit.engine import run
 pytest.importorskip("dask_gateway_server")
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -30,6 +31,7 @@ def gateway(tmp_path: Path):
         'c.DaskGateway.authenticator_class = "dask_gateway_server.auth.SimpleAuthenticator"\n'
         f'c.ClusterConfig.scheduler_cmd = ["{BIN / "dask"}", "scheduler"]\n'
         f'c.ClusterConfig.worker_cmd = ["{BIN / "dask"}", "worker"]\n'
+        f'c.ClusterConfig.environment = {{"PYTHONPATH": "{ROOT}"}}\n'  # tests' services
     )
     proc = subprocess.Popen(
         [str(BIN / "dask-gateway-server"), "-f", str(config)],
@@ -79,5 +81,35 @@ def test_plan_runs_on_a_dask_gateway_cluster(gateway: str, tmp_path: Path) -> No
                 lambda dask_scheduler: sorted(dask_scheduler.clients)
             )
         assert [c for c in connected if c != "fire-and-forget"] == [watcher.id], connected
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_an_adaptive_cluster_scales_up_for_a_striped_stage(gateway: str, tmp_path: Path) -> None:
+    """`adapt(minimum=1, maximum=4)`: the stage starts on one worker with one thread, and its
+    stripe nodes (four per thread, not one) leave queued work that the cluster adds workers
+    for; more than one worker process ends up running them."""
+    from dask_gateway import Gateway
+
+    from tests.engine.services import Item, SlowWrite
+    from toolkit.engine import AUTO, Gate, ListedKeys, Plan, Stage
+    from toolkit.tasks import stable
+
+    gw = Gateway(address=gateway, auth="basic")
+    cluster = gw.new_cluster()
+    try:
+        cluster.adapt(minimum=1, maximum=4)
+        with cluster.get_client(set_as_default=False) as watcher:
+            watcher.wait_for_workers(1, timeout=120)
+            assert sum(watcher.nthreads().values()) == 1
+        store = storage.open_store(str(tmp_path / "out"))
+        tasks = stable(Item("ingest", i) for i in range(48))
+        gate = Gate(ListedKeys(store, "ingest"), want=tuple(tasks.keys))
+        stage = Stage("ingest", tasks, SlowWrite(store, 0.5), gate, workers=AUTO, per_task=True)
+        report = run(Plan("adaptive", (stage,)), cluster=cluster)
+        assert report.stages[0].nodes == 4 and report.stages[0].gate_have == 48
+        writers = {storage.get(store, k).data for k in tasks.keys}
+        assert len(writers) > 1, "one worker ran every stripe: the cluster never scaled"
     finally:
         cluster.shutdown()

@@ -148,7 +148,7 @@ def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict
     """One stage as a task-spec graph. Its dependency on the previous stage's gate becomes that
     gate's summary, gathered by the client and sent as data (counts, without the stage's value):
     nothing in this graph refers to a key of a certified stage, so none is ever recomputed."""
-    from dask._task_spec import Task, TaskRef  # dask's task spec: explicit refs, no key guessing
+    from dask.task_spec import Task, TaskRef  # public since dask 2025.1: explicit refs
 
     own = {n.key for n in stage_nodes}
     before = dataclasses.replace(previous, value=None) if previous is not None else None
@@ -263,6 +263,12 @@ def run(
     task, the worker's traceback); a gate that finds missing objects raises
     `IncompleteStageError`; no node of a later stage runs after either.
     """
+    if not isinstance(plan, Plan):
+        raise TypeError(
+            f"run() takes a toolkit.plan.Plan, not {type(plan).__name__}: a job's own entry "
+            "point takes the cluster itself (toolkit.pyramid.build(source, cluster=...), "
+            "toolkit.virtual.backfill.backfill(dataset, cluster=...))"
+        )
     t0 = time.time()
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:8]
     counter = _Counter(plan, progress)
