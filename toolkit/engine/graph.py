@@ -52,6 +52,7 @@ class Node:
     deps: tuple[Key, ...]  # keys whose results are appended to args, in order
     retries: int = 0
     tasks: int = 0  # work nodes: how many of the stage's tasks this node runs
+    shared: tuple[int, ...] = ()  # args every work node of the stage holds (its service)
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ def compile_stage(
                     (done_key,),
                     stage.retries,
                     1,
+                    (1,),
                 )
             )
             work_keys.append(key)
@@ -300,6 +302,7 @@ def compile_stage(
                     (done_key,),
                     stage.retries,
                     len(block),
+                    (1,),
                 )
             )
             work_keys.append(key)

@@ -148,14 +148,29 @@ def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict
     """One stage as a task-spec graph. Its dependency on the previous stage's gate becomes that
     gate's summary, gathered by the client and sent as data (counts, without the stage's value):
     nothing in this graph refers to a key of a certified stage, so none is ever recomputed."""
-    from dask.task_spec import Task, TaskRef  # public since dask 2025.1: explicit refs
+    from dask.task_spec import DataNode, Task, TaskRef  # public since dask 2025.1
 
     own = {n.key for n in stage_nodes}
     before = dataclasses.replace(previous, value=None) if previous is not None else None
-    return {
-        n.key: Task(n.key, n.fn, *n.args, *(TaskRef(d) if d in own else before for d in n.deps))
-        for n in stage_nodes
-    }
+    graph: dict[Key, Any] = {}
+    sent: dict[int, TaskRef] = {}
+
+    def once(node: Node, value: Any) -> TaskRef:
+        """The stage's service goes in the graph once, as data its nodes refer to: one that
+        pickles by value (defined in a notebook or `__main__`) is then serialized once per
+        stage, and fetched once per worker, instead of once per node."""
+        ref = sent.get(id(value))
+        if ref is None:
+            key = (f"{node.key[0]}-shared", len(sent))  # type: ignore[index]
+            graph[key] = DataNode(key, value)
+            ref = sent[id(value)] = TaskRef(key)
+        return ref
+
+    for n in stage_nodes:
+        args = tuple(once(n, a) if i in n.shared else a for i, a in enumerate(n.args))
+        deps = (TaskRef(d) if d in own else before for d in n.deps)
+        graph[n.key] = Task(n.key, n.fn, *args, *deps)
+    return graph
 
 
 def _node_failure(node: Node, err: BaseException) -> BaseException:
