@@ -208,3 +208,22 @@ def test_a_stage_made_from_the_certified_result_of_the_one_before(store, executo
     assert report.stage("b").tasks == 3 and report.stage("b").written == 3
     assert storage.list_keys(store, "b") == ["b/0000", "b/0002", "b/0004"]
     assert {t for s, _, t in heard if s == "b"} == {3}
+
+
+def test_a_stage_sends_its_service_once_whatever_its_node_count(store) -> None:
+    """Every work node refers to one data node holding the service: a service that pickles by
+    value (defined in a notebook) is serialized once for the stage, not once per node."""
+    from dask.task_spec import DataNode
+
+    from toolkit.engine.graph import compile_stage
+    from toolkit.engine.run import _stage_graph
+
+    tasks = stable(Item("s", i) for i in range(50))
+    for workers in (None, 5):
+        stage = Stage("s", tasks, Write(store), workers=workers, per_task=True)
+        graph = _stage_graph(compile_stage(stage, "d"), None)
+        data = [k for k, v in graph.items() if isinstance(v, DataNode)]
+        assert len(data) == 1 and graph[data[0]].value == Write(store)
+        work = [v for k, v in graph.items() if isinstance(k, tuple) and k[0] == "s-d"]
+        assert len(work) == (50 if workers is None else 5)
+        assert all(data[0] in v.dependencies for v in work)
