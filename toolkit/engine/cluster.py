@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engine.versions import check_versions
+from toolkit.engine.ship import checked
 
 if TYPE_CHECKING:  # distributed is imported when a cluster is wanted: a run in this process
     from distributed import Client, LocalCluster  # does not pay half a second for it
@@ -135,7 +135,9 @@ def connect(
     None: an embedded cluster (`embedded`). A string: a scheduler address. A `Client` or a
     `Session`: used as is. Anything with `.get_client()`: dask-gateway, Coiled, a LocalCluster
     you made yourself (dask-gateway makes a new client per call: that one is closed on exit).
-    `check`: compare package versions on client, scheduler and workers (`check_versions`).
+    `check`: compare toolkit's code and its dependencies' versions on client, scheduler and
+    workers (`check_versions`), and check every worker that joins an external cluster during
+    the run (`toolkit.engine.ship.guard`).
     `quiet`: an embedded cluster's workers do not log what the caller is told anyway.
     """
     from distributed import Client
@@ -170,7 +172,7 @@ def connect(
                 "(dask-gateway, Coiled, LocalCluster)"
             )
         if check:
-            check_versions(client)
+            stack.enter_context(checked(client, joins=cluster is not None))
         yield client
 
 
@@ -209,13 +211,13 @@ class Session:
         if self._client is None:
             from distributed import performance_report
 
-            from toolkit.engine.ship import ship
-
             client = self._stack.enter_context(
-                connect(self.cluster, holds_gil=holds_gil, check=not self.ship, quiet=self.quiet)
+                connect(self.cluster, holds_gil=holds_gil, check=False, quiet=self.quiet)
             )
-            if self.ship:
-                ship(client)
+            joins = self.cluster is not None  # an embedded cluster's workers are this install
+            self._stack.enter_context(
+                checked(client, shipping=self.ship, joins=joins, say=self.announce)
+            )
             if self.announce is not None:
                 self.announce(f"dashboard: {dashboard(client)}")
             if self.performance_report is not None:
