@@ -6,9 +6,11 @@ nothing behind; a worker that joins a run with other code is retired and named."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from toolkit import storage
 from toolkit.cli import app
 from toolkit.engine import VersionMismatch, check_versions
 from toolkit.engine.ship import PLUGIN, payload
-from toolkit.engine.versions import _identity, local_versions, mismatches, refusal
+from toolkit.engine.versions import _identity, _probe, local_versions, mismatches, refusal
 from toolkit.pyramid import synthetic
 
 runner = CliRunner()
@@ -168,3 +170,99 @@ def test_a_worker_without_toolkit_is_refused_shipped_to_for_one_run(bare, tmp_pa
         with pytest.raises(VersionMismatch, match="not installed on the scheduler and 1 more"):
             check_versions(client)
     assert not imports_toolkit(bare.python, bare.env)  # the shared environment is untouched
+
+
+def toolkit(*args: str) -> list[str]:
+    """`toolkit ARGS` in a fresh interpreter (run it outside the checkout, with PYTHONPATH
+    naming the toolkit it should import: `python -c` puts the working directory first)."""
+    return [sys.executable, "-c", "from toolkit.cli import main; main()", *args]
+
+
+def env_with(pythonpath: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(pythonpath)}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_shipped_checkout_leaves_nothing_behind(
+    external, cluster_address: str, tmp_path: Path
+) -> None:
+    """Ship a modified checkout (same version string), then build from the clean install on
+    the same cluster: checked against its own code, and never the shipped code's bytes."""
+    from distributed import Client
+
+    modified = modified_checkout(tmp_path)
+    shipped, clean, twin = (tmp_path / f"{n}.zarr" for n in ("shipped", "clean", "twin"))
+    for p in (shipped, clean, twin):
+        synthetic.write_store(storage.open_store(str(p)), shape=(128, 192), shards=(32, 32))
+    build = ["pyramid", "build", "--levels", "2"]
+    res = subprocess.run(
+        toolkit("--cluster", cluster_address, *build, str(shipped), "--ship"),
+        env=env_with(modified),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stderr
+    res_twin = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
+    assert res_twin.exit_code == 0, res_twin.output
+    assert not same_objects(shipped, twin)  # the modified code ran on the workers
+
+    with Client(cluster_address) as client:  # nothing of it is left on the cluster
+        assert shipped_paths(client) == []
+        on_workers = client.run(_probe(), ("toolkit",)).values()
+        assert list(on_workers) == [{"toolkit": MINE}] * 2
+        assert client.run_on_scheduler(_probe(), ("toolkit",)) == {"toolkit": MINE}
+        plugins = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins)
+        )
+        assert PLUGIN not in plugins
+
+    res = runner.invoke(app, ["--cluster", cluster_address, *build, str(clean)])
+    if res.exit_code == 2:  # refused is acceptable; wrong bytes never are
+        assert "toolkit code" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    else:
+        assert res.exit_code == 0, res.output
+        assert same_objects(clean, twin)
+    assert res.exit_code == 0  # and with the shipped code gone, the clean install just runs
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_worker_joining_with_other_code_is_retired_and_named(
+    external, cluster_address: str, tmp_path: Path
+) -> None:
+    """A worker whose toolkit says the same version but is other code joins mid-build: it runs
+    nothing, is retired, is named on stderr, and the build equals a sync build."""
+    from tests.external import _await_line, _start
+
+    modified = modified_checkout(tmp_path)
+    on, twin = tmp_path / "on.zarr", tmp_path / "twin.zarr"
+    for p in (on, twin):
+        synthetic.write_store(storage.open_store(str(p)), shape=(768, 1024), shards=(32, 32))
+    build = ["pyramid", "build", "--levels", "3"]
+    started = time.monotonic()
+    proc, lines = _start(
+        toolkit("--cluster", cluster_address, *build, str(on)), tmp_path, env_with(ROOT)
+    )
+    _await_line(lines, r"dashboard:", "the build")  # connected and checked: the run is on
+    late = external.add_worker(env=env_with(f"{modified}:{ROOT}"))
+    joined = time.monotonic() - started
+    assert proc.poll() is None, "the build ended before the late worker joined: make it longer"
+    assert proc.wait(timeout=240) == 0
+    took = time.monotonic() - started
+    stderr = []
+    while not lines.empty():
+        stderr.append(lines.get())
+    said = [line for line in stderr if "retired" in line]
+    assert len(said) == 1, "".join(stderr)
+    assert re.search(
+        rf"retired tcp://127\.0\.0\.1:\d+: toolkit code {MINE} on the client, \w+ on worker "
+        r"tcp://127\.0\.0\.1:\d+; ship this checkout with --ship",
+        said[0],
+    ), said[0]
+    assert next(p for p in external.procs if p.pid == late).wait(timeout=60) is not None
+    res = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    assert same_objects(on, twin), f"joined after {joined:.1f} s of {took:.1f} s"
