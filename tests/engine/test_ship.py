@@ -240,8 +240,8 @@ def test_a_worker_joining_with_other_code_is_retired_and_named(
     modified = modified_checkout(tmp_path)
     on, twin = tmp_path / "on.zarr", tmp_path / "twin.zarr"
     for p in (on, twin):
-        synthetic.write_store(storage.open_store(str(p)), shape=(768, 1024), shards=(32, 32))
-    build = ["pyramid", "build", "--levels", "3"]
+        synthetic.write_store(storage.open_store(str(p)), shape=(1536, 2048), shards=(32, 32))
+    build = ["pyramid", "build", "--levels", "4"]
     started = time.monotonic()
     proc, lines = _start(
         toolkit("--cluster", cluster_address, *build, str(on)), tmp_path, env_with(ROOT)
