@@ -60,7 +60,8 @@ class External:
     env: dict[str, str]
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
 
-    def add_worker(self, nthreads: int = 1) -> None:
+    def add_worker(self, nthreads: int = 1, env: dict[str, str] | None = None) -> int:
+        """Start one more worker (in `env`, else the cluster's) and return its process id."""
         cmd = [
             self.python,
             "-m",
@@ -76,9 +77,10 @@ class External:
             "--local-directory",
             str(self.workdir / "workers"),
         ]
-        proc, lines = _start(cmd, self.workdir, self.env)
+        proc, lines = _start(cmd, self.workdir, self.env if env is None else env)
         self.procs.append(proc)
         _await_line(lines, r"Registered to:", "dask worker")
+        return proc.pid
 
     def worker_pids(self) -> dict[str, int]:
         from distributed import Client

@@ -227,7 +227,7 @@ Ship = Annotated[
     bool,
     typer.Option(
         "--ship",
-        help="Install this toolkit on the cluster's workers first (a development checkout).",
+        help="Run this toolkit on the cluster's scheduler and workers for this run only (a development checkout).",
     ),
 ]
 

@@ -1,35 +1,93 @@
-"""Code on workers: a cluster whose interpreter cannot import toolkit (it sees every dependency,
-not the project) is refused in one line naming the package, then runs once the checkout is
-shipped with `--ship` -- into the worker's own directory, never into the shared environment."""
+"""Code on workers: every process is compared by the toolkit code it actually imports (a digest
+of its sources) and by its dependencies' versions. A cluster that differs is refused in one line
+naming the process, the package and the fix; `--ship` sends the checkout for one run and leaves
+nothing behind; a worker that joins a run with other code is retired and named."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.external import isolated_python, start
+from tests.external import ROOT, isolated_python, start
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.engine import VersionMismatch, check_versions
-from toolkit.engine.versions import local_versions, mismatches
+from toolkit.engine.ship import PLUGIN, payload
+from toolkit.engine.versions import _identity, _probe, local_versions, mismatches, refusal
 from toolkit.pyramid import synthetic
 
 runner = CliRunner()
+MINE = local_versions()["toolkit"]  # this checkout's code digest
 
 
-def test_mismatches_name_the_package_the_versions_and_where() -> None:
-    client = {"toolkit": "0.1.0", "zarr": "3.4.2"}
+def test_mismatches_name_the_process_the_package_and_both_digests_or_versions() -> None:
+    client = {"toolkit": "c0de", "zarr": "3.4.2"}
     workers = {f"worker tcp://w{i}": {"toolkit": None, "zarr": "3.4.2"} for i in range(3)}
-    found = mismatches(client, {"toolkit": "0.1.0", "zarr": "3.1.0"}, workers)
-    assert found == [
-        "toolkit 0.1.0 on the client, not installed on worker tcp://w0 and 2 more",
+    found = mismatches(client, {"toolkit": "c0de", "zarr": "3.1.0"}, workers)
+    assert found == [  # dependencies first: shipping cannot fix them
         "zarr 3.4.2 on the client, 3.1.0 on the scheduler",
+        "toolkit code c0de on the client, not installed on worker tcp://w0 and 2 more",
     ]
     assert mismatches(client, client, {"worker a": client}) == []
+
+
+def test_the_fix_ships_toolkit_and_rebuilds_for_a_dependency() -> None:
+    client = {"toolkit": "c0de", "zarr": "3.4.2"}
+    code = refusal(client, client, {"worker tcp://w": {"toolkit": "beef", "zarr": "3.4.2"}})
+    assert code == (
+        "mismatch: toolkit code c0de on the client, beef on worker tcp://w; ship this checkout "
+        "with --ship (toolkit.engine.ship(client) from Python), or install the same toolkit on "
+        "the scheduler and workers"
+    )
+    both = refusal(client, client, {"worker tcp://w": {"toolkit": "beef", "zarr": "3.4.1"}})
+    assert both is not None and both.startswith(
+        "mismatch: zarr 3.4.2 on the client, 3.4.1 on worker tcp://w (and 1 more); "
+        "rebuild the worker image / environment with zarr==3.4.2"
+    )
+    assert "ship" not in both  # --ship cannot fix a dependency
+    gone = refusal(client, {"toolkit": "c0de", "zarr": None}, {})
+    assert gone is not None and "ship" not in gone and "zarr 3.4.2 on the client, not" in gone
+    assert refusal(client, client, {"worker a": client}) is None
+
+
+def modified_checkout(where: Path) -> Path:
+    """A copy of this checkout's toolkit in which every pooled value is one more: the same
+    version string, other code, other bytes. Returns the folder to put on PYTHONPATH."""
+    root = where / "modified"
+    shutil.copytree(
+        ROOT / "toolkit", root / "toolkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    with open(root / "toolkit" / "kernels.py", "a") as f:
+        f.write(
+            "\n\ndef _plus_one(fn):\n"
+            "    def pooled(*args, **kwargs):\n"
+            "        data, count = fn(*args, **kwargs)\n"
+            "        return data + 1, count\n\n"
+            "    return pooled\n\n\n"
+            "pool, pool_level0 = _plus_one(pool), _plus_one(pool_level0)\n"
+        )
+    return root
+
+
+def test_the_digest_is_of_the_sources_a_process_finds(tmp_path: Path) -> None:
+    digest = _identity()[1]
+    assert payload()[1] == MINE == digest(str(ROOT / "toolkit"))  # one algorithm for both
+    copy = modified_checkout(tmp_path) / "toolkit"
+    assert digest(str(copy)) != MINE
+    env = {**os.environ, "PYTHONPATH": str(copy.parent)}
+    code = "from toolkit.engine.versions import local_versions as v; print(v()['toolkit'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == digest(str(copy))  # same version string, other digest
 
 
 @pytest.fixture
@@ -52,17 +110,37 @@ def imports_toolkit(python: str, env: dict[str, str]) -> bool:
     )
 
 
+def same_objects(a: Path, b: Path) -> bool:
+    store_a, store_b = storage.open_store(str(a)), storage.open_store(str(b))
+    keys = storage.list_keys(store_a, "")
+    if keys != storage.list_keys(store_b, ""):
+        return False
+    fingerprints = ".pyramid/prints/"  # level 0's fingerprints hash each store's own ETags
+    return all(
+        storage.get(store_a, k).data == storage.get(store_b, k).data
+        for k in keys
+        if not k.startswith(fingerprints)
+    )
+
+
+def shipped_paths(client) -> list[str]:
+    def where() -> list[str]:
+        import sys
+
+        return [p for p in sys.path if "toolkit-shipped-" in p]
+
+    return [*client.run_on_scheduler(where), *(p for ps in client.run(where).values() for p in ps)]
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_worker_without_toolkit_is_refused_then_shipped_to(bare, tmp_path: Path) -> None:
+def test_a_worker_without_toolkit_is_refused_shipped_to_for_one_run(bare, tmp_path: Path) -> None:
     from distributed import Client
 
     assert not imports_toolkit(bare.python, bare.env)  # else the test proves nothing
     with Client(bare.address) as client, pytest.raises(VersionMismatch) as caught:
         check_versions(client)
-    assert f"toolkit {local_versions()['toolkit']} on the client, not installed on" in str(
-        caught.value
-    )
+    assert f"toolkit code {MINE} on the client, not installed on" in str(caught.value)
 
     on, twin = tmp_path / "on.zarr", tmp_path / "twin.zarr"
     for p in (on, twin):
@@ -81,18 +159,110 @@ def test_a_worker_without_toolkit_is_refused_then_shipped_to(bare, tmp_path: Pat
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["pyramid", "build", str(twin), "--levels", "2", "--executor", "sync"])
     assert res.exit_code == 0, res.output
-    store_on, store_twin = storage.open_store(str(on)), storage.open_store(str(twin))
-    keys = storage.list_keys(store_on, "")
-    assert keys == storage.list_keys(store_twin, "")
-    fingerprints = ".pyramid/prints/"  # level 0's fingerprints hash each store's own ETags
-    assert all(
-        storage.get(store_on, k).data == storage.get(store_twin, k).data
-        for k in keys
-        if not k.startswith(fingerprints)
-    )
+    assert same_objects(on, twin)
 
-    with Client(bare.address) as client:
-        check_versions(client)  # shipped: versions agree now
-        where = client.run(lambda: __import__("toolkit").__file__)
-    assert all("toolkit-shipped-" in path and str(bare.workdir) in path for path in where.values())
+    with Client(bare.address) as client:  # the shipped code left with its run
+        assert shipped_paths(client) == []
+        plugins = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins)
+        )
+        assert PLUGIN not in plugins
+        with pytest.raises(VersionMismatch, match="not installed on the scheduler and 1 more"):
+            check_versions(client)
     assert not imports_toolkit(bare.python, bare.env)  # the shared environment is untouched
+
+
+def toolkit(*args: str) -> list[str]:
+    """`toolkit ARGS` in a fresh interpreter (run it outside the checkout, with PYTHONPATH
+    naming the toolkit it should import: `python -c` puts the working directory first)."""
+    return [sys.executable, "-c", "from toolkit.cli import main; main()", *args]
+
+
+def env_with(pythonpath: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(pythonpath)}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_shipped_checkout_leaves_nothing_behind(
+    external, cluster_address: str, tmp_path: Path
+) -> None:
+    """Ship a modified checkout (same version string), then build from the clean install on
+    the same cluster: checked against its own code, and never the shipped code's bytes."""
+    from distributed import Client
+
+    modified = modified_checkout(tmp_path)
+    shipped, clean, twin = (tmp_path / f"{n}.zarr" for n in ("shipped", "clean", "twin"))
+    for p in (shipped, clean, twin):
+        synthetic.write_store(storage.open_store(str(p)), shape=(128, 192), shards=(32, 32))
+    build = ["pyramid", "build", "--levels", "2"]
+    res = subprocess.run(
+        toolkit("--cluster", cluster_address, *build, str(shipped), "--ship"),
+        env=env_with(modified),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stderr
+    res_twin = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
+    assert res_twin.exit_code == 0, res_twin.output
+    assert not same_objects(shipped, twin)  # the modified code ran on the workers
+
+    with Client(cluster_address) as client:  # nothing of it is left on the cluster
+        assert shipped_paths(client) == []
+        on_workers = client.run(_probe(), ("toolkit",)).values()
+        assert list(on_workers) == [{"toolkit": MINE}] * 2
+        assert client.run_on_scheduler(_probe(), ("toolkit",)) == {"toolkit": MINE}
+        plugins = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins)
+        )
+        assert PLUGIN not in plugins
+
+    res = runner.invoke(app, ["--cluster", cluster_address, *build, str(clean)])
+    if res.exit_code == 2:  # refused is acceptable; wrong bytes never are
+        assert "toolkit code" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    else:
+        assert res.exit_code == 0, res.output
+        assert same_objects(clean, twin)
+    assert res.exit_code == 0  # and with the shipped code gone, the clean install just runs
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_worker_joining_with_other_code_is_retired_and_named(
+    external, cluster_address: str, tmp_path: Path
+) -> None:
+    """A worker whose toolkit says the same version but is other code joins mid-build: it runs
+    nothing, is retired, is named on stderr, and the build equals a sync build."""
+    from tests.external import _await_line, _start
+
+    modified = modified_checkout(tmp_path)
+    on, twin = tmp_path / "on.zarr", tmp_path / "twin.zarr"
+    for p in (on, twin):
+        synthetic.write_store(storage.open_store(str(p)), shape=(1536, 2048), shards=(32, 32))
+    build = ["pyramid", "build", "--levels", "4"]
+    started = time.monotonic()
+    proc, lines = _start(
+        toolkit("--cluster", cluster_address, *build, str(on)), tmp_path, env_with(ROOT)
+    )
+    _await_line(lines, r"dashboard:", "the build")  # connected and checked: the run is on
+    late = external.add_worker(env=env_with(f"{modified}:{ROOT}"))
+    joined = time.monotonic() - started
+    assert proc.poll() is None, "the build ended before the late worker joined: make it longer"
+    assert proc.wait(timeout=240) == 0
+    took = time.monotonic() - started
+    stderr = []
+    while not lines.empty():
+        stderr.append(lines.get())
+    said = [line for line in stderr if "retired" in line]
+    assert len(said) == 1, "".join(stderr)
+    assert re.search(
+        rf"retired tcp://127\.0\.0\.1:\d+: toolkit code {MINE} on the client, \w+ on worker "
+        r"tcp://127\.0\.0\.1:\d+; ship this checkout with --ship",
+        said[0],
+    ), said[0]
+    assert next(p for p in external.procs if p.pid == late).wait(timeout=60) is not None
+    res = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    assert same_objects(on, twin), f"joined after {joined:.1f} s of {took:.1f} s"

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engine.versions import check_versions
+from toolkit.engine.ship import checked
 
 if TYPE_CHECKING:  # distributed is imported when a cluster is wanted: a run in this process
     from distributed import Client, LocalCluster  # does not pay half a second for it
@@ -157,7 +157,9 @@ def connect(
     None: an embedded cluster (`embedded`). A string: a scheduler address. A `Client` or a
     `Session`: used as is. Anything with `.get_client()`: dask-gateway, Coiled, a LocalCluster
     you made yourself (dask-gateway makes a new client per call: that one is closed on exit).
-    `check`: compare package versions on client, scheduler and workers (`check_versions`).
+    `check`: compare toolkit's code and its dependencies' versions on client, scheduler and
+    workers (`check_versions`), and check every worker that joins an external cluster during
+    the run (`toolkit.engine.ship.guard`).
     `quiet`: an embedded cluster's workers do not log what the caller is told anyway.
     `wait_for_workers`: a scheduler address with no worker yet is given this long for one to
     join (`say` tells the user it waits); an adaptive cluster object scales on demand instead.
@@ -195,7 +197,7 @@ def connect(
                 "(dask-gateway, Coiled, LocalCluster)"
             )
         if check:
-            check_versions(client)
+            stack.enter_context(checked(client, joins=cluster is not None))
         yield client
 
 
@@ -240,20 +242,20 @@ class Session:
         if self._client is None:
             from distributed import performance_report
 
-            from toolkit.engine.ship import ship
-
             client = self._stack.enter_context(
                 connect(
                     self.cluster,
                     holds_gil=holds_gil,
-                    check=not self.ship,
+                    check=False,
                     quiet=self.quiet,
                     wait_for_workers=self.wait_for_workers,
                     say=self.announce,
                 )
             )
-            if self.ship:
-                ship(client)
+            joins = self.cluster is not None  # an embedded cluster's workers are this install
+            self._stack.enter_context(
+                checked(client, shipping=self.ship, joins=joins, say=self.announce)
+            )
             if self.announce is not None:
                 self.announce(f"dashboard: {dashboard(client)}")
             if self.performance_report is not None:
