@@ -66,8 +66,9 @@ def test_the_python_blocks_run(
         exec(compile(code, f"{DOC.name} python block {i + 1}", "exec"), scope)
         report = scope["report"]
         assert report.stages and all(s.gate_have == s.gate_want for s in report.stages)
-        if "client" in scope:
-            scope["client"].close()  # type: ignore[attr-defined]
+        for made in ("client", "gateway"):  # what the block opened, closed as a user would
+            if made in scope:
+                scope[made].close()  # type: ignore[attr-defined]
     assert (tmp_path / "run.html").stat().st_size > 0
 
 

@@ -19,10 +19,8 @@ def test_doc_call_graphs_match_the_code() -> None:
 
 def test_read_arrays_only_lists_and_gets_metadata() -> None:
     edges = select(build(), "read_arrays", depth=1)
-    assert {b for _, b in edges if b.startswith("storage.")} == {
-        "storage.list_objects",
-        "storage.get",
-    }
+    calls = {b for _, b in edges if b.startswith("storage.") and b[8].islower()}  # not errors
+    assert calls == {"storage.list_objects", "storage.get"}
 
 
 def test_entry_depth_module_and_private_options() -> None:

@@ -83,6 +83,7 @@ def test_plan_runs_on_a_dask_gateway_cluster(gateway: str, tmp_path: Path) -> No
         assert [c for c in connected if c != "fire-and-forget"] == [watcher.id], connected
     finally:
         cluster.shutdown()
+        gw.close()
 
 
 @pytest.mark.slow
@@ -113,3 +114,4 @@ def test_an_adaptive_cluster_scales_up_for_a_striped_stage(gateway: str, tmp_pat
         assert len(writers) > 1, "one worker ran every stripe: the cluster never scaled"
     finally:
         cluster.shutdown()
+        gw.close()
