@@ -1,5 +1,5 @@
-"""The layering (README "Layout"), as import-linter contracts, holds; and the engine stands on
-Dask's public interfaces only."""
+"""The layering of docs/architecture.md holds: its import-linter contracts, Dask's public
+interfaces only, and the page naming every module of the package."""
 
 import ast
 import subprocess
@@ -37,3 +37,18 @@ def test_no_private_dask_module_is_imported() -> None:
         and any(part.startswith("_") for part in name.split(".")[1:])
     }
     assert not private, sorted(private)
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """A module added to the package appears on docs/architecture.md (its own line, or its
+    package's), so the page stays the map of the code."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    tops = sorted(
+        f"toolkit.{p.stem}" if p.is_file() else f"toolkit.{p.name}"
+        for p in (ROOT / "toolkit").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    )
+    engine = sorted(p.stem for p in (ROOT / "toolkit" / "engine").glob("*.py"))
+    missing = [m for m in tops if f"`{m}`" not in page]
+    missing += [f"engine/{m}.py" for m in engine if m != "__init__" and f"`{m}.py`" not in page]
+    assert not missing, f"docs/architecture.md does not name {missing}"
