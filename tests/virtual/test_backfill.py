@@ -13,7 +13,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.plan import IncompleteStageError
 from toolkit.tasks import Named
-from toolkit.virtual.backfill import Setup, backfill, temp_branch
+from toolkit.virtual.backfill import backfill, backfill_plan, temp_branch
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run
@@ -99,7 +99,7 @@ def test_finalize_refuses_when_main_moved(tmp_path):
         publish=6,
     )
     region = ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
-    Setup(region, temp_branch(region))(Named("setup"))
+    backfill_plan(region).stages[0].service(Named("setup"))
     run(ds.region(START, None))  # a write loop on main, as an operational fire would
     with pytest.raises(R.BranchMoved, match="moved since setup"):
         backfill(ds, start=START, executor="sync")
@@ -132,14 +132,15 @@ def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(
 
 def test_a_local_repo_gets_one_commit_node(tmp_path):
     """Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch."""
-    from toolkit.virtual.backfill import BackfillOut, backfill_plan
+    from toolkit.transaction import Forked
+    from toolkit.virtual.backfill import backfill_plan
 
     _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     commit = backfill_plan(ds.region(START, None), workers=8, fan_in=2).stages[2]
     assert commit.name == "commit" and commit.tasks_from is not None
-    groups = commit.tasks_from(tuple(BackfillOut(ingested=(f"f{i}",)) for i in range(8)))
+    groups = commit.tasks_from(tuple(Forked(done=(f"f{i}",)) for i in range(8)))
     assert len(groups) == 1 and len(groups[0].outs) == 8
 
 
@@ -249,7 +250,7 @@ def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
 def test_a_retried_commit_node_does_not_commit_again(tmp_path):
     """The commit stage's nodes are retried by the engine: a node that committed and then
     failed (or lost its worker) finds its commit on the branch and returns it."""
-    from toolkit.virtual.backfill import Groups, backfill_plan
+    from toolkit.virtual.backfill import backfill_plan
 
     _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
@@ -257,10 +258,10 @@ def test_a_retried_commit_node_does_not_commit_again(tmp_path):
     setup, ingest, commit, _ = backfill_plan(ds.region(START, None), workers=2).stages
     setup.service(Named("setup"))
     outs = tuple(ingest.service(list(ingest.tasks)[i::2]) for i in range(2))
-    (group,) = Groups(8)(outs)
+    (group,) = commit.tasks_from(outs)
     first = commit.service(group)
     again = commit.service(group)  # the retry
-    assert first.commits == again.commits and len(first.commits) == 1
+    assert first.snapshot == again.snapshot and first.snapshot is not None
     repo = ds.repo.open(fresh=True)
     branch = temp_branch(ds.region(START, None))
     assert [c.metadata.get("group") for c in R.history(repo, branch)].count(group.token) == 1

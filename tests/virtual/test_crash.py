@@ -28,7 +28,7 @@ from tests.virtual.e2e.hooks import (
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.tasks import Named
-from toolkit.virtual.backfill import backfill, temp_branch
+from toolkit.virtual.backfill import backfill, backfill_plan, temp_branch
 from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import ensure_repo, run
 
@@ -124,12 +124,10 @@ def test_backfill_crash_then_rerun_converges(world, tmp_path, point):
 def test_replica_finalize_refuses_when_its_main_moved(world, tmp_path):
     """Finalize guards every repo: a replica whose main moved stops the finalize, before the
     primary is touched, and both temp branches are kept."""
-    from toolkit.virtual.backfill import Setup
-
     src, _ = world
     job = sim_job(src, str(tmp_path / "repo"), str(tmp_path / "replica"))
     region = job.region(START, np.datetime64("2025-08-01T18", "ns") + np.timedelta64(1, "ns"))
-    Setup(region, temp_branch(region))(Named("setup"))
+    backfill_plan(region).stages[0].service(Named("setup"))
     # An operational write to the replica's main only.
     run(sim_job(src, str(tmp_path / "replica")).region(START, SECOND_CYCLE))
     with pytest.raises(R.BranchMoved, match="moved since setup"):

@@ -14,7 +14,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.tasks import Named
-from toolkit.virtual.backfill import RegionOverlap, Setup, backfill, temp_branch
+from toolkit.virtual.backfill import RegionOverlap, backfill, backfill_plan, temp_branch
 from toolkit.virtual.inflight import in_flight, marker
 from toolkit.virtual.write import run
 
@@ -30,7 +30,7 @@ def refused(tmp_path, main_writes_from):
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     region = ds.region(START, SIX)
-    Setup(region, temp_branch(region))(Named("setup"))
+    backfill_plan(region).stages[0].service(Named("setup"))
     run(ds.region(main_writes_from, None))
     with pytest.raises(R.BranchMoved) as caught:
         backfill(ds, start=START, end=SIX, executor="sync")

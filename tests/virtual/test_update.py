@@ -13,7 +13,7 @@ from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.tasks import Named
-from toolkit.virtual.backfill import Setup, backfill, temp_branch
+from toolkit.virtual.backfill import backfill, backfill_plan
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease, LeaseHeld, LeaseLost
 from toolkit.virtual.read import file_refs
@@ -81,7 +81,7 @@ def test_update_refuses_while_a_backfill_is_in_flight(tmp_path):
         publish=6,
     )
     region = ds.region(START, FIRE)
-    Setup(region, temp_branch(region))(Named("setup"))
+    backfill_plan(region).stages[0].service(Named("setup"))
     with pytest.raises(BackfillInFlight, match="in flight"):
         update(ds, fire_time=FIRE, deadline_seconds=5)
 

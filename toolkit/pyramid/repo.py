@@ -32,6 +32,7 @@ import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit import transaction as T
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
@@ -45,10 +46,8 @@ from toolkit.pyramid.plan import (
 )
 from toolkit.pyramid.shards import BuildShard, DoneShards, runs
 from toolkit.pyramid.source import Source, read_source
-from toolkit.tasks import Named, stable
 
 PREFIX = "pyramid-"
-MARKER_SUFFIX = "-main-at-setup"
 RUN_SHARDS = 8  # neighbouring shards (along one leading dim) a worker builds at once
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
 BUILT_FROM = "pyramid:level0_snapshot"  # root attribute: main's snapshot the levels were built on
@@ -61,10 +60,6 @@ __all__ = [
     "recorded_settings",
     "repo_source",
 ]
-
-
-def marker(branch: str) -> str:
-    return f"{branch}{MARKER_SUFFIX}"
 
 
 def open_repo_source(
@@ -208,41 +203,21 @@ def settings_record(p: PyramidPlan) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Setup:
-    """The branch from main's head, every level's metadata on it, committed."""
+class LevelMetadata:
+    """The setup change: every level's metadata on the branch, level shards that depend on
+    rewritten level-0 objects dropped, the root's layout and settings."""
 
-    ref: R.RepoRef
-    branch: str
     src: Source
     plan: PyramidPlan
 
-    def __call__(self, _step: Named) -> str:
-        repo = self.ref.open(fresh=True)
-        names = R.branches(repo)
-        main = R.snapshot_of(repo, "main")
-        for b in names:  # a build this one replaces (main moved, or other settings)
-            if b.startswith(PREFIX) and not b.endswith(MARKER_SUFFIX) and b != self.branch:
-                R.delete_branch(repo, b)
-                if marker(b) in names:
-                    R.delete_branch(repo, marker(b))
-        if self.branch in names and R.snapshot_of(repo, marker(self.branch)) != main:
-            R.delete_branch(repo, self.branch)  # set up from a head main has left: start again
-            R.delete_branch(repo, marker(self.branch))
-            names = R.branches(repo)
-        if self.branch not in names:
-            R.create_branch(repo, marker(self.branch), main)
-            R.create_branch(repo, self.branch, main)
-        session = R.writable(repo, self.branch)
-        src = dataclasses.replace(self.src, store=R.SessionView(self.ref.url, session))
+    def __call__(self, ref: R.RepoRef, session: Any, main: str) -> None:
+        src = dataclasses.replace(self.src, store=R.SessionView(ref.url, session))
         metadata.write_levels(src, self.plan)
         metadata.grow_levels(src, self.plan)
-        drop_rewritten(repo, session, src, self.plan, main)
+        drop_rewritten(ref.open(), session, src, self.plan, main)
         metadata.set_root_attrs(
             src, self.plan, {SETTINGS_ATTR: settings_record(self.plan), BUILT_FROM: main}
         )
-        if R.has_changes(session):
-            R.commit(session, "pyramid setup: level metadata", {"pyramid": "setup"})
-        return self.branch
 
 
 def rewritten_cells(
@@ -289,15 +264,6 @@ def drop_rewritten(repo: Any, session: Any, src: Source, p: PyramidPlan, main: s
 
 
 @dataclass(frozen=True)
-class SetUp:
-    ref: R.RepoRef
-    branch: str
-
-    def __call__(self) -> frozenset[str]:
-        return frozenset({"setup"} if self.branch in R.branches(self.ref.open(fresh=True)) else ())
-
-
-@dataclass(frozen=True)
 class LevelForks:
     """One worker's stripe of a level: a fork of the branch, every shard written into it."""
 
@@ -305,10 +271,12 @@ class LevelForks:
     branch: str
     build: BuildShard  # its store is replaced by the fork
 
-    def __call__(self, tasks: list[Any], tick: Callable[[int], None] | None = None) -> tuple:
+    def __call__(
+        self, tasks: list[Any], tick: Callable[[int], None] | None = None
+    ) -> T.Forked | None:
         if not tasks:
-            return ()
-        fork = R.fork(R.writable(self.ref.open(), self.branch))
+            return None
+        fork = T.fork_of(self.ref, self.branch)
         service = dataclasses.replace(self.build, store=R.SessionView(self.ref.url, fork))
         done = 0
         for axis, shards in runs(tasks, RUN_SHARDS):  # neighbours: one read, one write
@@ -316,79 +284,35 @@ class LevelForks:
             done += len(shards)
             if tick is not None:
                 tick(done)
-        return (fork,)
-
-
-def gather(parts: list[Any]) -> tuple:
-    out: list[Any] = []
-    for p in parts:
-        out.extend(p or ())
-    return tuple(out)
+        T.step("worker_forked")
+        return T.Forked(((self.ref.url, fork),), tuple(t.key for t in tasks))
 
 
 @dataclass(frozen=True)
-class LevelCommit:
+class Describe:
+    """A level's commit: its group and how many forks it merges."""
+
     group: str
-    forks: tuple
-
-    @property
-    def key(self) -> str:
-        return f"{self.group}/commit"
-
-
-@dataclass(frozen=True)
-class OneCommit:
-    group: str
-
-    def __call__(self, forks: tuple | None) -> Any:
-        return stable([LevelCommit(self.group, tuple(forks or ()))])
-
-
-@dataclass(frozen=True)
-class Commit:
-    ref: R.RepoRef
-    branch: str
     digest: str
 
-    def __call__(self, job: LevelCommit) -> str | None:
-        if not job.forks:
-            return None
-        session = R.writable(self.ref.open(fresh=True), self.branch)
-        R.merge(session, list(job.forks))
-        if not R.has_changes(session):
-            return None
-        return R.commit(
-            session,
-            f"pyramid {job.group}: {len(job.forks)} fork(s)",
-            {"pyramid": job.group, "plan": self.digest},
+    def __call__(self, g: T.Group) -> tuple[str, dict[str, Any]]:
+        forks = sum(len(o.forks) for o in g.outs)
+        return f"pyramid {self.group}: {forks} fork(s)", {
+            "pyramid": self.group,
+            "plan": self.digest,
+        }
+
+
+@dataclass(frozen=True)
+class MainMoved:
+    branch: str
+
+    def __call__(self, url: str) -> str:
+        return (
+            f"{url}: main moved while the pyramid was built on {self.branch!r} (an update "
+            "committed); nothing reached main: run the build again, it starts from main's new "
+            "head and keeps the levels main already has"
         )
-
-
-@dataclass(frozen=True)
-class Finalize:
-    ref: R.RepoRef
-    branch: str
-
-    def __call__(self, _step: Named) -> str:
-        repo = self.ref.open(fresh=True)
-        try:
-            return R.finalize_branch(repo, self.branch, marker(self.branch))
-        except R.BranchMoved as err:
-            raise R.BranchMoved(
-                f"{self.ref.url}: main moved while the pyramid was built on {self.branch!r} (an "
-                "update committed); nothing reached main: run the build again, it starts from "
-                "main's new head and keeps the levels main already has"
-            ) from err
-
-
-@dataclass(frozen=True)
-class Finalized:
-    ref: R.RepoRef
-    branch: str
-
-    def __call__(self) -> frozenset[str]:
-        gone = self.branch not in R.branches(self.ref.open(fresh=True))
-        return frozenset({"finalize"} if gone else ())
 
 
 def branch_name(p: PyramidPlan) -> str:
@@ -398,52 +322,34 @@ def branch_name(p: PyramidPlan) -> str:
 def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = AUTO) -> Plan:
     """setup -> (level, level-commit) per level -> finalize, on the branch of `p`."""
     branch = branch_name(p)
+    txn = T.Txn((ref,), branch)
     view = R.BranchView(ref, branch)
-    stages = [
-        Stage(
-            "setup",
-            stable([Named("setup")]),
-            Setup(ref, branch, src, p),
-            Gate(SetUp(ref, branch), want=("setup",)),
-            resume=False,
-        )
-    ]
+    setup = T.Setup(
+        txn,
+        LevelMetadata(src, p),
+        "pyramid setup: level metadata",
+        {"pyramid": "setup"},
+        replaces=PREFIX,
+        restart=True,
+    )
+    rounds = []
     for k, lvl in enumerate(p.levels):
         build = BuildShard(view, lvl.group, p.method, var_sources(src, p, k))
-        stages.append(
-            Stage(
-                lvl.group,
-                lvl.tasks,
-                LevelForks(ref, branch, build),
-                None,  # forks live in memory: the commit's gate checks what must exist
-                workers=workers,
-                reports_progress=True,
-                done=DoneShards(view, lvl.group, tuple(lvl.tasks)),
-                combine=gather,
-            )
+        work = Stage(
+            lvl.group,
+            lvl.tasks,
+            LevelForks(ref, branch, build),
+            None,  # forks live in memory: the commit's gate checks what must exist
+            workers=workers,
+            reports_progress=True,
+            done=DoneShards(view, lvl.group, tuple(lvl.tasks)),
+            combine=T.gather,
         )
-        stages.append(
-            Stage(
-                f"{lvl.group}-commit",
-                stable([]),
-                Commit(ref, branch, p.digest),
-                Gate(ListedKeys(view, lvl.group + "/"), want=lvl.targets),
-                resume=False,
-                tasks_from=OneCommit(lvl.group),
-            )
-        )
-    stages.append(
-        Stage(
-            "finalize",
-            stable([Named("finalize")]),
-            Finalize(ref, branch),
-            Gate(Finalized(ref, branch), want=("finalize",)),
-            resume=False,
-        )
-    )
+        gate = Gate(ListedKeys(view, lvl.group + "/"), want=lvl.targets)
+        rounds.append(T.Round(work, f"{lvl.group}-commit", gate, Describe(lvl.group, p.digest)))
     return Plan(
         f"pyramid-{p.method}-repo",
-        tuple(stages),
+        T.stages(txn, setup, rounds, MainMoved(branch)),
         holds_gil=True,  # level 0 decodes GRIB (gribberish holds the GIL)
         work_bytes=level0_bytes(src) * 4 // 3,
     )

@@ -1,22 +1,21 @@
-"""Backfill as a gated plan: setup -> ingest -> commit -> finalize.
+"""Backfill as a branch transaction (`toolkit.transaction`): setup -> ingest -> commit ->
+finalize. This module holds the backfill's own work; the transaction holds the branch.
 
-setup     one node: temp branch from main, pre-sized to the whole region (workers never
-          resize), main's snapshot kept on a marker branch, the region in the setup commit.
+setup     one node: the repos created if missing, a branch from main (and a marker of main's
+          head) pre-sized to the whole region (workers never resize), the region in the setup
+          commit.
 ingest    N nodes, each a contiguous append-dim block of source files (its refs stay in a few
           manifest windows): discover, build refs, write them into one Icechunk fork per repo
           (replicas and primary) and return them with the files ingested, skipped (with the
           reason) and not published. The engine's done-set is the manifest filter, so a rerun
-          resumes. Nothing is committed here, and the fold only gathers the outputs.
-commit    its tasks are made from ingest's certified result: groups of `fan_in` worker outputs
-          (one group for a repo on local storage). Each node merges its group's forks and
-          commits once per repo, replicas first; a retried node finds its commit on the branch
-          and does not commit again. The gate wants every file the template expects up to the
-          last published position and probes the branch for each: what the workers reported
-          only explains an absence (not published, skipped), and `strict` refuses even those.
-finalize  replicas, then the primary: main := temp branch, each only if its main has not moved
+          resumes. Nothing is committed here.
+commit    groups of `fan_in` ingest outputs (one group for a repo on local storage), each merged
+          and committed once per repo by its own node, replicas first. The gate wants every
+          file the template expects up to the last published position and probes the branch
+          for each: what the workers reported only explains an absence (not published,
+          skipped), and `strict` refuses even those.
+finalize  replicas, then the primary: main := the branch, each only if its main has not moved
           since setup; else fail naming both ways out (`--rebase`, `toolkit virtual abort`).
-          A crash between the two is replayed by a rerun (a finalized replica's fresh branch
-          equals its main: nothing to reset).
 """
 
 from __future__ import annotations
@@ -30,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from toolkit import icechunk as R
+from toolkit import transaction as T
 from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
-from toolkit.tasks import Named, stable
 from toolkit.virtual.filetable import Keys
-from toolkit.virtual.inflight import PREFIX, abort, marker, temp_branches, ways_out
+from toolkit.virtual.inflight import PREFIX, temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent, sync_dims_to
 from toolkit.virtual.read import discover
 from toolkit.virtual.refs import canon
@@ -44,7 +43,6 @@ from toolkit.virtual.write import (
     ensure_repo,
     filter_already_present,
     process_virtual_refs,
-    step,
     write_refs,
 )
 
@@ -53,9 +51,9 @@ __all__ = ["BackfillOut", "backfill", "backfill_plan", "temp_branch"]
 
 @dataclass(frozen=True)
 class BackfillOut:
-    """What a worker (or a combine node) hands on: forks not yet committed, and the lists."""
+    """What the backfill reports: the files ingested, skipped (with the reason) and not
+    published, the commits, and the refs written."""
 
-    forks: tuple[tuple[str, Any], ...] = ()  # (repo url, fork), replicas before the primary
     ingested: tuple[str, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     commits: tuple[str, ...] = ()
@@ -78,27 +76,21 @@ def _extent(job: Job) -> int:
 
 
 @dataclass(frozen=True)
-class Setup:
-    job: Job
-    branch: str
+class Presize:
+    """The setup change: the branch pre-sized to the whole region (workers never resize)."""
 
-    def __call__(self, _step: Named) -> str:
+    job: Job
+
+    def __call__(self, _ref: R.RepoRef, session: Any, _main: str) -> None:
+        sync_dims_to(session, self.job.template, _extent(self.job))
+
+
+@dataclass(frozen=True)
+class EnsureRepos:
+    job: Job
+
+    def __call__(self) -> None:
         ensure_repo(self.job)
-        for ref in self.job.repos:
-            repo = ref.open(fresh=True)
-            main = R.snapshot_of(repo, "main")
-            if self.branch not in R.branches(repo):
-                # main's snapshot at setup, kept as a marker branch finalize compares against
-                if marker(self.branch) in R.branches(repo):
-                    R.delete_branch(repo, marker(self.branch))
-                R.create_branch(repo, marker(self.branch), main)
-                R.create_branch(repo, self.branch, main)
-            s = R.writable(repo, self.branch)
-            sync_dims_to(s, self.job.template, _extent(self.job))
-            if R.has_changes(s):
-                region = f"[{self.job.start}, {self.job.end if self.job.end is not None else ''})"
-                R.commit(s, "backfill setup: pre-size", {"main_at_setup": main, "region": region})
-        return self.branch
 
 
 @dataclass(frozen=True)
@@ -138,41 +130,39 @@ class Ingest:
     job: Job
     branch: str
 
-    def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> BackfillOut:
+    def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> T.Forked:
         job = self.job
         skipped: list[Skipped] = []
         batches = list(process_virtual_refs(job, coords, skipped, on_file=tick))
         read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped}
         unpublished = tuple(c.key for c in coords if c.key not in read)
         if not any(batches):
-            return BackfillOut(skipped=tuple(skipped), unpublished=unpublished)
+            return T.Forked(report=BackfillOut(skipped=tuple(skipped), unpublished=unpublished))
         forks = []
         refs = 0
         for ref in job.repos:
-            f = R.fork(R.writable(ref.open(), self.branch))
+            f = T.fork_of(ref, self.branch)
             n = sum(write_refs(job, f, b, grow=False) for b in batches)
             refs = n if ref is job.repo else refs
             forks.append((ref.url, f))
-        step("worker_forked")
+        T.step("worker_forked")
         ingested = tuple(c.key for b in batches for c, _ in b)
-        return BackfillOut(
-            tuple(forks), ingested, tuple(skipped), (), refs, unpublished=unpublished
-        )
-
-
-def gather(parts: list[Any]) -> tuple[BackfillOut, ...]:
-    """The ingest stage's fold: the workers' outputs side by side (associative, no I/O)."""
-    out: list[BackfillOut] = []
-    for p in parts:
-        out.extend(p if isinstance(p, tuple) else (p,))
-    return tuple(out)
+        report = BackfillOut(ingested, tuple(skipped), (), refs, unpublished=unpublished)
+        return T.Forked(tuple(forks), ingested, report)
 
 
 def merged(parts: list[Any]) -> BackfillOut:
     """The commit stage's fold: one report of every group (associative, no I/O)."""
-    outs = gather(parts)
+    outs: list[BackfillOut] = []
+    for p in T.gather(parts):
+        if isinstance(p, T.Committed):
+            done = [o.report for o in p.outs if o.report is not None]
+            outs.extend(done)
+            if p.snapshot is not None and any(o.forks for o in p.outs):
+                outs.append(BackfillOut(commits=(p.snapshot,)))
+        else:
+            outs.append(p)
     return BackfillOut(
-        (),
         tuple(k for o in outs for k in o.ingested),
         tuple(s for o in outs for s in o.skipped),
         tuple(c for o in outs for c in o.commits),
@@ -181,83 +171,11 @@ def merged(parts: list[Any]) -> BackfillOut:
     )
 
 
-@dataclass(frozen=True)
-class CommitGroup:
-    """A bounded group of ingest outputs, merged and committed by one node."""
-
-    index: int
-    outs: tuple[BackfillOut, ...]
-
-    @property
-    def key(self) -> str:
-        return f"commit/{self.index:04d}"
-
-    @property
-    def token(self) -> str:
-        """Names this group's commit: a retried node finds it on the branch and skips it."""
-        files = sorted(k for o in self.outs for k in o.ingested)
-        return hashlib.sha256("\0".join(files).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Groups:
-    """The commit stage's tasks, from the ingest stage's certified result: `fan_in` worker
-    outputs per group (one group for a repo on local storage, which cannot arbitrate
-    concurrent commits to a branch)."""
-
-    fan_in: int
-
-    def __call__(self, outs: tuple[BackfillOut, ...] | None) -> Any:
-        outs = outs or ()
-        n = max(1, self.fan_in)
-        return stable(CommitGroup(i, outs[j : j + n]) for i, j in enumerate(range(0, len(outs), n)))
-
-
-@dataclass(frozen=True)
-class Commit:
-    """Merge a group's forks and commit them to the temp branch, replicas first; idempotent:
-    a repo whose branch already holds this group's commit is not committed to again."""
-
-    job: Job
-    branch: str
-
-    def __call__(self, group: CommitGroup) -> BackfillOut:
-        job = self.job
-        fresh = [k for o in group.outs if o.forks for k in o.ingested]
-        commits: list[str] = []
-        if fresh:
-            for i, ref in enumerate(job.repos):
-                if i:
-                    step("after_replica_commit")
-                repo = ref.open()
-                done = _committed(repo, self.branch, group.token)
-                if done is not None:
-                    commits.append(done)
-                    continue
-                forks = [f for o in group.outs for url, f in o.forks if url == ref.url]
-                s = R.writable(repo, self.branch)
-                R.merge(s, forks)
-                if R.has_changes(s):
-                    commits.append(
-                        R.commit(
-                            s,
-                            f"backfill: {len(fresh)} file(s) from {len(forks)} fork(s)",
-                            {"files": len(fresh), "forks": len(forks), "group": group.token},
-                        )
-                    )
-        out = merged(list(group.outs))
-        return dataclasses.replace(out, commits=tuple(commits[-1:]))
-
-
-def _committed(repo: Any, branch: str, token: str) -> str | None:
-    """The snapshot on `branch` (since its setup) that committed group `token`, if any."""
-    at_setup = R.snapshot_of(repo, marker(branch)) if marker(branch) in R.branches(repo) else None
-    for c in R.history(repo, branch):
-        if c.id == at_setup:
-            return None
-        if c.metadata.get("group") == token:
-            return c.id
-    return None
+def describe(group: T.Group) -> tuple[str, dict[str, Any]]:
+    """A commit of a group of ingest outputs: the files and forks it brings."""
+    files = sum(len(o.done) for o in group.outs if o.forks)
+    forks = sum(1 for o in group.outs if o.forks)  # one fork per repo per output
+    return f"backfill: {files} file(s) from {forks} fork(s)", {"files": files, "forks": forks}
 
 
 @dataclass(frozen=True)
@@ -275,40 +193,14 @@ class Absences:
 
 
 @dataclass(frozen=True)
-class Finalize:
-    job: Job
+class MainMoved:
     branch: str
 
-    def __call__(self, _step: Named) -> str:
-        """Replicas first, then the primary ("finalized" is defined by the primary)."""
-        refs = self.job.repos
-        for i, ref in enumerate(refs):
-            if i:
-                step("finalize_after_replica")
-            head = _finalize_one(ref.open(fresh=True), self.branch, ref.url)
-        return head
-
-
-def _finalize_one(repo: Any, branch: str, url: str) -> str:
-    try:
-        return R.finalize_branch(repo, branch, marker(branch))
-    except R.BranchMoved as err:
-        raise R.BranchMoved(
-            f"{url}: main moved since setup of backfill {branch!r} (an operational fire "
-            f"committed); finalize refused and kept the branch: {ways_out(url, branch)}"
-        ) from err
-
-
-@dataclass(frozen=True)
-class MainAtBranch:
-    job: Job
-    branch: str
-
-    def __call__(self) -> frozenset[str]:
-        for ref in self.job.repos:
-            if self.branch in R.branches(ref.open(fresh=True)):
-                return frozenset()
-        return frozenset({"finalize"})
+    def __call__(self, url: str) -> str:
+        return (
+            f"{url}: main moved since setup of backfill {self.branch!r} (an operational fire "
+            f"committed); finalize refused and kept the branch: {ways_out(url, self.branch)}"
+        )
 
 
 ONE_GROUP = 1 << 30  # a group size no backfill reaches: every fork in one commit node
@@ -361,49 +253,41 @@ def backfill_plan(
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
     wanted = Keys(coords.through(published_through))
-    if any(ref.store.is_local for ref in (*job.replicas, job.repo)):
+    if any(ref.store.is_local for ref in job.repos):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one commit node: one commit, no race.
         fan_in = ONE_GROUP
+    txn = T.Txn(job.repos, branch)
+    region = f"[{job.start}, {job.end if job.end is not None else ''})"
+    setup = T.Setup(
+        txn,
+        Presize(job),
+        "backfill setup: pre-size",
+        {"region": region},
+        prepare=EnsureRepos(job),
+    )
+    ingest = Stage(
+        "ingest",
+        coords,
+        Ingest(job, branch),
+        None,  # forks live in memory: what must exist is checked after the commit
+        workers=workers,
+        reports_progress=True,  # a file at a time, inside each worker's block
+        done=present,
+        resume=not job.overwrite_chunks,
+        combine=T.gather,
+    )
+    commit = T.Round(
+        ingest,
+        "commit",
+        Gate(present, want=wanted, explain=Absences(), excuse=not strict),
+        describe,
+        fold=merged,
+        group_size=fan_in,
+    )
     return Plan(
         f"virtual-backfill-{branch}",
-        (
-            Stage(
-                "setup",
-                stable([Named("setup")]),
-                Setup(job, branch),
-                Gate(BranchReady(job, branch), want=("setup",)),
-                resume=False,
-            ),
-            Stage(
-                "ingest",
-                coords,
-                Ingest(job, branch),
-                None,  # forks live in memory: what must exist is checked after the commit
-                workers=workers,
-                stripe_mode="contiguous",
-                reports_progress=True,  # a file at a time, inside each worker's block
-                done=present,
-                resume=not job.overwrite_chunks,
-                combine=gather,
-            ),
-            Stage(
-                "commit",
-                stable([]),
-                Commit(job, branch),
-                Gate(present, want=wanted, explain=Absences(), excuse=not strict),
-                resume=False,
-                combine=merged,
-                tasks_from=Groups(fan_in),
-            ),
-            Stage(
-                "finalize",
-                stable([Named("finalize")]),
-                Finalize(job, branch),
-                Gate(MainAtBranch(job, branch), want=("finalize",)),
-                resume=False,
-            ),
-        ),
+        T.stages(txn, setup, [commit], MainMoved(branch), BranchReady(job, branch)),
     )
 
 
@@ -420,9 +304,9 @@ def rebase_onto_main(job: Job) -> None:
     refs = job.repos
     for ref in refs:  # check every repo before changing any
         repo = ref.open(fresh=True)
-        if branch not in temp_branches(repo) or marker(branch) not in R.branches(repo):
+        if branch not in temp_branches(repo) or T.marker(branch) not in R.branches(repo):
             continue
-        at_setup = R.readonly(repo, snapshot=R.snapshot_of(repo, marker(branch)))
+        at_setup = R.readonly(repo, snapshot=R.snapshot_of(repo, T.marker(branch)))
         absent_at_setup = {c.key for c in filter_already_present(job, coords, at_setup)}
         absent_now = {c.key for c in filter_already_present(job, coords, R.readonly(repo))}
         touched = absent_at_setup - absent_now  # written to main since setup
@@ -440,7 +324,7 @@ def rebase_onto_main(job: Job) -> None:
     for ref in refs:
         repo = ref.open(fresh=True)
         if branch in temp_branches(repo):
-            abort(repo, branch)  # setup creates both again from main's head
+            T.abort(repo, branch)  # setup creates both again from main's head
 
 
 def last_published(job: Job) -> Any:

@@ -16,19 +16,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit import icechunk as R
+from toolkit import transaction as T
+from toolkit.transaction import marker
 
 PREFIX = "backfill-"
-MARKER_SUFFIX = "-main-at-setup"
 
-
-def marker(branch: str) -> str:
-    return f"{branch}{MARKER_SUFFIX}"
+__all__ = [
+    "PREFIX",
+    "InFlight",
+    "NothingInFlight",
+    "abort",
+    "in_flight",
+    "marker",
+    "temp_branches",
+    "ways_out",
+]
 
 
 def temp_branches(repo: Any, names: Iterable[str] | None = None) -> list[str]:
     """The backfill branches among `names` (default: the repo's branches), markers excluded."""
-    names = R.branches(repo) if names is None else names
-    return sorted(b for b in names if b.startswith(PREFIX) and not b.endswith(MARKER_SUFFIX))
+    return T.branches_of(repo, PREFIX, names)
 
 
 @dataclass(frozen=True)
@@ -103,12 +110,7 @@ def abort(repo: Any, branch: str | None = None) -> list[str]:
         raise NothingInFlight(
             f"no backfill branch {branch!r} (in flight: {', '.join(flying) or 'none'})"
         )
-    deleted = [branch]
-    R.delete_branch(repo, branch)
-    if marker(branch) in R.branches(repo):
-        R.delete_branch(repo, marker(branch))
-        deleted.append(marker(branch))
-    return deleted
+    return T.abort(repo, branch)
 
 
 def ways_out(repo_url: str, branch: str) -> str:

@@ -20,15 +20,7 @@ from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease
 from toolkit.virtual.read import discover
-from toolkit.virtual.write import (
-    Job,
-    RunResult,
-    commit_batch,
-    ensure_repo,
-    filter_already_present,
-    process_virtual_refs,
-    refresh,
-)
+from toolkit.virtual.write import Job, ensure_repo, filter_already_present, refresh, run
 
 __all__ = ["BackfillInFlight", "FarBehind", "update"]
 
@@ -113,23 +105,19 @@ def update(
                 f"{job.repo.url} ends {first - extent} {t.append_dim} positions "
                 f"before this fire's window (starting {inside[0]}): run a backfill instead"
             )
-        result = RunResult()
         coords = fire.files()
         todo = filter_already_present(fire, coords, session)
         strikes = skips.load(job.repo.store)
         held = _held_back(fire, todo, skips.given_up(strikes, give_up_after))
         todo = [c for c in todo if c.key not in held]
-        for batch in process_virtual_refs(fire, todo, result.skipped, lease.renew):
-            lease.check()
-            result.commits.append(commit_batch(fire, batch, metadata={"writer": lease.holder}))
-            result.ingested.extend(c.key for c, _ in batch)
-            result.refs += sum(len(r) for _, r in batch)
-            if after_commit is not None:
-                lease.check()
-                result.after.append(after_commit([c.out_loc() for c, _ in batch]))
-                lease.renew()
-        seen = set(result.ingested) | {s.url for s in result.skipped}
-        result.pending = [c.key for c in todo if c.key not in seen]
+        result = run(
+            fire,
+            todo,
+            on_tick=lease.renew,
+            before_commit=lease.check,
+            metadata={"writer": lease.holder},
+            after_commit=None if after_commit is None else _renewing(after_commit, lease),
+        )
         strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)
         lease.check()  # the skip counts are the lease holder's to write, like the commits
         skips.save(job.repo.store, strikes)
@@ -148,6 +136,17 @@ def update(
         result=result,
     )
     return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
+
+
+def _renewing(after_commit: Callable[[list[dict[str, Any]]], Any], lease: Lease) -> Any:
+    """`after_commit`, then the lease renewed (an in-fire pyramid build can take a while)."""
+
+    def hook(positions: list[dict[str, Any]]) -> Any:
+        out = after_commit(positions)
+        lease.renew()
+        return out
+
+    return hook
 
 
 def _held_back(job: Job, todo: list[Any], out: dict[str, skips.Strike]) -> set[str]:

@@ -3,19 +3,15 @@
 A `Job` is a dataset, the repo it writes (and its replicas), a region of the append dim and
 how to run there. The functions own the manifest filter (one probe per file, never a source
 byte), the tick loop, whole-file atomic commits that grow the append dim in the same commit,
-unreadable-file skipping, replicas-then-primary and the metadata refresh. A job pickles (it
-holds Stores and RepoRefs, never Icechunk objects), so it runs in-process or in a graph node.
-
-Each step of a commit's life is announced as the audit event ``toolkit.virtual.step`` with
-the step's name (one of `STEPS`): fault-injection tests hook it to kill the process there;
-with no audit hook installed it costs nothing.
+unreadable-file skipping and the metadata refresh; every commit goes through
+`toolkit.transaction` (replicas before the primary). A job pickles (it holds Stores and
+RepoRefs, never Icechunk objects), so it runs in-process or in a graph node.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +20,8 @@ from typing import Any, Literal
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit import transaction as T
+from toolkit.transaction import step
 from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
@@ -35,7 +33,6 @@ from toolkit.virtual.template import Template
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "STEPS",
     "Batch",
     "Job",
     "RunResult",
@@ -52,28 +49,6 @@ __all__ = [
 ]
 
 Batch = list[tuple[SourceFileCoord, list[VirtualRef]]]
-
-AUDIT_EVENT = "toolkit.virtual.step"
-# The steps announced, in order of a commit's life:
-#   before_set_refs       the append dim is grown in the session, no ref set yet
-#   after_set_refs        every ref of the batch set, nothing committed
-#   after_replica_commit  each replica committed, the primary not yet
-#   finalize_after_replica  backfill finalize: replicas reset, the primary not yet
-#   worker_forked         backfill worker: refs written into its fork, not yet returned
-#   committed             the primary committed a batch (second argument: its file keys)
-STEPS = (
-    "before_set_refs",
-    "after_set_refs",
-    "after_replica_commit",
-    "finalize_after_replica",
-    "worker_forked",
-    "committed",
-)
-
-
-def step(name: str, *details: Any) -> None:
-    """Announce a step of a commit's life (see the module docstring)."""
-    sys.audit(AUDIT_EVENT, name, *details)
 
 
 @dataclass(frozen=True)
@@ -302,6 +277,19 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
     return sum(R.set_virtual_refs(session, v, specs) for v, specs in by_var.items())
 
 
+@dataclass(frozen=True)
+class SetRefs:
+    """A whole-file commit's change: every ref of `batch` set in the session."""
+
+    job: Job
+    batch: Batch
+    grow: bool = True
+
+    def __call__(self, _ref: R.RepoRef, session: Any) -> None:
+        write_refs(self.job, session, self.batch, grow=self.grow)
+        step("after_set_refs")
+
+
 def commit_batch(
     job: Job, batch: Batch, *, grow: bool = True, metadata: Mapping[str, Any] | None = None
 ) -> str:
@@ -319,28 +307,44 @@ def commit_batch(
         "mode": job.processing_mode,
     }
     msg = f"{job.processing_mode}: {len(batch)} file(s)"
-    snap = ""
-    for i, ref in enumerate(job.repos):
-        if i:
-            step("after_replica_commit")
-        session = R.writable(ref.open(), job.branch)
-        write_refs(job, session, batch, grow=grow)
-        step("after_set_refs")
-        snap = R.commit(session, msg, meta)
+    snap = T.commit_on(job.repos, job.branch, SetRefs(job, batch, grow), msg, meta)
+    if snap is None:
+        raise ValueError(f"{job.repo.url}: a batch of {len(batch)} file(s) set no ref")
     step("committed", tuple(c.key for c, _ in batch))
     return snap
 
 
-def run(job: Job) -> RunResult:
-    """Filter, then commit each yield (one tick's whole files) to `job.branch`."""
+def run(
+    job: Job,
+    todo: Sequence[SourceFileCoord] | None = None,
+    *,
+    on_tick: Callable[[], None] | None = None,
+    before_commit: Callable[[], None] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    after_commit: Callable[[list[dict[str, Any]]], Any] | None = None,
+) -> RunResult:
+    """The write loop: commit each yield (one tick's whole files) to `job.branch`.
+
+    `todo`: the files to write (default: those of the region the manifest filter finds
+    missing). `on_tick` runs at every sweep, `before_commit` before each commit (the update
+    renews and checks its lease there), `metadata` goes into each commit, and
+    `after_commit(positions)` runs after each with the committed files' positions; what it
+    returns is kept in the result's `after`."""
     result = RunResult()
-    coords = job.files()
-    session = R.readonly(job.repo.open(fresh=True), job.branch)
-    todo = coords if job.overwrite_chunks else filter_already_present(job, coords, session)
-    for batch in process_virtual_refs(job, todo, result.skipped):
-        result.commits.append(commit_batch(job, batch))
+    if todo is None:
+        coords = job.files()
+        session = R.readonly(job.repo.open(fresh=True), job.branch)
+        todo = coords if job.overwrite_chunks else filter_already_present(job, coords, session)
+    for batch in process_virtual_refs(job, todo, result.skipped, on_tick):
+        if before_commit is not None:
+            before_commit()
+        result.commits.append(commit_batch(job, batch, metadata=metadata))
         result.ingested.extend(c.key for c, _ in batch)
         result.refs += sum(len(r) for _, r in batch)
+        if after_commit is not None:
+            if before_commit is not None:
+                before_commit()
+            result.after.append(after_commit([c.out_loc() for c, _ in batch]))
     seen = set(result.ingested) | {s.url for s in result.skipped}
     result.pending = [c.key for c in todo if c.key not in seen]
     return result
@@ -349,23 +353,43 @@ def run(job: Job) -> RunResult:
 # ----------------------------------------------------------------------------- setup
 
 
+@dataclass(frozen=True)
+class WriteTemplate:
+    """The template's arrays at `extent`, where a repo has none yet."""
+
+    job: Job
+    extent: int
+
+    def __call__(self, _ref: R.RepoRef, session: Any) -> None:
+        if committed_extent(session, self.job.template) is None:
+            write_template(session, self.job.template, self.extent)
+
+
 def ensure_repo(job: Job, extent: int | None = None) -> Any:
     """Create the repo (and replicas) with the dataset's config if missing; write the template."""
-    for ref in job.repos:
+    for ref in job.repos:  # each on its own: a repo's template does not wait for another's
         repo = R.open_or_create(ref.store, virtual_config(job.dataset))
         if committed_extent(R.readonly(repo, "main"), job.template) is None:
-            s = R.writable(repo, "main")
-            write_template(s, job.template, extent or 0)
-            R.commit(s, "template")
+            T.commit_on([ref], "main", WriteTemplate(job, extent or 0), "template")
     return job.repo.open(fresh=True)
+
+
+@dataclass(frozen=True)
+class RefreshMetadata:
+    job: Job
+
+    def __call__(self, ref: R.RepoRef, session: Any) -> None:
+        refresh_metadata(session, self.job.template, ref.url)
 
 
 def refresh(job: Job) -> str | None:
     """Rewrite template attrs and coordinate fixes at the committed extent of every repo;
     commit only on a real change; refuse structural drift. The primary's new snapshot or None."""
-    snap = None
-    for ref in job.repos:
-        session = R.writable(ref.open(fresh=True), job.branch)
-        if refresh_metadata(session, job.template, ref.url) and R.has_changes(session):
-            snap = R.commit(session, "refresh metadata", {"mode": "refresh"})
-    return snap
+    return T.commit_on(
+        job.repos,
+        job.branch,
+        RefreshMetadata(job),
+        "refresh metadata",
+        {"mode": "refresh"},
+        fresh=True,
+    )

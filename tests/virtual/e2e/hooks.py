@@ -1,7 +1,7 @@
 """Crash hooks and a manifest fingerprint for the virtual crash tests.
 
 The write loop announces each step of a commit's life as an audit event
-(`toolkit.virtual.write.AUDIT_EVENT`); `at_steps` hooks it in this process, `StepPlugin` in
+(`toolkit.transaction.AUDIT_EVENT`); `at_steps` hooks it in this process, `StepPlugin` in
 every worker of a Dask cluster. Importable by spawned Dask workers and by the crash
 subprocess. The hooks die for real (`os._exit` or SIGKILL of the calling process): nothing in
 Icechunk is mocked.
@@ -24,9 +24,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.transaction import AUDIT_EVENT
 from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.refs import ArrayGeometry
-from toolkit.virtual.write import AUDIT_EVENT, Job
+from toolkit.virtual.write import Job
 
 CRASH_EXIT = 17
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
