@@ -52,3 +52,23 @@ def test_the_architecture_page_names_every_module() -> None:
     missing = [m for m in tops if f"`{m}`" not in page]
     missing += [f"engine/{m}.py" for m in engine if m != "__init__" and f"`{m}.py`" not in page]
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+# What moves a branch: only `toolkit.transaction` calls these on the Icechunk edge.
+BRANCH_MOVES = {"commit", "fork", "merge", "create_branch", "delete_branch", "reset_branch",
+                "finalize_branch"}  # fmt: skip
+
+
+def test_no_job_commits_or_moves_a_branch_itself() -> None:
+    """Every commit goes through the branch transaction: a job module that called Icechunk's
+    commit (or forked, merged, created, deleted or reset a branch) would have its own rules."""
+    found = []
+    for package in ("virtual", "pyramid", "archive"):
+        for path in sorted((ROOT / "toolkit" / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                f = node.func if isinstance(node, ast.Call) else None
+                if isinstance(f, ast.Attribute) and f.attr in BRANCH_MOVES:
+                    on = f.value.id if isinstance(f.value, ast.Name) else ""
+                    if on == "R" or f.attr in {"commit", "fork", "merge"} and on != "T":
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {on}.{f.attr}")
+    assert found == []

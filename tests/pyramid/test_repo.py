@@ -221,6 +221,26 @@ def test_a_build_interrupted_after_a_level_resumes_on_its_branch(repo):
     assert R.branches(R.open_repo(storage.open_store(str(path)), fresh=True)) == ["main"]
 
 
+def test_a_retried_level_commit_does_not_commit_again(repo):
+    """The level-commit nodes are the transaction's: a node retried after its commit landed
+    finds its group on the branch and returns that commit."""
+    path, _, _ = repo
+    from toolkit.pyramid.levels import plan_source
+    from toolkit.pyramid.repo import branch_name, repo_plan, repo_source
+    from toolkit.tasks import Named
+
+    ref = R.RepoRef(storage.open_store(str(path)))
+    src, _ = repo_source(ref, ["temperature_2m"])
+    p = plan_source(src, None, None, 1)
+    setup, work, commit, _ = repo_plan(ref, src, p).stages
+    setup.service(Named("setup"))
+    (group,) = commit.tasks_from((work.service(list(work.tasks)),))
+    first, again = commit.service(group), commit.service(group)
+    assert first.snapshot is not None and again.snapshot == first.snapshot
+    history = R.history(ref.open(fresh=True), branch_name(p))
+    assert [c.metadata.get("group") for c in history].count(group.token) == 1
+
+
 def test_main_moved_during_a_build_is_refused_then_the_rerun_lands(repo):
     path, _, _ = repo
     from toolkit.engine import run

@@ -1,0 +1,119 @@
+"""The branch transaction (`toolkit.transaction`), once for every caller: a toy job of two
+rounds over a replica and a primary lands whole or not at all, converges after a crash at
+every step, commits a retried group once, and refuses to move a main that moved."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import transaction_job as toy
+from toolkit import icechunk as R
+from toolkit import transaction as T
+from toolkit.tasks import Named
+
+ROOT = Path(__file__).resolve().parents[1]
+WANT = {name: [toy.value(name, i) for i in range(toy.N)] for name in toy.ARRAYS}
+
+
+def test_every_round_lands_on_main_in_one_move(tmp_path: Path) -> None:
+    report = toy.build(tmp_path)
+    for ref in toy.refs(tmp_path):
+        assert toy.main_values(ref) == WANT
+        assert R.branches(ref.open(fresh=True)) == ["main"]  # branch and marker dropped
+    primary = toy.refs(tmp_path)[-1].open(fresh=True)
+    commits = [c.metadata for c in R.history(primary)]
+    # 2 rounds x 2 groups of 2 work outputs, each its own commit, each naming its group
+    assert sum(1 for m in commits if "group" in m) == 4
+    assert sum(m.get("cells", 0) for m in commits) == 2 * toy.N
+    assert report.stage("v-commit").nodes == 2
+
+
+def test_a_retried_commit_node_commits_once(tmp_path: Path) -> None:
+    setup, work, commit, *_ = toy.plan(tmp_path).stages
+    setup.service(Named("setup"))
+    outs = T.gather([work.service([Named(f"v/{i}") for i in range(toy.N)])])
+    (group,) = commit.tasks_from(outs)  # type: ignore[misc]
+    first = commit.service(group)
+    again = commit.service(group)  # the engine retries a node whose worker was lost
+    assert first.snapshot is not None and again.snapshot == first.snapshot
+    for ref in toy.refs(tmp_path):
+        history = R.history(ref.open(fresh=True), "toy-1")
+        assert [c.metadata.get("group") for c in history].count(group.token) == 1
+
+
+@pytest.mark.parametrize(
+    "point", ["worker_forked", "after_replica_commit", "finalize_after_replica"]
+)
+def test_a_crash_at_each_step_then_the_rerun_converges(tmp_path: Path, point: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.transaction_job", str(tmp_path), point],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == toy.CRASH_EXIT, proc.stderr[-2000:]
+    replica, primary = toy.refs(tmp_path)
+    # the primary's main never moved; only finalize moves a replica before it
+    assert toy.main_values(primary) == {}
+    assert toy.main_values(replica) == (WANT if point == "finalize_after_replica" else {})
+    assert "toy-1" in R.branches(primary.open(fresh=True))
+
+    toy.build(tmp_path)  # the rerun
+    for ref in (replica, primary):
+        assert toy.main_values(ref) == WANT
+        assert R.branches(ref.open(fresh=True)) == ["main"]
+    groups = [c.metadata.get("group") for c in R.history(primary.open(fresh=True))]
+    tokens = [g for g in groups if g]
+    assert len(tokens) == len(set(tokens))  # no group committed twice
+
+
+def _elsewhere(ref: R.RepoRef, session: object) -> None:
+    toy.MakeArrays()(ref, session, "")  # another writer's commit to main
+
+
+def test_finalize_refuses_a_main_that_moved_and_abort_drops_the_branch(tmp_path: Path) -> None:
+    setup, *_ = toy.plan(tmp_path).stages
+    setup.service(Named("setup"))
+    replica, primary = toy.refs(tmp_path)
+    moved_to = T.commit_on([primary], "main", _elsewhere, "another writer")
+    with pytest.raises(R.BranchMoved, match="main moved under the toy transaction"):
+        toy.build(tmp_path)
+    # replicas finalize first: the replica's main (which did not move) has the data; the
+    # primary's main is where the other writer left it, and its branch is kept
+    assert toy.main_values(replica) == WANT
+    assert R.snapshot_of(primary.open(fresh=True), "main") == moved_to
+    assert "toy-1" in R.branches(primary.open(fresh=True))
+    assert T.abort(primary.open(fresh=True), "toy-1") == ["toy-1", T.marker("toy-1")]
+    assert R.branches(primary.open(fresh=True)) == ["main"]
+    assert R.snapshot_of(primary.open(fresh=True), "main") == moved_to  # main untouched
+
+
+def test_setup_restarts_from_a_moved_main_and_replaces_older_branches(tmp_path: Path) -> None:
+    toy.plan(tmp_path, branch="toy-old").stages[0].service(Named("setup"))
+    toy.plan(tmp_path).stages[0].service(Named("setup"))
+    replica, primary = toy.refs(tmp_path)
+    for ref in (replica, primary):  # the newer transaction replaced the older one
+        assert R.branches(ref.open(fresh=True)) == ["main", "toy-1", T.marker("toy-1")]
+    assert T.commit_on([primary], "main", _elsewhere, "another writer") is not None
+    restart = T.Setup(T.Txn((primary,), "toy-1"), toy.MakeArrays(), "toy setup", {}, restart=True)
+    restart(Named("setup"))
+    repo = primary.open(fresh=True)
+    assert R.snapshot_of(repo, T.marker("toy-1")) == R.snapshot_of(repo, "main")
+
+
+def test_the_single_commit_goes_replicas_first_and_skips_no_change(tmp_path: Path) -> None:
+    replica, primary = toy.refs(tmp_path)
+    heard: list[str] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == T.AUDIT_EVENT and args[0] == "after_replica_commit":
+            heard.append(R.snapshot_of(primary.open(fresh=True), "main"))
+
+    before = R.snapshot_of(primary.open(fresh=True), "main")
+    sys.addaudithook(hook)
+    snap = T.commit_on([replica, primary], "main", _elsewhere, "both")
+    assert heard == [before]  # the replica committed while the primary had not yet
+    assert snap == R.snapshot_of(primary.open(fresh=True), "main") != before
+    assert T.commit_on([replica, primary], "main", _elsewhere, "again") is None  # no change
