@@ -69,6 +69,6 @@ def test_no_job_commits_or_moves_a_branch_itself() -> None:
                 f = node.func if isinstance(node, ast.Call) else None
                 if isinstance(f, ast.Attribute) and f.attr in BRANCH_MOVES:
                     on = f.value.id if isinstance(f.value, ast.Name) else ""
-                    if on == "R" or f.attr in {"commit", "fork", "merge"} and on != "T":
+                    if on == "R" or (f.attr in {"commit", "fork", "merge"} and on != "T"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno} {on}.{f.attr}")
     assert found == []
