@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from benchmarks._report import write
-from toolkit.engine import Gate, Plan, Stage, compile_plan, run
+from toolkit.engine import Each, Gate, Plan, Stage, compile_plan, run
 from toolkit.tasks import stable
 
 ROUNDS = 5
@@ -54,9 +54,8 @@ def notebook_noop() -> object:
 
 
 def plan(tasks: object, workers: int | None, service: object = noop) -> Plan:
-    stage = Stage(
-        "noop", tasks, service, Gate(no_objects), workers=workers, per_task=True, resume=False
-    )
+    stripe = service if workers is None else Each(service)  # type: ignore[arg-type]
+    stage = Stage("noop", tasks, stripe, Gate(no_objects), workers=workers, resume=False)
     return Plan(f"bench-{workers}", (stage,))
 
 

@@ -13,6 +13,7 @@ import pytest
 from tests import transaction_job as toy
 from toolkit import icechunk as R
 from toolkit import transaction as T
+from toolkit.plan import IncompleteStageError
 from toolkit.tasks import Named
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def test_every_round_lands_on_main_in_one_move(tmp_path: Path) -> None:
 def test_a_retried_commit_node_commits_once(tmp_path: Path) -> None:
     setup, work, commit, *_ = toy.plan(tmp_path).stages
     setup.service(Named("setup"))
-    outs = T.gather([work.service([Named(f"v/{i}") for i in range(toy.N)])])
+    outs = T.gather([work.service([Named(f"v/{i}") for i in range(toy.N)], tick=lambda n: None)])
     (group,) = commit.tasks_from(outs)  # type: ignore[misc]
     first = commit.service(group)
     again = commit.service(group)  # the engine retries a node whose worker was lost
@@ -67,6 +68,16 @@ def test_a_crash_at_each_step_then_the_rerun_converges(tmp_path: Path, point: st
     groups = [c.metadata.get("group") for c in R.history(primary.open(fresh=True))]
     tokens = [g for g in groups if g]
     assert len(tokens) == len(set(tokens))  # no group committed twice
+
+
+def test_a_commit_gate_names_what_a_work_node_wrote_but_the_branch_lacks(tmp_path: Path) -> None:
+    with pytest.raises(IncompleteStageError) as caught:
+        toy.build(tmp_path, lose="v/5")
+    err = caught.value
+    assert err.stage == "v-commit" and list(err.missing) == ["v/5"]
+    assert "v/5: written into a fork committed as " in str(err)
+    assert "yet not on the branch" in str(err)
+    assert toy.main_values(toy.refs(tmp_path)[-1]) == {}  # nothing reached main
 
 
 def _elsewhere(ref: R.RepoRef, session: object) -> None:

@@ -85,8 +85,9 @@ class Write:
 
     txn: T.Txn
     array: str
+    lose: str = ""  # a key written as nothing, yet reported done (a bug the gate must catch)
 
-    def __call__(self, tasks: list[Named]) -> T.Forked | None:
+    def __call__(self, tasks: list[Named], tick: Callable[[int], None]) -> T.Forked | None:
         if not tasks:
             return None
         forks = []
@@ -95,7 +96,7 @@ class Write:
             arr = zarr.open_array(fork.store, path=self.array, mode="r+")
             for t in tasks:
                 i = int(t.key.split("/")[1])
-                arr[i] = value(self.array, i)
+                arr[i] = FILL if t.key == self.lose else value(self.array, i)
             forks.append((ref.url, fork))
         T.step("worker_forked")
         return T.Forked(tuple(forks), tuple(t.key for t in tasks))
@@ -110,7 +111,7 @@ def moved(url: str) -> str:
     return f"{url}: main moved under the toy transaction"
 
 
-def plan(root: Path, branch: str = "toy-1", group_size: int = 2) -> Plan:
+def plan(root: Path, branch: str = "toy-1", group_size: int = 2, lose: str = "") -> Plan:
     txn = T.Txn(refs(root), branch)
     rounds = []
     for name in ARRAYS:
@@ -118,7 +119,7 @@ def plan(root: Path, branch: str = "toy-1", group_size: int = 2) -> Plan:
         work = Stage(
             name,
             stable(Named(k) for k in keys),
-            Write(txn, name),
+            Write(txn, name, lose),
             None,
             workers=4,
             done=Present(txn, name),

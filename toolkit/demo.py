@@ -16,7 +16,7 @@ from typing import Any
 
 from toolkit import storage
 from toolkit.engine import AUTO, Gate, ListedKeys, Plan, Stage, connect, run
-from toolkit.plan import Report
+from toolkit.plan import Each, Report
 from toolkit.tasks import stable
 
 
@@ -57,9 +57,7 @@ def foundation_plan(store: storage.Store, tiles: int = 64, levels: int = 3) -> P
     for level in range(levels):
         tasks = stable(Tile(level, i) for i in range(max(1, tiles >> level)))
         gate = Gate(ListedKeys(store, f"level{level}"), want=tuple(tasks.keys))
-        stages.append(
-            Stage(f"level{level}", tasks, WriteTile(store), gate, workers=AUTO, per_task=True)
-        )
+        stages.append(Stage(f"level{level}", tasks, Each(WriteTile(store)), gate, workers=AUTO))
     return Plan("demo-foundation", tuple(stages))
 
 

@@ -10,10 +10,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.tasks import StableTasks, StripeMode, TaskList
+from toolkit.tasks import StableTasks, TaskList
 
 __all__ = [
     "AUTO",
+    "Each",
     "Gate",
     "GateResult",
     "IncompleteStageError",
@@ -136,15 +137,15 @@ class Gate:
 class Stage:
     """One level of work.
 
-    `service(task)` runs one task (one node per task), or with `workers=N`
-    `service(list_of_tasks)` runs one worker's stripe (N nodes; with `per_task=True` the stripe's
-    tasks are passed to `service` one at a time). Before running, a node drops
-    the tasks whose keys `done()` (default: the gate's `observe`) reports, *after* striping.
-    `combine(values)` folds service results in a tree of fan-in `fan_in` into one final node,
-    whose value the gate and the report see; it receives its own outputs at the upper levels, so
-    it must be associative over one value type (lists concatenated, forks merged).
-    `reports_progress`: the block service is called `service(tasks, tick=f)` and calls `f(n)`
-    as it finishes its n-th task, so progress moves inside a long stripe.
+    A service is called with what one node does: `service(task)` with a node per task
+    (`workers=None`), or `service(tasks, tick=f)` with one worker's stripe (`workers=N` or
+    `AUTO`: N nodes, each a contiguous block of the stable list), calling `f(n)` as it finishes
+    its n-th task so progress moves inside a long stripe (`Each` makes a stripe service of a
+    one-task one). Before running, a node drops the tasks whose keys `done()` (default: the
+    gate's `observe`) reports, *after* striping.
+    `combine(values)` folds service results in a tree into one final node, whose value the
+    gate and the report see; it receives its own outputs at the upper levels, so it must be
+    associative over one value type (lists concatenated, forks merged).
     `tasks_from(previous)`: the stage's tasks are made from the previous stage's combined
     result once its gate has passed (e.g. commit the forks the workers returned); `tasks` is
     then ignored.
@@ -155,14 +156,10 @@ class Stage:
     service: Callable[..., Any]
     gate: Gate | None = None
     workers: int | str | None = None  # None: a node per task; N or AUTO: stripe nodes
-    stripe_mode: StripeMode = "contiguous"
-    per_task: bool = False
     done: Callable[[], Iterable[str]] | None = None
     resume: bool = True
     combine: Callable[[list[Any]], Any] | None = None
-    fan_in: int = 8
     retries: int = 2
-    reports_progress: bool = False  # a block service takes `tick=` and reports tasks finished
     tasks_from: Callable[[Any], StableTasks[Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -183,6 +180,20 @@ class Stage:
         if self.workers == AUTO:
             raise ValueError(f"stage {self.name!r}: workers={AUTO!r} is resolved by the engine")
         return min(int(self.workers), len(self.tasks)) or (1 if self.tasks else 0)
+
+
+@dataclass(frozen=True)
+class Each:
+    """A stripe service made of a one-task service: each task in turn, a tick after each."""
+
+    one: Callable[[Any], Any]
+
+    def __call__(self, tasks: list[Any], tick: Callable[[int], None]) -> tuple[Any, ...]:
+        out = []
+        for i, task in enumerate(tasks):
+            out.append(self.one(task))
+            tick(i + 1)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -209,7 +220,7 @@ class Plan:
     def digest(self) -> str:
         h = hashlib.sha256(self.name.encode())
         for s in self.stages:
-            h.update(f"\0{s.name}\0{s.tasks.digest}\0{s.workers}\0{s.stripe_mode}".encode())
+            h.update(f"\0{s.name}\0{s.tasks.digest}\0{s.workers}".encode())
         return h.hexdigest()[:12]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolkit import icechunk as R
@@ -44,6 +44,7 @@ __all__ = [
     "Setup",
     "SetupChange",
     "Txn",
+    "Unwritten",
     "abort",
     "branches_of",
     "commit_on",
@@ -311,13 +312,31 @@ class MergeCommit:
 
 
 @dataclass(frozen=True)
+class Unwritten:
+    """Why a wanted key is not on the branch after the round's commits, when a work node said
+    it wrote it: a commit gate that fails names the group's commit that should hold it. It
+    explains; the gate's observation decides, and excuses nothing."""
+
+    def __call__(self, combined: Any) -> dict[str, str]:
+        reasons = {}
+        for c in gather([combined]):
+            if isinstance(c, Committed):
+                into = f"committed as {c.snapshot}" if c.snapshot else "never committed"
+                for o in c.outs:
+                    for k in o.done:
+                        reasons[k] = f"written into a fork {into}, yet not on the branch"
+        return reasons
+
+
+@dataclass(frozen=True)
 class Round:
     """One round of forked work and its merge-commit stage.
 
     `work` is the job's stage; its service returns `Forked` values (or tuples of them) and its
     fold should be `gather`. The commit stage `commit` merges `group_size` outputs per node,
     describes each commit with `describe(group)` (message, metadata), checks `gate` (what must
-    exist on the branch) and folds its `Committed` values with `fold`."""
+    exist on the branch) and folds its `Committed` values with `fold` (default: side by side).
+    A gate that explains nothing itself is given `Unwritten`."""
 
     work: Stage
     commit: str
@@ -398,15 +417,16 @@ def stages(
         )
     ]
     for r in rounds:
+        gate = r.gate if r.gate.explain else replace(r.gate, explain=Unwritten(), excuse=False)
         out.append(r.work)
         out.append(
             Stage(
                 r.commit,
                 stable([]),
                 MergeCommit(txn, r.describe),
-                r.gate,
+                gate,
                 resume=False,
-                combine=r.fold,
+                combine=r.fold or gather,
                 tasks_from=Groups(r.commit, r.group_size),
             )
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from toolkit import storage
@@ -76,7 +77,7 @@ def write_block(store: storage.Store, items: list[Item]) -> list[str]:
 class BlockWriter:
     store: storage.Store
 
-    def __call__(self, items: list[Item]) -> list[str]:
+    def __call__(self, items: list[Item], tick: Callable[[int], None]) -> list[str]:
         return write_block(self.store, items)
 
 

@@ -10,6 +10,7 @@ from distributed import Client
 from tests.engine.services import BlockWriter, FailOnce, Item, KillOnce, Write, concat
 from toolkit import storage
 from toolkit.engine import (
+    Each,
     Gate,
     IncompleteStageError,
     ListedKeys,
@@ -19,6 +20,7 @@ from toolkit.engine import (
     connect,
     run,
 )
+from toolkit.engine.graph import COMBINE_FAN_IN
 from toolkit.tasks import stable
 
 
@@ -54,10 +56,11 @@ def test_compiled_graph_shape_and_deterministic_keys(store) -> None:
 
 def test_combine_tree_has_bounded_fan_in(store) -> None:
     tasks = stable(Item("a", i) for i in range(37))
-    stage = Stage("a", tasks, BlockWriter(store), workers=37, combine=concat, fan_in=4)
+    stage = Stage("a", tasks, BlockWriter(store), workers=37, combine=concat)
     nodes = compile_plan(Plan("tree", (stage,)))
     combines = [n for n in nodes if n.kind == "combine"]
-    assert combines and all(len(n.deps) <= 4 for n in combines)
+    assert combines and all(len(n.deps) <= COMBINE_FAN_IN for n in combines)
+    assert len(combines) > 1  # a tree: 37 values need more than one fold
     gate = next(n for n in nodes if n.kind == "gate")
     assert len(gate.deps) == 1
     report = run(Plan("tree", (stage,)), executor="sync")
@@ -220,10 +223,11 @@ def test_a_stage_sends_its_service_once_whatever_its_node_count(store) -> None:
 
     tasks = stable(Item("s", i) for i in range(50))
     for workers in (None, 5):
-        stage = Stage("s", tasks, Write(store), workers=workers, per_task=True)
+        service = Write(store) if workers is None else Each(Write(store))
+        stage = Stage("s", tasks, service, workers=workers)
         graph = _stage_graph(compile_stage(stage, "d"), None)
         data = [k for k, v in graph.items() if isinstance(v, DataNode)]
-        assert len(data) == 1 and graph[data[0]].value == Write(store)
+        assert len(data) == 1 and graph[data[0]].value == service
         work = [v for k, v in graph.items() if isinstance(k, tuple) and k[0] == "s-d"]
         assert len(work) == (50 if workers is None else 5)
         assert all(data[0] in v.dependencies for v in work)

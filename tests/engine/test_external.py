@@ -13,7 +13,7 @@ from distributed import Client
 
 from tests.engine.services import CountingWrite, Explode, Item
 from toolkit import storage
-from toolkit.engine import AUTO, Gate, ListedKeys, Plan, Stage, run, task_context
+from toolkit.engine import AUTO, Each, Gate, ListedKeys, Plan, Stage, run, task_context
 from toolkit.tasks import stable
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -71,10 +71,9 @@ def test_progress_counts_tasks_and_stripes_follow_the_cluster(cluster_address, t
     where.mkdir()
     plan = plan_of(
         store,
-        lambda _: CountingWrite(store, str(where)),
+        lambda _: Each(CountingWrite(store, str(where))),
         {"a": 64, "b": 6},
         workers=AUTO,
-        per_task=True,
     )
     heard: list[tuple[str, int, int]] = []
     with Client(cluster_address) as client:
@@ -94,9 +93,7 @@ def test_sync_progress_hears_every_task_of_a_stripe(tmp_path: Path) -> None:
     store = storage.open_store(str(tmp_path / "objects"))
     where = tmp_path / "calls"
     where.mkdir()
-    plan = plan_of(
-        store, lambda _: CountingWrite(store, str(where)), {"a": 12}, workers=1, per_task=True
-    )
+    plan = plan_of(store, lambda _: Each(CountingWrite(store, str(where))), {"a": 12}, workers=1)
     heard: list[int] = []
     run(plan, executor="sync", progress=lambda s, done, total: heard.append(done))
     assert heard == list(range(1, 13))

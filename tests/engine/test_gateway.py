@@ -13,7 +13,7 @@ import pytest
 
 from toolkit import storage
 from toolkit.demo import foundation_plan
-from toolkit.engine import run
+from toolkit.engine import Each, run
 
 pytest.importorskip("dask_gateway_server")
 
@@ -107,7 +107,7 @@ def test_an_adaptive_cluster_scales_up_for_a_striped_stage(gateway: str, tmp_pat
         store = storage.open_store(str(tmp_path / "out"))
         tasks = stable(Item("ingest", i) for i in range(48))
         gate = Gate(ListedKeys(store, "ingest"), want=tuple(tasks.keys))
-        stage = Stage("ingest", tasks, SlowWrite(store, 0.5), gate, workers=AUTO, per_task=True)
+        stage = Stage("ingest", tasks, Each(SlowWrite(store, 0.5)), gate, workers=AUTO)
         report = run(Plan("adaptive", (stage,)), cluster=cluster)
         assert report.stages[0].nodes == 4 and report.stages[0].gate_have == 48
         writers = {storage.get(store, k).data for k in tasks.keys}

@@ -17,6 +17,7 @@ from toolkit.engine.ship import ship
 from toolkit.engine.versions import VersionMismatch, check_versions
 from toolkit.plan import (
     AUTO,
+    Each,
     Gate,
     IncompleteStageError,
     Plan,
@@ -32,6 +33,7 @@ __all__ = [
     "AUTO",
     "BadOption",
     "ClusterUnreachable",
+    "Each",
     "Gate",
     "IncompleteStageError",
     "ListedKeys",

@@ -40,6 +40,7 @@ Key = str | tuple[str, int] | tuple[str, int, int]
 # A gate reads at most this many node results: a wider stage folds its counts in a tree first,
 # each fold next to its nodes' results, so no one worker fetches 10,000 of them.
 GATE_FAN_IN = 64
+COMBINE_FAN_IN = 8  # a stage's combine folds this many values per node
 
 
 @dataclass(frozen=True)
@@ -126,44 +127,23 @@ def run_task(
     return NodeResult(1, 0, (value,), started, time.time())
 
 
-def run_each(
-    stage: str,
-    service: Callable[[Any], Any],
-    block: list[Any],
-    tick: Tick | None,
-    done: frozenset[str],
-) -> NodeResult:
-    """A stripe whose service takes one task at a time; `tick` hears of each one."""
-    started = time.time()
-    todo = remaining(block, done)
-    skipped = len(block) - len(todo)
-    values = []
-    for i, t in enumerate(todo):
-        values.append(serve(stage, t.key, service, t))
-        if tick is not None:
-            tick(skipped + i + 1)
-    return NodeResult(len(todo), skipped, tuple(values), started, time.time())
-
-
 def run_block(
     stage: str,
-    service: Callable[[list[Any]], Any],
+    service: Callable[..., Any],
     block: list[Any],
     tick: Tick | None,
     done: frozenset[str],
 ) -> NodeResult:
     """One worker's stripe: the stripe was cut from the stable list; now drop what is done.
 
-    `tick` is given only to a service that reports its own progress (`Stage.reports_progress`):
-    it is called as `service(todo, tick=...)` and tells how many of `todo` it has finished."""
+    The service is called as `service(todo, tick=...)` and tells how many of `todo` it has
+    finished (heard by `tick`, when progress is drawn)."""
     started = time.time()
     todo = remaining(block, done)
     skipped = len(block) - len(todo)
-    call = service
-    if tick is not None and todo:
 
-        def call(tasks: list[Any]) -> Any:
-            return service(tasks, tick=lambda n: tick(skipped + n))  # type: ignore[call-arg]
+    def call(tasks: list[Any]) -> Any:
+        return service(tasks, tick=lambda n: tick(skipped + n) if tick is not None else None)
 
     values = (serve(stage, _span(todo), call, todo),) if todo else ()
     return NodeResult(len(todo), skipped, values, started, time.time())
@@ -220,7 +200,7 @@ def check_gate(
 
 def _blocks(stage: Stage) -> list[list[Any]]:
     n = stage.node_count
-    return [stripe(stage.tasks, i, n, stage.stripe_mode) for i in range(n)]
+    return [stripe(stage.tasks, i, n, "contiguous") for i in range(n)]
 
 
 def compile_plan(plan: Plan, run_id: str = "", ticker: Ticker | None = None) -> list[Node]:
@@ -289,15 +269,13 @@ def compile_stage(
     else:
         for i, block in enumerate(_blocks(stage)):
             key = (base, i)
-            fn = run_each if stage.per_task else run_block
-            ticks = ticker is not None and (stage.per_task or stage.reports_progress)
-            tick = ticker(stage.name, i) if ticks else None  # type: ignore[misc]
+            tick = ticker(stage.name, i) if ticker is not None else None
             nodes.append(
                 Node(
                     key,
                     stage.name,
                     "work",
-                    fn,
+                    run_block,
                     (stage.name, stage.service, block, tick),
                     (done_key,),
                     stage.retries,
@@ -309,7 +287,7 @@ def compile_stage(
     level_keys = work_keys
     if stage.combine is not None or len(work_keys) > GATE_FAN_IN:
         level = 0
-        fan_in = max(2, stage.fan_in) if stage.combine is not None else GATE_FAN_IN
+        fan_in = COMBINE_FAN_IN if stage.combine is not None else GATE_FAN_IN
         while len(level_keys) > 1:
             next_keys: list[Key] = []
             for j in range(0, len(level_keys), fan_in):

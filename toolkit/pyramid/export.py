@@ -16,7 +16,7 @@ from typing import Any
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
-from toolkit.plan import AUTO, Report
+from toolkit.plan import AUTO, Each, Report
 from toolkit.pyramid.plan import PlanError
 from toolkit.pyramid.source import LEVEL_GROUP
 from toolkit.tasks import Named, stable
@@ -67,10 +67,9 @@ def export_plan(ref: R.RepoRef, dest: storage.Store) -> Plan:
             Stage(
                 "export",
                 stable(Named(k) for k in keys),
-                CopyKey(pinned, dest),
+                Each(CopyKey(pinned, dest)),
                 Gate(ListedKeys(dest, ""), want=tuple(keys)),
                 workers=AUTO,
-                per_task=True,
                 done=ChunksThere(dest),
             ),
         ),

@@ -285,7 +285,8 @@ class LevelForks:
             if tick is not None:
                 tick(done)
         T.step("worker_forked")
-        return T.Forked(((self.ref.url, fork),), tuple(t.key for t in tasks))
+        # the objects written, in the level gate's naming
+        return T.Forked(((self.ref.url, fork),), tuple(k for t in tasks for k in t.objects))
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,6 @@ def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = 
             LevelForks(ref, branch, build),
             None,  # forks live in memory: the commit's gate checks what must exist
             workers=workers,
-            reports_progress=True,
             done=DoneShards(view, lvl.group, tuple(lvl.tasks)),
             combine=T.gather,
         )

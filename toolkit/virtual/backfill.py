@@ -272,7 +272,6 @@ def backfill_plan(
         Ingest(job, branch),
         None,  # forks live in memory: what must exist is checked after the commit
         workers=workers,
-        reports_progress=True,  # a file at a time, inside each worker's block
         done=present,
         resume=not job.overwrite_chunks,
         combine=T.gather,

@@ -290,9 +290,7 @@ def decode_plan(
                 stable(cells),
                 Decode(job.repo, branch, _valid_ranges(job), job.template, snapshot, deadline),
                 gate=Gate(
-                    SampledRefs(job, cells, branch, snapshot),
-                    want=tuple(c.key for c in cells),
-                    excuse=False,
+                    SampledRefs(job, cells, branch, snapshot), want=tuple(c.key for c in cells)
                 ),
                 combine=_concat,
                 retries=0,
