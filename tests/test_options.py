@@ -82,3 +82,35 @@ def test_out_of_range_is_refused_before_anything(
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert param.opts[0] in lines[0] and "Traceback" not in res.output
     assert list(tmp_path.iterdir()) == [], f"{argv} created {list(tmp_path.iterdir())}"
+
+
+STORAGE_FLAGS = (
+    "--endpoint",
+    "--retry-seconds",
+    "--region",
+    "--anonymous",
+    "--allow-http",
+    "--path-style",
+)
+
+
+def test_the_storage_flags_are_declared_once() -> None:
+    """The jobs' commands that open a store take the storage flags from toolkit.console's one
+    declaration (one help text each), gathered into one StorageOptions value."""
+    from toolkit import console
+
+    declared = {
+        name: typing.get_args(annotation)[1].help
+        for name, (annotation, _) in console._FLAGS.items()
+    }
+    seen = 0
+    for path, cmd in _commands():
+        if path[0] == "grib":  # `grib scan` has flags of its own (an endpoint implies http)
+            continue
+        flags = {p.name: p for p in cmd.params if p.opts[0] in STORAGE_FLAGS}
+        seen += "endpoint" in flags
+        for name, param in flags.items():
+            if path[0] == "virtual" and name == "anonymous":  # the --source's, not the repos'
+                continue
+            assert param.help == declared[name], (path, name)
+    assert seen == 18

@@ -27,7 +27,6 @@ from toolkit.console import (
     out,
     print_report,
     progress_bars,
-    retry_budget,
     session,
 )
 from toolkit.console import err_console as console
@@ -97,7 +96,6 @@ def _main(
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
-    retry_budget.set(None)  # a command with --retry-seconds sets its own
     ctx.obj = {"pyramid_levels": _pyramid_levels}
 
 

@@ -7,13 +7,16 @@ store or cluster.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sys
 import traceback
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -178,33 +181,148 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
 
 
-# The S3 options of toolkit.storage, shared by every command that opens a store.
+# The object-store options, each declared once with its help text; a command takes them all
+# as one `StorageOptions` parameter (`Storage`, or a narrower alias), which `Typer` below
+# spreads into these flags in this order.
 Endpoint = Annotated[str | None, typer.Option("--endpoint", help="S3 endpoint URL.")]
 Region = Annotated[str | None, typer.Option("--region", help="S3 region.")]
 Anonymous = Annotated[bool, typer.Option("--anonymous", help="Unsigned requests (public store).")]
 AllowHttp = Annotated[bool, typer.Option("--allow-http", help="Allow an http:// endpoint.")]
 PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 addressing.")]
 RETRY_SECONDS = storage.RETRY_SECONDS
-# the running command's --retry-seconds, read by store_options: every store a command opens
-# gets it without threading it through each helper; the root command resets it per invocation
-retry_budget: ContextVar[float | None] = ContextVar("retry_budget", default=None)
-
-
-def _take_budget(value: float) -> float:
-    retry_budget.set(value)
-    return value
-
-
 RetrySeconds = Annotated[
     float,
     typer.Option(
         "--retry-seconds",
         min=1,
-        callback=_take_budget,
         help="Retry every object-store call with backoff for up to this long before giving "
         "up (an outage shorter than this costs only time).",
     ),
 ]
+_FLAGS: dict[str, tuple[Any, Any]] = {  # parameter -> (declaration, default), in --help order
+    "endpoint": (Endpoint, None),
+    "retry_seconds": (RetrySeconds, RETRY_SECONDS),
+    "region": (Region, None),
+    "anonymous": (Anonymous, False),
+    "allow_http": (AllowHttp, False),
+    "path_style": (PathStyle, False),
+}
+CLOUD_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs")
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """What a command line said about its object stores (--endpoint, --region, --anonymous,
+    --allow-http, --path-style, --retry-seconds), as one value."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    anonymous: bool = False
+    allow_http: bool = False
+    path_style: bool = False
+    retry_seconds: float | None = None  # None: toolkit.storage's own default
+
+    @property
+    def given(self) -> bool:
+        """Whether any S3 flag was given (--retry-seconds is not one: it has a default)."""
+        return any((self.endpoint, self.region, self.anonymous, self.allow_http, self.path_style))
+
+    def for_url(self, url: str) -> dict[str, Any]:
+        """The options of toolkit.storage for `url`: for a URL of a cloud scheme only, with the
+        retry budget."""
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        if scheme not in CLOUD_SCHEMES:
+            return {}
+        options: dict[str, Any] = {}
+        for name, value in (("endpoint", self.endpoint), ("region", self.region)):
+            if value is not None:
+                options[name] = value
+        if self.retry_seconds is not None:
+            options["retry_seconds"] = float(self.retry_seconds)
+        for name, flag in (
+            ("anonymous", self.anonymous),
+            ("allow_http", self.allow_http),
+            ("path_style", self.path_style),
+        ):
+            if flag:
+                options[name] = True
+        return options
+
+    def checked(self, url: str) -> dict[str, Any]:
+        """`for_url`, refusing a plain-http endpoint without --allow-http (BadOption, exit 2)."""
+        options = self.for_url(url)
+        if str(options.get("endpoint", "")).startswith("http://") and not self.allow_http:
+            raise BadOption(f"--endpoint {self.endpoint} is plain http: add --allow-http to use it")
+        return options
+
+
+@dataclass(frozen=True)
+class StorageFlags:
+    """Which of the storage flags a `StorageOptions` parameter offers (the rest keep their
+    defaults): the metadata of `Storage` and its narrower aliases."""
+
+    without: frozenset[str] = frozenset()
+
+
+Storage = Annotated[StorageOptions, StorageFlags()]
+# a command that writes: no --anonymous
+WriteStorage = Annotated[StorageOptions, StorageFlags(frozenset({"anonymous"}))]
+# the virtual jobs: no --region (an --endpoint is addressed as us-east-1), their own --anonymous
+RepoStorage = Annotated[StorageOptions, StorageFlags(frozenset({"anonymous", "region"}))]
+STORAGE = StorageOptions()
+
+
+def _storage_flags(hint: Any) -> StorageFlags | None:
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((m for m in hint.__metadata__ if isinstance(m, StorageFlags)), None)
+
+
+def spread_storage(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with its `StorageOptions` parameter spread into the storage flags (as typer
+    sees it), gathered back into one value when it runs; unchanged if it has none."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    signature = inspect.signature(command)
+    params: list[inspect.Parameter] = []
+    gathered: str | None = None
+    offered: list[str] = []
+    for p in signature.parameters.values():
+        hint = hints.get(p.name, p.annotation)
+        flags = _storage_flags(hint)
+        if flags is None:
+            params.append(p.replace(annotation=hint))
+            continue
+        gathered = p.name
+        for name, (declared, default) in _FLAGS.items():
+            if name not in flags.without:
+                offered.append(name)
+                params.append(p.replace(name=name, annotation=declared, default=default))
+    if gathered is None:
+        return command
+    name = gathered
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        kwargs[name] = StorageOptions(**{n: kwargs.pop(n) for n in offered})
+        return command(*args, **kwargs)
+
+    run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
+
+
+class Typer(typer.Typer):
+    """A job's command group: a command's `Storage` parameter is the storage flags."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        register = super().command(*args, **kwargs)
+
+        def decorator(command: Callable[..., Any]) -> Callable[..., Any]:
+            register(spread_storage(command))
+            return command
+
+        return decorator
+
 
 # The engine options of every job command.
 WaitForWorkers = Annotated[
@@ -238,36 +356,6 @@ def root_cluster(ctx: typer.Context, explicit: str | None = None) -> str | None:
         return explicit
     value = ctx.find_root().params.get("cluster")
     return value if isinstance(value, str) else None
-
-
-def store_options(
-    url: str,
-    endpoint: str | None = None,
-    region: str | None = None,
-    anonymous: bool = False,
-    allow_http: bool = False,
-    path_style: bool = False,
-) -> dict[str, Any]:
-    """The S3-style options of toolkit.storage, for URLs of a cloud scheme only, with the
-    command's --retry-seconds budget."""
-    scheme = url.split("://", 1)[0] if "://" in url else "file"
-    if scheme not in ("s3", "gs", "gcs", "az", "azure", "abfs"):
-        return {}
-    options: dict[str, Any] = {}
-    for name, value in (("endpoint", endpoint), ("region", region)):
-        if value is not None:
-            options[name] = value
-    budget = retry_budget.get()
-    if budget is not None:
-        options["retry_seconds"] = float(budget)
-    for name, flag in (
-        ("anonymous", anonymous),
-        ("allow_http", allow_http),
-        ("path_style", path_style),
-    ):
-        if flag:
-            options[name] = True
-    return options
 
 
 class OneLineErrors(TyperGroup):

@@ -6,8 +6,10 @@ errors naming the store, the key and the cause.
 
 A store reached through a zarr store object instead (an Icechunk snapshot or session, see
 `toolkit.icechunk.BranchView`) is a `ZarrView`: anything with a `url` and a `zarr(read_only)`.
-`get`, `put`, `exists`, `list_keys`, `iter_keys`, `delete` and `delete_prefix` serve it through
-zarr's store API, so a job that only reads and writes zarr keys runs on either kind unchanged.
+`get`, `put`, `exists`, `list_keys`, `iter_keys`, `delete` and `delete_prefix` reach either kind
+through a `Backend`: `ObjectBackend` (obstore; a `Store` has it from when it is made) or
+`ViewBackend` (zarr's store API), so a job that only reads and writes zarr keys runs on either
+kind unchanged.
 
 Credentials never travel: a `Store` pickles as (url, options, credential provider reference) and
 reopens on the other side, where obstore reads the environment / instance metadata or calls the
@@ -39,6 +41,7 @@ from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 __all__ = [
     "AccessDenied",
     "AlreadyExists",
+    "Backend",
     "Blob",
     "CorruptObject",
     "LockHeld",
@@ -50,6 +53,7 @@ __all__ = [
     "Unreachable",
     "Version",
     "ZarrView",
+    "backend",
     "delete",
     "delete_prefix",
     "exists",
@@ -298,90 +302,6 @@ class ZarrView(Protocol):
     def zarr(self, read_only: bool = False) -> Any: ...
 
 
-def _view(store: Any) -> bool:
-    return not isinstance(store, Store)
-
-
-def _zsync(coro: Any) -> Any:
-    from zarr.core.sync import sync
-
-    return sync(coro)
-
-
-def _view_call(store: Any, key: str | None, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except StorageError:
-        raise
-    except Exception as err:  # the zarr store's own errors (Icechunk: a key it cannot hold)
-        named = _explained(store, err, key)
-        if named is not None:
-            raise named from err
-        detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        raise StorageError(store.url, key, detail) from err
-
-
-def _explained(store: Any, err: Exception, key: str | None) -> StorageError | None:
-    """What a view says an error of its zarr store means (Icechunk: which of its own objects
-    is corrupt), or None."""
-    explain = getattr(store, "explain", None)
-    return explain(err, key) if callable(explain) else None
-
-
-def _view_keys(store: Any, prefix: str) -> list[str]:
-    """Keys under `prefix`. A store that lists only from a node (Icechunk: a group or an
-    array, not `a/c/0`) is listed from the nearest parent it accepts, then filtered."""
-    zs = store.zarr(read_only=True)
-    p = prefix.strip("/")
-
-    async def run(at: str) -> list[str]:
-        return [k async for k in zs.list_prefix(at + "/" if at else "")]
-
-    at = p
-    while True:
-        try:
-            keys = _view_call(store, prefix or None, lambda at=at: _zsync(run(at)))
-            break
-        except StorageError:
-            if not at:
-                raise
-            at = at.rpartition("/")[0]
-    return keys if at == p else [k for k in keys if k.startswith(p + "/")]
-
-
-def _view_get(store: Any, key: str) -> bytes:
-    from zarr.core.buffer import default_buffer_prototype
-
-    zs = store.zarr(read_only=True)
-    buf = _view_call(store, key, lambda: _zsync(zs.get(key, default_buffer_prototype())))
-    if buf is None:
-        raise NotFound(store.url, key, "no such key")
-    return bytes(buf.to_bytes())
-
-
-def _view_put(store: Any, key: str, data: bytes, mode: Any) -> Version:
-    from zarr.core.buffer import default_buffer_prototype
-
-    if isinstance(mode, Version):
-        raise StorageError(store.url, key, "a zarr view cannot update conditionally")
-    zs = store.zarr(read_only=False)
-    body = default_buffer_prototype().buffer.from_bytes(data)
-    if mode == "create" and _view_call(store, key, lambda: _zsync(zs.exists(key))):
-        raise AlreadyExists(store.url, key, "exists")
-    _view_call(store, key, lambda: _zsync(zs.set(key, body)))
-    return Version()
-
-
-def _view_delete(store: Any, keys: list[str]) -> None:
-    zs = store.zarr(read_only=False)
-
-    async def run() -> None:
-        for k in keys:
-            await zs.delete(k)
-
-    _view_call(store, keys[0] if keys else None, lambda: _zsync(run()))
-
-
 # --------------------------------------------------------------------------- the handle
 
 _MEMORY: dict[str, MemoryStore] = {}
@@ -406,6 +326,7 @@ class Store:
         self.scheme = urlparse(self.url).scheme
         self._inner: Any = None
         self._lock = threading.Lock()
+        self.backend: Backend = ObjectBackend(self)  # how the functions below reach it
 
     # The obstore store is built lazily so a handle can cross processes cheaply.
     @property
@@ -643,39 +564,17 @@ def list_objects(store: Store, prefix: str = "") -> list[ObjectInfo]:
 
 def list_keys(store: Store | ZarrView, prefix: str = "") -> list[str]:
     """Keys under `prefix`, sorted (LocalStore lists in arbitrary order)."""
-    if _view(store):
-        return sorted(_view_keys(store, prefix))
-    return [i.key for i in list_objects(store, prefix)]
+    return backend(store).list_keys(prefix)
 
 
 def iter_keys(store: Store | ZarrView, prefix: str = "") -> Iterator[str]:
     """Keys under `prefix` page by page, unsorted: for counting huge prefixes."""
-    if _view(store):
-        yield from _view_keys(store, prefix)
-        return
-    if _absent(store):
-        return
-    try:
-        for page in obstore.list(store.inner, prefix=prefix.strip("/") or None):
-            for meta in page:
-                yield meta["path"]
-    except Exception as err:
-        raise _translate(err, store, prefix or None) from err
+    return backend(store).iter_keys(prefix)
 
 
 def get(store: Store | ZarrView, key: str) -> Blob:
     """Body and version from one GET."""
-    if _view(store):
-        return Blob(key, _view_get(store, key), Version(), datetime.fromtimestamp(0))
-    if _absent(store):
-        raise NotFound(store.url, key, "the store's directory does not exist")
-    try:
-        result = obstore.get(store.inner, key)
-        data = bytes(result.bytes())
-        meta = result.meta
-    except Exception as err:
-        raise _translate(err, store, key) from err
-    return Blob(key, data, Version(meta.get("e_tag"), meta.get("version")), meta["last_modified"])
+    return backend(store).get(key)
 
 
 def get_range(store: Store, key: str, start: int, length: int) -> bytes:
@@ -698,14 +597,7 @@ def head(store: Store, key: str) -> ObjectInfo:
 
 
 def exists(store: Store | ZarrView, key: str) -> bool:
-    if _view(store):
-        zs = store.zarr(read_only=True)
-        return bool(_view_call(store, key, lambda: _zsync(zs.exists(key))))
-    try:
-        head(store, key)
-    except NotFound:
-        return False
-    return True
+    return backend(store).exists(key)
 
 
 PutMode = Literal["overwrite", "create"] | Version
@@ -725,26 +617,230 @@ def put(
     a conditional write takes a leased lock (`LockHeld` while another writer's lease runs);
     `break_lock` takes over a lock left by a writer known to be gone.
     """
-    if _view(store):
-        return _view_put(store, key, data, mode)
-    if isinstance(mode, Version):
-        if store.is_local:
-            return _local_conditional_update(store, key, data, mode, break_lock)
-        obmode: Any = mode.as_mode()
-    elif mode in ("overwrite", "create"):
-        obmode = mode
-    else:
-        raise ValueError(f"put mode must be 'overwrite', 'create' or a Version, not {mode!r}")
-    try:
-        result = obstore.put(store.inner, key, data, mode=obmode)
-    except obx.AlreadyExistsError as err:
-        # S3 reports a lost If-Match race as 409 on some servers: a conflict either way.
+    return backend(store).put(key, data, mode, break_lock)
+
+
+def delete(store: Store | ZarrView, key: str) -> None:
+    backend(store).delete(key)
+
+
+def delete_prefix(store: Store | ZarrView, prefix: str) -> int:
+    """Delete every object under `prefix`; returns how many."""
+    keys = list_keys(store, prefix)
+    backend(store).delete_many(keys, prefix)
+    return len(keys)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class Backend(Protocol):
+    """How the functions above reach a store's keys: through obstore (`ObjectBackend`, every
+    `Store`) or through a zarr store object (`ViewBackend`, a `ZarrView`). Errors are toolkit
+    errors naming the store and the key either way."""
+
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    def iter_keys(self, prefix: str) -> Iterator[str]: ...
+
+    def get(self, key: str) -> Blob: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def put(self, key: str, data: bytes, mode: PutMode, break_lock: bool) -> Version: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def delete_many(self, keys: list[str], prefix: str) -> None:
+        """Delete `keys`, the listing of `prefix` (which an error names)."""
+        ...
+
+    def explain(self, err: Exception) -> StorageError | None:
+        """What a failed zarr read of this store means, when the store knows (None: ask the
+        decoder)."""
+        ...
+
+
+def backend(store: Store | ZarrView) -> Backend:
+    """How `store` is reached: a `Store` has its object-store backend from when it was made;
+    anything else is a zarr view."""
+    return store.backend if isinstance(store, Store) else ViewBackend(store)
+
+
+@dataclass(frozen=True)
+class ObjectBackend:
+    """A `Store` reached through obstore; a local root that does not exist holds nothing."""
+
+    store: Store
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return [i.key for i in list_objects(self.store, prefix)]
+
+    def iter_keys(self, prefix: str) -> Iterator[str]:
+        store = self.store
+        if _absent(store):
+            return
+        try:
+            for page in obstore.list(store.inner, prefix=prefix.strip("/") or None):
+                for meta in page:
+                    yield meta["path"]
+        except Exception as err:
+            raise _translate(err, store, prefix or None) from err
+
+    def get(self, key: str) -> Blob:
+        store = self.store
+        if _absent(store):
+            raise NotFound(store.url, key, "the store's directory does not exist")
+        try:
+            result = obstore.get(store.inner, key)
+            data = bytes(result.bytes())
+            meta = result.meta
+        except Exception as err:
+            raise _translate(err, store, key) from err
+        version = Version(meta.get("e_tag"), meta.get("version"))
+        return Blob(key, data, version, meta["last_modified"])
+
+    def exists(self, key: str) -> bool:
+        try:
+            head(self.store, key)
+        except NotFound:
+            return False
+        return True
+
+    def put(self, key: str, data: bytes, mode: PutMode, break_lock: bool) -> Version:
+        store = self.store
         if isinstance(mode, Version):
-            raise PreconditionFailed(store.url, key, str(err).splitlines()[0]) from err
-        raise _translate(err, store, key) from err
-    except Exception as err:
-        raise _translate(err, store, key) from err
-    return Version(result.get("e_tag"), result.get("version"))
+            if store.is_local:
+                return _local_conditional_update(store, key, data, mode, break_lock)
+            obmode: Any = mode.as_mode()
+        elif mode in ("overwrite", "create"):
+            obmode = mode
+        else:
+            raise ValueError(f"put mode must be 'overwrite', 'create' or a Version, not {mode!r}")
+        try:
+            result = obstore.put(store.inner, key, data, mode=obmode)
+        except obx.AlreadyExistsError as err:
+            # S3 reports a lost If-Match race as 409 on some servers: a conflict either way.
+            if isinstance(mode, Version):
+                raise PreconditionFailed(store.url, key, str(err).splitlines()[0]) from err
+            raise _translate(err, store, key) from err
+        except Exception as err:
+            raise _translate(err, store, key) from err
+        return Version(result.get("e_tag"), result.get("version"))
+
+    def delete(self, key: str) -> None:
+        try:
+            obstore.delete(self.store.inner, key)
+        except Exception as err:
+            raise _translate(err, self.store, key) from err
+
+    def delete_many(self, keys: list[str], prefix: str) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            try:
+                obstore.delete(self.store.inner, batch)
+            except Exception as err:
+                raise _translate(err, self.store, prefix) from err
+
+    def explain(self, err: Exception) -> StorageError | None:
+        return None  # obstore's own errors are named where they are raised
+
+
+@dataclass(frozen=True)
+class ViewBackend:
+    """A `ZarrView` reached through zarr's store API; a view that can say what its store's
+    errors mean (`explain(err, key)`, Icechunk: which of its objects is corrupt) names them."""
+
+    view: ZarrView
+
+    def _call(self, key: str | None, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except StorageError:
+            raise
+        except Exception as err:  # the zarr store's own errors (Icechunk: a key it cannot hold)
+            named = self._explained(err, key)
+            if named is not None:
+                raise named from err
+            text = str(err).strip()
+            detail = text.splitlines()[0][:300] if text else type(err).__name__
+            raise StorageError(self.view.url, key, detail) from err
+
+    def _explained(self, err: Exception, key: str | None) -> StorageError | None:
+        explain = getattr(self.view, "explain", None)
+        return explain(err, key) if callable(explain) else None
+
+    def _keys(self, prefix: str) -> list[str]:
+        """Keys under `prefix`. A store that lists only from a node (Icechunk: a group or an
+        array, not `a/c/0`) is listed from the nearest parent it accepts, then filtered."""
+        zs = self.view.zarr(read_only=True)
+        p = prefix.strip("/")
+
+        async def run(at: str) -> list[str]:
+            return [k async for k in zs.list_prefix(at + "/" if at else "")]
+
+        at = p
+        while True:
+            try:
+                keys = self._call(prefix or None, lambda at=at: _zsync(run(at)))
+                break
+            except StorageError:
+                if not at:
+                    raise
+                at = at.rpartition("/")[0]
+        return keys if at == p else [k for k in keys if k.startswith(p + "/")]
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return sorted(self._keys(prefix))
+
+    def iter_keys(self, prefix: str) -> Iterator[str]:
+        yield from self._keys(prefix)
+
+    def get(self, key: str) -> Blob:
+        from zarr.core.buffer import default_buffer_prototype
+
+        zs = self.view.zarr(read_only=True)
+        buf = self._call(key, lambda: _zsync(zs.get(key, default_buffer_prototype())))
+        if buf is None:
+            raise NotFound(self.view.url, key, "no such key")
+        return Blob(key, bytes(buf.to_bytes()), Version(), datetime.fromtimestamp(0))
+
+    def exists(self, key: str) -> bool:
+        zs = self.view.zarr(read_only=True)
+        return bool(self._call(key, lambda: _zsync(zs.exists(key))))
+
+    def put(self, key: str, data: bytes, mode: PutMode, break_lock: bool) -> Version:
+        from zarr.core.buffer import default_buffer_prototype
+
+        if isinstance(mode, Version):
+            raise StorageError(self.view.url, key, "a zarr view cannot update conditionally")
+        zs = self.view.zarr(read_only=False)
+        body = default_buffer_prototype().buffer.from_bytes(data)
+        if mode == "create" and self._call(key, lambda: _zsync(zs.exists(key))):
+            raise AlreadyExists(self.view.url, key, "exists")
+        self._call(key, lambda: _zsync(zs.set(key, body)))
+        return Version()
+
+    def delete(self, key: str) -> None:
+        self.delete_many([key], key)
+
+    def delete_many(self, keys: list[str], prefix: str) -> None:
+        zs = self.view.zarr(read_only=False)
+
+        async def run() -> None:
+            for k in keys:
+                await zs.delete(k)
+
+        self._call(keys[0] if keys else None, lambda: _zsync(run()))
+
+    def explain(self, err: Exception) -> StorageError | None:
+        return self._explained(err, None)
+
+
+def _zsync(coro: Any) -> Any:
+    from zarr.core.sync import sync
+
+    return sync(coro)
 
 
 LOCK_TTL_S = 30.0  # a local lock's lease: far longer than the head + put it guards
@@ -820,30 +916,6 @@ def _local_conditional_update(
         obstore.delete(store.inner, lock)
 
 
-def delete(store: Store | ZarrView, key: str) -> None:
-    if _view(store):
-        return _view_delete(store, [key])
-    try:
-        obstore.delete(store.inner, key)
-    except Exception as err:
-        raise _translate(err, store, key) from err
-
-
-def delete_prefix(store: Store | ZarrView, prefix: str) -> int:
-    """Delete every object under `prefix`; returns how many."""
-    keys = list_keys(store, prefix)
-    if _view(store):
-        _view_delete(store, keys)
-        return len(keys)
-    for start in range(0, len(keys), 1000):
-        batch = keys[start : start + 1000]
-        try:
-            obstore.delete(store.inner, batch)
-        except Exception as err:
-            raise _translate(err, store, prefix) from err
-    return len(keys)
-
-
 # --------------------------------------------------------------------------- zarr reads
 
 # failed requests, not undecodable bytes: the object is not at fault, and reading it again one
@@ -901,7 +973,7 @@ def read(store: Store | ZarrView, arr: Any, selection: Any = Ellipsis) -> np.nda
     try:
         return np.asarray(arr[selection])
     except Exception as err:
-        named = _explained(store, err, None) if _view(store) else None
+        named = backend(store).explain(err)
         if named is not None:
             raise named from err
         if not _decoding_error(err):

@@ -121,6 +121,7 @@ def test_datasets_lists_the_registry_one_line_each():
 def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
     """No --source: the dataset's own NODD bucket, anonymous, us-east-1 (nothing is read
     here); --source swaps in a mirror, --anonymous reads an S3 one without credentials."""
+    from toolkit.console import StorageOptions
     from toolkit.virtual.cli import _dataset
     from toolkit.virtual.datasets.common import NOAA_REGION
 
@@ -129,13 +130,12 @@ def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
         ("gfs", "s3://noaa-gfs-bdp-pds"),
         ("gefs", "s3://noaa-gefs-pds"),
     ):
-        ds = _dataset(name, str(tmp_path / "repo"), None, None, False, False)
+        ds = _dataset(name, str(tmp_path / "repo"), None, StorageOptions())
         assert ds.dataset.source.store.url == bucket
         assert ds.dataset.source.store.options == {"region": NOAA_REGION, "anonymous": True}
         assert ds.repo.url.endswith("repo")
-    mirror = _dataset(
-        "gfs", str(tmp_path / "repo"), "s3://mirror/gfs", "http://127.0.0.1:9", True, True, True
-    )
+    s3 = StorageOptions(endpoint="http://127.0.0.1:9", allow_http=True, path_style=True)
+    mirror = _dataset("gfs", str(tmp_path / "repo"), "s3://mirror/gfs", s3, anonymous=True)
     assert mirror.dataset.source.store.url == "s3://mirror/gfs"
     assert mirror.dataset.source.store.options["anonymous"] is True
     assert mirror.dataset.source.store.options["endpoint"] == "http://127.0.0.1:9"

@@ -19,26 +19,22 @@ from typing import Annotated, Any, Literal
 import typer
 
 from toolkit.console import (
-    RETRY_SECONDS,
+    STORAGE,
     WAIT_FOR_WORKERS,
-    AllowHttp,
-    Anonymous,
-    Endpoint,
-    PathStyle,
     PerformanceReport,
-    Region,
-    RetrySeconds,
     Ship,
+    Storage,
+    StorageOptions,
+    Typer,
     WaitForWorkers,
     exit_codes,
     session,
-    store_options,
 )
 
-app = typer.Typer(
+app = Typer(
     help="Partition Zarr stores into archive blobs; resolve keys to blobs.", no_args_is_help=True
 )
-pin_app = typer.Typer(
+pin_app = Typer(
     help="Keep a prefix hot, recorded with who, why and until when.", no_args_is_help=True
 )
 app.add_typer(pin_app, name="pin")
@@ -111,30 +107,20 @@ def _progress(stage: str, done: int, total: int) -> None:
     typer.echo(f"{stage}: {done}/{total}", err=True)
 
 
-def _open(
-    url: str,
-    endpoint: str | None,
-    region: str | None,
-    anonymous: bool,
-    allow_http: bool,
-    path_style: bool,
-) -> Any:
+def _open(url: str, options: StorageOptions) -> Any:
     from toolkit import storage
 
-    options = store_options(url, endpoint, region, anonymous, allow_http, path_style)
-    if str(options.get("endpoint", "")).startswith("http://") and not allow_http:
-        raise ValueError(f"--endpoint {endpoint} is plain http: add --allow-http to use it")
-    return storage.open_store(url, **options)
+    return storage.open_store(url, **options.checked(url))
 
 
-def _open_data(url: str, *opts: Any) -> Any:
+def _open_data(url: str, options: StorageOptions) -> Any:
     """The data root; a local one must exist (a typo would otherwise find nothing, silently)."""
     from toolkit import storage
 
     path = storage.local_path_of(url)
     if path is not None and not path.is_dir():  # checked first: opening creates it
         raise ValueError(f"data root {path.resolve()} does not exist or is not a directory")
-    return _open(url, *opts)
+    return _open(url, options)
 
 
 def _stores(data: Any, exclude: list[str] | None) -> list[str]:
@@ -236,12 +222,7 @@ def partition(
     force: Force = False,
     hot_always: HotAlways = None,
     as_json: Json = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     break_lock: BreakLock = False,
 ) -> None:
     """Partition stores one after another in this process (see `scan` for a Dask graph)."""
@@ -251,8 +232,8 @@ def partition(
     with _errors():
         policy = _policy(t_max, t_hot, t_min)
         scopes = _scopes(scopes)
-        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
         todo = scopes or _stores(d, exclude)
         outcomes = [
             partition_store(
@@ -286,12 +267,7 @@ def scan(
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
     break_lock: BreakLock = False,
@@ -304,8 +280,8 @@ def scan(
         session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
     ):
         policy = _policy(t_max, t_hot, t_min)
-        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
         outcomes, _ = run_scan(
             d,
             m,
@@ -334,12 +310,7 @@ def diff(
     t_min: TMin = "10GiB",
     force: Force = False,
     hot_always: HotAlways = None,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
 ) -> None:
     """What partitioning SCOPE now would change against its stored manifest (writes nothing)."""
     from toolkit.archive.service import partition_store
@@ -347,8 +318,8 @@ def diff(
     with _errors():
         policy = _policy(t_max, t_hot, t_min)
         scope = _scope(scope)
-        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
         out = partition_store(
             d,
             m,
@@ -383,23 +354,17 @@ def resolve(
     ] = None,
     manifests: Manifests = "manifests",
     as_json: Json = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
 ) -> None:
     """Resolve keys to scope and blob id; s3://bucket/prefix/store.zarr/... URLs work too."""
     from toolkit.archive.keys import check_pasted
     from toolkit.archive.resolve import Trie
 
-    opts = (endpoint, region, anonymous, allow_http, path_style)
     with _errors():
         # every key checked before any is answered: one refused key, one line, nothing else
         todo = [check_pasted(k) for k in keys] if keys else _stdin_keys()
-        m = _open(manifests, *opts)
-        root = _open(data, *opts).url if data is not None else None
+        m = _open(manifests, stores)
+        root = _open(data, stores).url if data is not None else None
         loaded, broken = _load(m)
         trie = Trie(loaded)
         plain = root is None and not any("://" in k or k.startswith("/") for k in todo)
@@ -463,12 +428,7 @@ def watch(
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
     break_lock: BreakLock = False,
@@ -494,8 +454,8 @@ def watch(
             raise ValueError("--debounce must be >= 0 and --max-wait > 0 (seconds)")
         if executor not in ("dask", "sync"):
             raise ValueError(f"--executor {executor!r}: choose dask or sync")
-        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
         options = WatchOptions(
             policy, tuple(exclude or ()), tuple(hot_always or ()), executor, break_lock
         )
@@ -552,12 +512,7 @@ def mark(
     force: Annotated[
         bool, typer.Option("--force", help="Record a transition the state machine refuses.")
     ] = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     break_lock: BreakLock = False,
 ) -> None:
     """Record that BLOB of SCOPE moved to STATE: the tape system's hook.
@@ -573,10 +528,9 @@ def mark(
     from toolkit.archive.tiers import STATES, blob_of
     from toolkit.archive.tierstore import TierStore
 
-    opts = (endpoint, region, anonymous, allow_http, path_style)
     with _errors():
         scope = _scope(scope)
-        m = _open(manifests, *opts)
+        m = _open(manifests, stores)
         stored = ManifestStore(m).read(scope)
         if stored is None:
             raise _fail(1, f"no manifest for scope {scope!r} under {m.url}: partition it first")
@@ -585,7 +539,7 @@ def mark(
         owner = blob_of(stored.manifest, blob)
         size, objects = (owner.bytes, owner.objects) if owner.id == blob else (None, None)
         if data is not None:
-            size, objects = _blob_size(_open_data(data, *opts), stored.manifest, blob)
+            size, objects = _blob_size(_open_data(data, stores), stored.manifest, blob)
         tiers = TierStore(m, break_lock)
         before = tiers.read(scope)[0].tier(blob).state
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -618,19 +572,14 @@ def show(
     scope: Annotated[str, typer.Argument(help="Store path (the manifest's scope).")],
     manifests: Manifests = "manifests",
     as_json: Json = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
 ) -> None:
     """Print a scope's manifest."""
     from toolkit.archive.manifests import ManifestStore
 
     with _errors():
         scope = _scope(scope)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        m = _open(manifests, stores)
         stored = ManifestStore(m).read(scope)
         if stored is None:
             raise _fail(1, f"no manifest for scope {scope!r} under {m.url}")
@@ -651,23 +600,27 @@ def show(
         _echo(f"  pin  {pin.prefix} by {pin.who} until {pin.until or '-'}: {pin.why}")
 
 
+PinScope = Annotated[str, typer.Argument()]
+PinPrefix = Annotated[str, typer.Argument()]
+
+
 def _edit(
-    manifests: str,
     scope: str,
     prefix: str,
+    manifests: str,
+    stores: StorageOptions,
+    break_lock: bool,
     change: Any,
-    opts: tuple[Any, ...],
-    break_lock: bool = False,
 ) -> None:
     """Apply `change(manifest, prefix)` to SCOPE's manifest, scope and prefix through the key
-    rule first (a refused one writes nothing)."""
+    rule first (a refused one writes nothing): `pin add` and `pin remove`."""
     from toolkit.archive.keys import check_key
     from toolkit.archive.manifests import ManifestStore
 
     with _errors():
         scope = _scope(scope)
         prefix = check_key(prefix, "prefix")
-        ms = ManifestStore(_open(manifests, *opts), break_lock)
+        ms = ManifestStore(_open(manifests, stores), break_lock)
         stored = ms.read(scope)
         if stored is None:
             raise _fail(1, f"no manifest for scope {scope!r}: partition it first")
@@ -678,8 +631,8 @@ def _edit(
 
 @pin_app.command("add")
 def pin_add(
-    scope: Annotated[str, typer.Argument()],
-    prefix: Annotated[str, typer.Argument()],
+    scope: PinScope,
+    prefix: PinPrefix,
     who: Annotated[str, typer.Option("--who")],
     why: Annotated[str, typer.Option("--why")],
     until: Annotated[str | None, typer.Option("--until", help="YYYY-MM-DD")] = None,
@@ -691,12 +644,7 @@ def pin_add(
         ),
     ] = False,
     manifests: Manifests = "manifests",
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     break_lock: BreakLock = False,
 ) -> None:
     """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1).
@@ -709,38 +657,23 @@ def pin_add(
     from toolkit.archive.model import Pin
 
     today = dt.datetime.now(dt.UTC).date()
-    _edit(
-        manifests,
-        scope,
-        prefix,
-        lambda m, p: m.with_pin(Pin(p, who, why, until), today=today, force=force),
-        (endpoint, region, anonymous, allow_http, path_style),
-        break_lock,
-    )
+
+    def pin(m: Any, p: str) -> Any:
+        return m.with_pin(Pin(p, who, why, until), today=today, force=force)
+
+    _edit(scope, prefix, manifests, stores, break_lock, pin)
 
 
 @pin_app.command("remove")
 def pin_remove(
-    scope: Annotated[str, typer.Argument()],
-    prefix: Annotated[str, typer.Argument()],
+    scope: PinScope,
+    prefix: PinPrefix,
     manifests: Manifests = "manifests",
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     break_lock: BreakLock = False,
 ) -> None:
     """Remove the pin on PREFIX (a conditional write; epoch + 1)."""
-    _edit(
-        manifests,
-        scope,
-        prefix,
-        lambda m, p: m.without_pin(p),
-        (endpoint, region, anonymous, allow_http, path_style),
-        break_lock,
-    )
+    _edit(scope, prefix, manifests, stores, break_lock, lambda m, p: m.without_pin(p))
 
 
 @app.command()
@@ -773,12 +706,7 @@ def report(
         ),
     ] = None,
     as_json: Json = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
 ) -> None:
     """Blobs with sizes, object counts, estimated recall time, and read/write counts from events."""
     from toolkit.archive.discover import dedupe, read_events
@@ -789,8 +717,8 @@ def report(
     with _errors():
         bps = parse_rate(rate)
         scopes = _scopes(scopes)
-        d = _open_data(data, endpoint, region, anonymous, allow_http, path_style)
-        m = _open(manifests, endpoint, region, anonymous, allow_http, path_style)
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
         _require_scopes(m, scopes)
         evs = list(dedupe(read_events(events.read_text()))) if events else []
         loaded, broken = _load(m)

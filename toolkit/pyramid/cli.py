@@ -14,27 +14,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.console import (
-    RETRY_SECONDS,
+    STORAGE,
     WAIT_FOR_WORKERS,
-    AllowHttp,
-    Anonymous,
-    Endpoint,
-    PathStyle,
     PerformanceReport,
-    Region,
-    RetrySeconds,
     Ship,
+    Storage,
+    StorageOptions,
+    Typer,
     WaitForWorkers,
+    WriteStorage,
     exit_codes,
     out,
     print_report,
     progress_bars,
     session,
-    store_options,
 )
 from toolkit.console import err_console as console
 
-app = typer.Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
+app = Typer(help="Exact multiscale pyramids of Zarr v3 stores.", no_args_is_help=True)
 
 Source = Annotated[
     str,
@@ -92,20 +89,11 @@ Executor = Annotated[
 ]
 
 
-def _options(
-    source: str,
-    endpoint: str | None,
-    region: str | None,
-    anonymous: bool,
-    allow_http: bool,
-    path_style: bool,
-) -> dict[str, Any]:
+def _options(source: str, stores: StorageOptions) -> dict[str, Any]:
     from toolkit.pyramid.plan import PlanError
 
-    options = store_options(source, endpoint, region, anonymous, allow_http, path_style)
-    if str(options.get("endpoint", "")).startswith("http://") and not allow_http:
-        raise PlanError(f"--endpoint {endpoint} is plain http: add --allow-http to use it")
-    if not options and any((endpoint, region, anonymous, allow_http, path_style)):
+    options = stores.checked(source)
+    if not options and stores.given:
         raise PlanError(f"{source}: S3 options only apply to s3://, gs:// or az:// URLs")
     return options
 
@@ -146,18 +134,13 @@ def plan_cmd(
     force_method: ForceMethod = False,
     select: Select = None,
     latest: Latest = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
 ) -> None:
     """Tasks per level after pruning, and the gate targets (reads metadata and listings only)."""
     from toolkit.pyramid import plan
 
     with _exit_codes():
-        opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
+        opts = _options(source, stores)
         p = plan(
             source,
             variable or None,
@@ -215,11 +198,7 @@ def build_cmd(
     force_method: ForceMethod = False,
     select: Select = None,
     latest: Latest = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: WriteStorage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
 ) -> None:
@@ -230,7 +209,7 @@ def build_cmd(
         _exit_codes(),
         session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
     ):
-        opts = _options(source, endpoint, region, False, allow_http, path_style)
+        opts = _options(source, stores)
         with progress_bars() as bars:
             report = build(
                 source,
@@ -281,12 +260,7 @@ def verify_cmd(
     ] = False,
     select: Select = None,
     latest: Latest = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    region: Region = None,
-    anonymous: Anonymous = False,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: Storage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
 ) -> None:
@@ -297,7 +271,7 @@ def verify_cmd(
         _exit_codes(),
         session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
     ):
-        opts = _options(source, endpoint, region, anonymous, allow_http, path_style)
+        opts = _options(source, stores)
         result = verify(
             source,
             sample,

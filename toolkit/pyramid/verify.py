@@ -9,7 +9,6 @@ Each failure names the level, the shard (or node) and the check.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,26 +18,13 @@ import numpy as np
 from toolkit import storage
 from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
-from toolkit.pyramid import metadata
-from toolkit.pyramid.build import recorded_plan, recorded_prints
 from toolkit.pyramid.levels import plan_source, var_sources
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask, edited_in_place
+from toolkit.pyramid.origin import Failure, Origin, open_origin
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
 from toolkit.pyramid.shards import VarSource, count_region
-from toolkit.pyramid.source import Source, open_source, read_source
 from toolkit.tasks import stable
 
 __all__ = ["Failure", "VerifyResult", "verify"]
-
-
-@dataclass(frozen=True)
-class Failure:
-    level: str
-    shard: str
-    check: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"[{self.check}] level {self.level} {self.shard}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -114,19 +100,20 @@ class CountCheck:
 
 @dataclass(frozen=True)
 class MetaCheck:
-    store: storage.Store
+    origin: Origin  # the root's check is where the pyramid is (a backup, or a repo's history)
     plan_doc: dict[str, Any]
     coords: dict[str, np.ndarray]  # dim -> level-0 cell centres
     attrs: dict[str, dict[str, Any]]  # level-0 attributes of data vars and CRS vars
     crs: tuple[str, ...]
     node_keys: tuple[str, ...]
-    versioned: bool = False  # an Icechunk repo: its history is the backup, nothing consolidates
+
+    @property
+    def store(self) -> Any:
+        return self.origin.store
 
     def __call__(self, check: Check) -> list[Failure]:
-        if check.name == "." and self.versioned:
-            return self._root_versioned()
         if check.name == ".":
-            return self._root()
+            return self.origin.root_failures(self.plan_doc)
         return self._level(check.name)
 
     def _level(self, group: str) -> list[Failure]:
@@ -266,63 +253,6 @@ class MetaCheck:
                 bad(
                     "zarr.json",
                     f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
-                )
-        return out
-
-    def _root_versioned(self) -> list[Failure]:
-        """In a repo, level 0's nodes are the dataset's own (their history is the repo's): the
-        root must carry the layout and both conventions; the levels are checked one by one."""
-        attrs = storage.get_json(self.store, "zarr.json").get("attributes", {})
-        out = []
-        if "multiscales" not in attrs:
-            out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
-        have = {c.get("uuid") for c in attrs.get("zarr_conventions", [])}
-        if not set(metadata.ADDED_UUIDS) <= have:
-            out.append(Failure(".", "zarr.json", "root-diff", "conventions not registered"))
-        return out
-
-    def _root(self) -> list[Failure]:
-        out: list[Failure] = []
-        try:
-            saved = metadata.read_backup(self.store)
-        except storage.NotFound:
-            return [Failure(".", "zarr.json", "root-diff", "no backup of the root metadata")]
-        for key, body in sorted(saved.items()):
-            if key == "zarr.json":
-                continue
-            try:
-                now = storage.get(self.store, key).data
-            except storage.NotFound:
-                out.append(Failure(".", key, "level0-metadata", "node metadata is gone"))
-                continue
-            if now != body:
-                out.append(Failure(".", key, "level0-metadata", "changed since the backup"))
-        root_now = storage.get_json(self.store, "zarr.json")
-        root_then = json.loads(saved["zarr.json"])
-        a, b = metadata.strip_added(root_now), metadata.strip_added(root_then)
-        if a != b:
-            keys = sorted(set(a.get("attributes", {})) ^ set(b.get("attributes", {})))
-            out.append(
-                Failure(
-                    ".",
-                    "zarr.json",
-                    "root-diff",
-                    f"root changed beyond the multiscales attributes {keys or ''}",
-                )
-            )
-        if "multiscales" not in root_now.get("attributes", {}):
-            out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
-        meta = (root_now.get("consolidated_metadata") or {}).get("metadata", {})
-        for lp in self.plan_doc["level_plans"]:
-            if lp["group"] not in meta:
-                out.append(
-                    Failure(
-                        lp["group"],
-                        "zarr.json",
-                        "consolidated",
-                        "level missing from the consolidated metadata (a reader opening the "
-                        "store in one request does not see it)",
-                    )
                 )
         return out
 
@@ -556,8 +486,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 class ClientCheck:
     """Open every level the way a browser would: read-only, no credentials (unless `private`)."""
 
-    url: str
-    options: dict[str, Any]
+    origin: Origin
     shapes: dict[str, tuple[int, int]]
     variables: tuple[str, ...]
     private: bool = False
@@ -565,16 +494,6 @@ class ClientCheck:
     # cell centres per spatial dim (resolution and bounds follow from them)
     crs: dict[str, dict[str, Any]] = field(default_factory=dict)
     axes: dict[str, np.ndarray] = field(default_factory=dict)
-    repo: bool = False  # `url` is an Icechunk repo: read main through a read-only session
-
-    def _zarr(self, opts: dict[str, Any]) -> Any:
-        store = storage.open_store(self.url, **opts)
-        if not self.repo:
-            return store.zarr(read_only=True)
-        from toolkit import icechunk as R
-
-        handle = R.open_repo(store, "env" if self.private else "anonymous", fresh=True)
-        return R.readonly(handle).store
 
     def seen(self, group: str, ds: Any) -> list[Failure]:
         """CRS, resolution and bounds as xarray shows them, against level 0's."""
@@ -610,12 +529,13 @@ class ClientCheck:
         import xarray as xr
 
         group = check.name
-        opts = {k: v for k, v in self.options.items() if k not in storage.SECRET_OPTIONS}
-        if self.url.startswith(("s3://", "gs://", "az://")) and not self.private:
+        options = self.origin.options
+        opts = {k: v for k, v in options.items() if k not in storage.SECRET_OPTIONS}
+        if self.origin.url.startswith(("s3://", "gs://", "az://")) and not self.private:
             opts["anonymous"] = True
         try:
             ds = xr.open_zarr(
-                self._zarr(opts),
+                self.origin.client_zarr(opts, self.private),
                 group=None if group == "." else group,
                 consolidated=False,
                 chunks=None,
@@ -671,39 +591,12 @@ def verify(
     """
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
-    from toolkit import icechunk as R
-    from toolkit.pyramid.levels import no_positions
-    from toolkit.pyramid.repo import open_repo_source, recorded_settings, repo_source
-
-    ref = open_repo_source(source, **options)
-    if ref is not None:
-        store: Any = R.BranchView(ref, "main")
-        doc = recorded_settings(ref)
-        if doc is None:
-            return VerifyResult(
-                (Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first"),)
-            )
-    else:
-        no_positions(source, select, latest)
-        store = open_source(source, **options)
-        doc = recorded_plan(store)
+    origin = open_origin(source, select, latest, **options)
+    store = origin.store
+    doc = origin.recorded()
     if doc is None:
-        read_source(store)  # a store that is not zarr v3 at all is bad usage, not a failed check
-        return VerifyResult(
-            (
-                Failure(
-                    "-",
-                    ".pyramid/plan",
-                    "plan",
-                    "no recorded pyramid plan: build the pyramid first",
-                ),
-            )
-        )
-    src: Source = (
-        read_source(store, doc["variables"])
-        if ref is None
-        else repo_source(ref, doc["variables"], select, latest)[0]
-    )
+        return VerifyResult((origin.unbuilt(),))
+    src = origin.level0(doc["variables"])
     failures: list[Failure] = []
     try:
         p: PyramidPlan = plan_source(
@@ -717,8 +610,7 @@ def verify(
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
-    if ref is not None:  # a repo records settings; the plan is what main's level 0 asks now
-        doc = {**json.loads(p.to_json()), "digest": p.digest}
+    doc = origin.expected(doc, p)
     if p.digest != doc["digest"]:
         failures.append(
             Failure(
@@ -728,8 +620,7 @@ def verify(
                 "level 0 no longer matches the recorded plan (listing changed)",
             )
         )
-    same = ref is None and p.digest == doc["digest"]
-    edited = edited_in_place(recorded_prints(store), p) if same else None
+    edited = origin.edited(p) if p.digest == doc["digest"] else None
     if edited and any(edited.values()):
         n = sum(len(v) for v in edited.values())
         failures.append(
@@ -779,17 +670,14 @@ def verify(
         _stage(
             "verify-metadata",
             [Check("meta", g) for g in [".", *groups]],
-            MetaCheck(
-                store, doc, coords, meta_attrs, src.crs, src.node_keys, versioned=ref is not None
-            ),
+            MetaCheck(origin, doc, coords, meta_attrs, src.crs, src.node_keys),
         ),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources, level0)),
         _stage(
             "verify-client",
             [Check("client", g) for g in [".", *groups]],
             ClientCheck(
-                ref.url if ref is not None else store.url,
-                dict((ref.store if ref is not None else store).options),
+                origin,
                 shapes,
                 p.variables,
                 private,
@@ -799,7 +687,6 @@ def verify(
                     if (gm := src.attrs.get(v, {}).get("grid_mapping")) in src.attrs
                 },
                 coords,
-                repo=ref is not None,
             ),
         ),
     )
@@ -807,7 +694,7 @@ def verify(
         Plan(
             f"pyramid-verify-{p.method}",
             stages,
-            holds_gil=ref is not None,  # a repo's level 0 decodes GRIB (holds the GIL)
+            holds_gil=origin.decodes_grib,  # a repo's level 0 decodes GRIB (holds the GIL)
             # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
             work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
         ),

@@ -17,18 +17,17 @@ from typing import Annotated, Any, Literal
 import typer
 
 from toolkit.console import (
-    RETRY_SECONDS,
+    STORAGE,
     WAIT_FOR_WORKERS,
-    AllowHttp,
-    Endpoint,
-    PathStyle,
     PerformanceReport,
-    RetrySeconds,
+    RepoStorage,
     Ship,
+    StorageOptions,
+    Typer,
     WaitForWorkers,
 )
 
-app = typer.Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
+app = Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
 Dataset = Annotated[
     str,
@@ -88,32 +87,24 @@ ExcludeVars = Annotated[
 
 
 def _open(
-    url: str,
-    endpoint: str | None,
-    allow_http: bool,
-    path_style: bool,
-    anonymous: bool = False,
-    must_exist: bool = False,
+    url: str, stores: StorageOptions, anonymous: bool = False, must_exist: bool = False
 ) -> Any:
-    from toolkit import storage
-    from toolkit.console import store_options
+    """A store of the virtual jobs: an --endpoint is addressed as us-east-1; `anonymous` is
+    for the --source only."""
+    from dataclasses import replace
 
-    return storage.open_store(
-        url,
-        must_exist=must_exist,
-        **store_options(
-            url, endpoint, "us-east-1" if endpoint else None, anonymous, allow_http, path_style
-        ),
-    )
+    from toolkit import storage
+
+    region = "us-east-1" if stores.endpoint else None
+    options = replace(stores, region=region, anonymous=anonymous).for_url(url)
+    return storage.open_store(url, must_exist=must_exist, **options)
 
 
 def _dataset(
     name: str,
     repo: str,
     source: str | None,
-    endpoint: str | None,
-    allow_http: bool,
-    path_style: bool,
+    stores: StorageOptions,
     anonymous: bool = False,
     replicas: list[str] | None = None,
 ) -> Any:
@@ -123,7 +114,7 @@ def _dataset(
     from toolkit.virtual.datasets import build
     from toolkit.virtual.write import Job
 
-    store = None if source is None else _open(source, endpoint, allow_http, path_style, anonymous)
+    store = None if source is None else _open(source, stores, anonymous)
     dataset = build(name, store)  # a bad name fails here, before any repo path is made
     if store is not None and store.is_local and not store.local_path.is_dir():
         raise ValueError(
@@ -136,20 +127,20 @@ def _dataset(
             f"--replica {', '.join(urls)}: each replica must be another repo than --repo "
             f"{repo} and than every other replica"
         )
-    refs = tuple(R.RepoRef(_open(u, endpoint, allow_http, path_style)) for u in urls)
-    primary = R.RepoRef(_open(repo, endpoint, allow_http, path_style))
+    refs = tuple(R.RepoRef(_open(u, stores)) for u in urls)
+    primary = R.RepoRef(_open(repo, stores))
     for ref in (primary, *refs):
         R.refuse_foreign(ref.store)  # before any work: a usage error about the location
     return Job(dataset, primary, replicas=refs)
 
 
-def _existing_repo(url: str, endpoint: str | None, allow_http: bool, path_style: bool) -> Any:
+def _existing_repo(url: str, stores: StorageOptions) -> Any:
     """Open a repo that must already exist, creating nothing where it is not."""
     from toolkit import icechunk as R
     from toolkit import storage
 
     try:
-        store = _open(url, endpoint, allow_http, path_style, must_exist=True)
+        store = _open(url, stores, must_exist=True)
     except storage.NotFound:
         raise R.NotARepo(f"no Icechunk repo at {url}: the path does not exist; check it") from None
     return R.open_repo(store, fresh=True)
@@ -277,10 +268,7 @@ def backfill(
             "main's new head, unless main's new commits wrote into the region."
         ),
     ] = False,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     replica: Replicas = None,
     performance_report: PerformanceReport = None,
@@ -295,7 +283,7 @@ def backfill(
         _errors(repo),
         session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
     ):
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
+        ds = _dataset(dataset, repo, source, stores, anonymous, replica)
         with progress_bars() as bars:
             report = run_backfill(
                 ds,
@@ -360,10 +348,7 @@ def update(
             "(0: exit 1 at once).",
         ),
     ] = 0.0,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     replica: Replicas = None,
     give_up_after: Annotated[
@@ -419,7 +404,7 @@ def update(
         fire = _label(fire_time or "now", "--fire-time")
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
         tiers = _tiers(min_present)
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
+        ds = _dataset(dataset, repo, source, stores, anonymous, replica)
         if anchor + deadline <= time.time():
             err_console.print(
                 f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
@@ -498,10 +483,7 @@ def _epoch(text: str) -> float:
 def inspect(
     repo: RepoArg,
     commits: Annotated[int, typer.Option(min=1, help="How many recent commits to show.")] = 10,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: RepoStorage = STORAGE,
 ) -> None:
     """Branches, recent commits with rebase attempts, and the manifest report."""
     from datetime import UTC, datetime
@@ -513,7 +495,7 @@ def inspect(
     from toolkit.virtual.inflight import in_flight
 
     with _errors(repo):
-        r = _existing_repo(repo, endpoint, allow_http, path_style)
+        r = _existing_repo(repo, stores)
         out.print(f"branches: {', '.join(R.branches(r))}")
         flying = in_flight(r)
         out.print(f"backfills in flight: {len(flying) or 'none'}")
@@ -556,10 +538,7 @@ def abort(
         str | None,
         typer.Option(help="The backfill branch (backfill-<hex>); default: the only one."),
     ] = None,
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: RepoStorage = STORAGE,
 ) -> None:
     """Drop an in-flight backfill: delete its temp branch and marker. Main is untouched."""
     from toolkit import icechunk as R
@@ -567,7 +546,7 @@ def abort(
     from toolkit.virtual.inflight import abort as drop
 
     with _errors(repo):
-        r = _existing_repo(repo, endpoint, allow_http, path_style)
+        r = _existing_repo(repo, stores)
         for name in drop(r, branch):
             out.print(f"deleted branch {name}", highlight=False)
         out.print(f"main unchanged at {R.snapshot_of(r, 'main')}", highlight=False)
@@ -607,10 +586,7 @@ def validate(
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "sync",
-    endpoint: Endpoint = None,
-    retry_seconds: RetrySeconds = RETRY_SECONDS,
-    allow_http: AllowHttp = False,
-    path_style: PathStyle = False,
+    stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
@@ -627,10 +603,10 @@ def validate(
         session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
     ):
         include_vars, exclude_vars = _var_choice(include_var, exclude_var)
-        _existing_repo(repo, endpoint, allow_http, path_style)  # validating creates nothing
+        _existing_repo(repo, stores)  # validating creates nothing
         for url in replica or ():
-            _existing_repo(url, endpoint, allow_http, path_style)
-        ds = _dataset(dataset, repo, source, endpoint, allow_http, path_style, anonymous, replica)
+            _existing_repo(url, stores)
+        ds = _dataset(dataset, repo, source, stores, anonymous, replica)
         found = _run_validation(
             ds,
             start=_label(start),
