@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated, Literal
@@ -13,6 +14,7 @@ from toolkit.console import (
     PerformanceReport,
     Ship,
     exit_codes,
+    fail,
     out,
     print_report,
     progress_bars,
@@ -21,6 +23,8 @@ from toolkit.console import (
 from toolkit.console import err_console as console
 
 app = typer.Typer(add_completion=False)  # the root command has them
+
+NEEDS = ("eccodes", "matplotlib")  # the `examples` extra: the simulator's GRIB2, the pictures
 
 
 @app.command()
@@ -43,6 +47,13 @@ def demo(
     report.html (stage tables, pyramid levels, maps, archive blobs) into the workdir."""
     from toolkit.examples.demo import run_demo
 
+    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise fail(
+            2,
+            f"toolkit demo needs {' and '.join(missing)} (the examples extra): "
+            "pip install 'toolkit[examples]'",
+        )
     with (
         exit_codes(),
         session(ctx, None, performance_report, ship) as cluster,
