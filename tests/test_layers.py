@@ -4,6 +4,7 @@ interfaces only, and the page naming every module of the package."""
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,24 @@ def test_no_job_commits_or_moves_a_branch_itself() -> None:
                     if on == "R" or (f.attr in {"commit", "fork", "merge"} and on != "T"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno} {on}.{f.attr}")
     assert found == []
+
+
+def _tops() -> list[str]:
+    """Every top-level module and package of toolkit, by dotted name."""
+    return sorted(
+        f"toolkit.{p.stem}" if p.is_file() else f"toolkit.{p.name}"
+        for p in (ROOT / "toolkit").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    )
+
+
+def test_the_examples_contract_names_the_whole_library() -> None:
+    """A module added to the library is held to "the library does not import toolkit.examples"
+    too: the contract's sources are every top-level module but the examples."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["name"].startswith("the library does not")]
+    assert contract["forbidden_modules"] == ["toolkit.examples"]
+    assert sorted(contract["source_modules"]) == [m for m in _tops() if m != "toolkit.examples"]
 
 
 def test_the_library_loads_the_examples_only_when_asked() -> None:
