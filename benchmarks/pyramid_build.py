@@ -1,7 +1,7 @@
 """Whole pyramid builds: toolkit vs topozarr vs ndpyramid on the same sparse store, same levels;
 the same builds from the command line, where their time goes; mode against mean.
 
-One synthetic level-0 store (toolkit.pyramid.synthetic: a sparse float32 field over ragged
+One synthetic level-0 store (toolkit.examples.synthetic: a sparse float32 field over ragged
 "land", ocean shards absent, sharded) is written once; every run gets a fresh copy of it, so
 nothing is resumed or cached on disk. The peers are used through the method all three share,
 a nodata-aware mean:
@@ -89,7 +89,8 @@ class RssPeak:
 
 def _write_source(path: str, shape: tuple[int, int]) -> int:
     from toolkit import storage
-    from toolkit.pyramid import plan, synthetic
+    from toolkit.examples import synthetic
+    from toolkit.pyramid import plan
 
     synthetic.write_store(
         storage.open_store(path), shape=shape, shards=SHARDS, chunks=CHUNKS, kind="sparse", seed=0
@@ -321,7 +322,7 @@ def bench(shape: tuple[int, int], root: Path) -> tuple[list[dict[str, Any]], str
 
 def _write_kind(path: str, shape: tuple[int, int], kind: str) -> None:
     from toolkit import storage
-    from toolkit.pyramid import synthetic
+    from toolkit.examples import synthetic
 
     synthetic.write_store(
         storage.open_store(path), shape=shape, shards=SHARDS, chunks=CHUNKS, kind=kind, seed=0

@@ -30,8 +30,8 @@ import numpy as np
 from benchmarks._report import write
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.datasets.sim import sim_gfs
-from toolkit.virtual.simulate import make_archive
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run
 
 FIRST = datetime(2025, 8, 1)

@@ -67,11 +67,11 @@ class Stamped:
 
 
 def latency(files_n: int = 6, gap: float = 1.0) -> dict[str, Any]:
+    from toolkit.examples.datasets import sim_gfs
+    from toolkit.examples.simulate import make_archive
     from toolkit.pyramid import build
     from toolkit.pyramid.repo import FireLevels
     from toolkit.virtual.backfill import backfill
-    from toolkit.virtual.datasets.sim import sim_gfs
-    from toolkit.virtual.simulate import make_archive
     from toolkit.virtual.update import update
 
     work = Path(tempfile.mkdtemp(prefix="vpyr-"))

@@ -34,10 +34,10 @@ import numpy as np
 from benchmarks._report import write
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import make_archive
 from toolkit.virtual.layout import sync_dims_to
 from toolkit.virtual.refs import chunk_key
-from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run
 
 ROOT = Path(__file__).resolve().parents[1]

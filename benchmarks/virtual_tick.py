@@ -31,10 +31,10 @@ import numpy as np
 from benchmarks._report import write
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import make_archive
 from toolkit.virtual.dataset import RepoSettings
-from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.layout import sync_dims_to
-from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import AUDIT_EVENT, Job, ensure_repo
 
 FIRST = datetime(2020, 1, 1)

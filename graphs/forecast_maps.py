@@ -29,11 +29,11 @@ def main() -> int:
     from toolkit.archive.service import scan
     from toolkit.archive.units import parse_size
     from toolkit.engine import Session
+    from toolkit.examples.datasets import sim_gfs
+    from toolkit.examples.simulate import make_archive
     from toolkit.pyramid import build, verify
     from toolkit.pyramid.export import export_levels
     from toolkit.virtual.backfill import backfill
-    from toolkit.virtual.datasets.sim import sim_gfs
-    from toolkit.virtual.simulate import make_archive
     from toolkit.virtual.write import Job
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

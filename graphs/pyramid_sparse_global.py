@@ -19,7 +19,8 @@ import sys
 def main() -> int:
     from toolkit import storage
     from toolkit.engine import Session
-    from toolkit.pyramid import build, synthetic, verify
+    from toolkit.examples import synthetic
+    from toolkit.pyramid import build, verify
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("root", type=pathlib.Path)

@@ -2,9 +2,9 @@
 
     .venv/bin/python graphs/virtual_sim_gfs.py /tmp/virtual-demo [--cluster ADDR] [--sync]
 
-Writes a NOAA-shaped GRIB2 archive with toolkit.virtual.simulate, backfills its first cycles
+Writes a NOAA-shaped GRIB2 archive with toolkit.examples.simulate, backfills its first cycles
 with process workers, then runs one operational fire while the simulator publishes the rest,
-and prints each report. The dataset itself is `toolkit.virtual.datasets.sim.sim_gfs`. One
+and prints each report. The dataset itself is `toolkit.examples.datasets.sim_gfs`. One
 cluster (--cluster, or an embedded one) serves the whole script.
 """
 
@@ -18,7 +18,7 @@ import sys
 
 def main() -> None:
     from toolkit.engine import Session
-    from toolkit.virtual.demo import demo
+    from toolkit.examples.virtual_demo import demo
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("root", type=pathlib.Path)

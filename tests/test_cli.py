@@ -162,7 +162,7 @@ def test_the_console_script_keeps_exit_codes_and_output_when_it_skips_teardown(
     """`toolkit.cli.main` ends the process without module teardown: the exit code of each
     kind of ending and every line written must survive that."""
     from toolkit import storage
-    from toolkit.pyramid import synthetic
+    from toolkit.examples import synthetic
 
     exe = str(Path(sys.executable).parent / "toolkit")
     path = tmp_path / "s.zarr"

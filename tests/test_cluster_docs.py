@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tests.engine.test_gateway import gateway  # noqa: F401 - the fixture
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -22,8 +22,9 @@ from tests.archive import zarrgen
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import build, synthetic, verify
-from toolkit.virtual.simulate import make_archive
+from toolkit.examples import synthetic
+from toolkit.examples.simulate import make_archive
+from toolkit.pyramid import build, verify
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.conftest import make_bucket, s3_options
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 GARBAGE = b"\x8b garbage \x00" * 30
 

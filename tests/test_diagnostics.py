@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from tests.archive import zarrgen
 from tests.conftest import DATA
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 GRIB = "hrrr.t06z.wrfsfcf01-TMP.grib2"
@@ -948,7 +948,7 @@ def _build_world(w: Path) -> None:
     whole = (DATA / "grib" / GRIB).read_bytes()
     (w / "cut.grib2").write_bytes(whole[: len(whole) // 2])
     # virtual: a simulated GFS archive, 9 files published, backfilled into `repo`
-    from toolkit.virtual.simulate import make_archive
+    from toolkit.examples.simulate import make_archive
 
     archive = make_archive(
         storage.open_store(str(w / "src")), kind="gfs", leads=[0, 3, 6], publish=False,

@@ -19,7 +19,7 @@ from tests.archive import zarrgen
 from tests.conftest import make_bucket, s3_options
 from tests.faults import FaultProxy
 from toolkit import storage
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 EXE = str(Path(sys.executable).parent / "toolkit")
 KINDS = ("503", "slow", "drop", "lost")
@@ -110,8 +110,8 @@ def test_an_archive_scan_through_a_faulty_network(server: str, request) -> None:
 @pytest.mark.parametrize("server", SERVERS)
 def test_a_virtual_backfill_through_a_faulty_network(server: str, request) -> None:
     s3_endpoint = request.getfixturevalue(server)
+    from toolkit.examples.simulate import make_archive
     from toolkit.virtual.reader import open_dataset
-    from toolkit.virtual.simulate import make_archive
 
     bucket = make_bucket(s3_endpoint)
     where = s3_options(s3_endpoint)

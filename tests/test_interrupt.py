@@ -25,7 +25,7 @@ import pytest
 
 from toolkit import storage
 from toolkit.engine.interrupt import LINE
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLKIT_DEBUG": "0"}
@@ -147,8 +147,8 @@ def test_virtual_backfill_ctrl_c_on_its_process_workers_then_rerun_converges(tmp
     processes too: only the toolkit process answers, and it ends them."""
     from tests.virtual.e2e.hooks import fingerprint
     from toolkit import icechunk as R
-    from toolkit.virtual.datasets.sim import sim_gfs
-    from toolkit.virtual.simulate import make_archive
+    from toolkit.examples.datasets import sim_gfs
+    from toolkit.examples.simulate import make_archive
 
     src = tmp_path / "src"
     inits = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]

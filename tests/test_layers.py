@@ -4,6 +4,7 @@ interfaces only, and the page naming every module of the package."""
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,3 +73,42 @@ def test_no_job_commits_or_moves_a_branch_itself() -> None:
                     if on == "R" or (f.attr in {"commit", "fork", "merge"} and on != "T"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno} {on}.{f.attr}")
     assert found == []
+
+
+def _tops() -> list[str]:
+    """Every top-level module and package of toolkit, by dotted name."""
+    return sorted(
+        f"toolkit.{p.stem}" if p.is_file() else f"toolkit.{p.name}"
+        for p in (ROOT / "toolkit").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    )
+
+
+def test_the_examples_contract_names_the_whole_library() -> None:
+    """A module added to the library is held to "the library does not import toolkit.examples"
+    too: the contract's sources are every top-level module but the examples."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["name"].startswith("the library does not")]
+    assert contract["forbidden_modules"] == ["toolkit.examples"]
+    assert sorted(contract["source_modules"]) == [m for m in _tops() if m != "toolkit.examples"]
+
+
+def test_the_library_loads_the_examples_only_when_asked() -> None:
+    """toolkit.examples stands beside the library: importing the library and its CLI loads
+    none of it; a simulated dataset's name, or `toolkit demo`, loads it by name."""
+    code = (
+        "import sys\n"
+        "import toolkit.archive, toolkit.cli, toolkit.pyramid, toolkit.virtual\n"
+        "from toolkit.virtual.datasets import DATASETS, build\n"
+        "loaded = lambda: sorted(m for m in sys.modules if m.startswith('toolkit.examples'))\n"
+        "assert build('gfs').name == 'gfs' and not loaded(), loaded()\n"
+        "assert DATASETS['sim-gfs'].__module__ == 'toolkit.examples.datasets', loaded()\n"
+        "from toolkit.cli import app\n"
+        "from typer.main import get_command\n"
+        "assert get_command(app).get_command(None, 'demo').name == 'demo'\n"
+        "assert 'toolkit.examples.cli' in loaded(), loaded()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -21,9 +21,9 @@ from toolkit.cli import app
 
 def _commands() -> Iterator[tuple[tuple[str, ...], Any]]:
     def walk(cmd: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
-        if hasattr(cmd, "commands"):
-            for name, sub in sorted(cmd.commands.items()):
-                yield from walk(sub, (*path, name))
+        if hasattr(cmd, "commands"):  # a group: its commands, those loaded by name too (demo)
+            for name in sorted(cmd.list_commands(None)):
+                yield from walk(cmd.get_command(None, name), (*path, name))
         else:
             yield path, cmd
 

@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import make_bucket, s3_options
 from tests.seaweed import Weed
 from toolkit import storage
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 pytestmark = pytest.mark.slow
 
@@ -146,9 +146,9 @@ def test_a_backfill_survives_a_server_restart(weed: Weed, at: Callable[[str, str
     from tests.faults import FaultProxy
     from tests.virtual.test_job import assert_exact
     from toolkit import icechunk as R
+    from toolkit.examples.datasets import sim_gfs
+    from toolkit.examples.simulate import make_archive
     from toolkit.virtual.backfill import backfill
-    from toolkit.virtual.datasets.sim import sim_gfs
-    from toolkit.virtual.simulate import make_archive
     from toolkit.virtual.write import Job
 
     bucket = make_bucket(weed.endpoint)

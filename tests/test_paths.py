@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.conftest import make_bucket, s3_options
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 # the letters that URLs quote or split on, a space, and some that ASCII has not
 ODD = st.text(
@@ -98,9 +98,9 @@ def test_grib_scan_finds_a_file_with_a_space_in_its_name(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_virtual_backfill_into_an_odd_folder_reads_back(tmp_path: Path) -> None:
     from tests.virtual.test_backfill import START, sim
+    from toolkit.examples.simulate import expected_values
     from toolkit.virtual import open_dataset
     from toolkit.virtual.backfill import backfill
-    from toolkit.virtual.simulate import expected_values
 
     odd = _odd_dir(tmp_path)
     _archive, files, ds = sim(

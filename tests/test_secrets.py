@@ -28,7 +28,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from tests.archive import zarrgen
 from tests.conftest import make_bucket, s3_options
 from toolkit import storage
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 EXE = str(Path(sys.executable).parent / "toolkit")
 
@@ -65,7 +65,7 @@ def test_no_job_leaks_its_credentials(
     synthetic.write_store(storage.open_store(f"s3://{bucket}/p.zarr", **where), shape=(64, 96),
                           shards=(32, 32))  # fmt: skip
     zarrgen.cordex_v3(storage.open_store(f"s3://{bucket}/data", **where))
-    from toolkit.virtual.simulate import make_archive
+    from toolkit.examples.simulate import make_archive
 
     archive = make_archive(
         storage.open_store(f"s3://{bucket}/src", **where), kind="gfs", leads=[0, 3],

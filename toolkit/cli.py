@@ -7,35 +7,42 @@ interrupted by SIGINT / SIGTERM (toolkit.engine.interrupt).
 from __future__ import annotations
 
 import atexit
-import json
+import importlib
 import os
 import sys
 import threading
 from importlib.metadata import version as _dist_version
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar
 
+import click
 import typer
 
 from toolkit.archive.cli import app as archive_app
-from toolkit.console import (
-    OneLineErrors,
-    PerformanceReport,
-    Ship,
-    exit_codes,
-    flags,
-    out,
-    print_report,
-    progress_bars,
-    session,
-)
-from toolkit.console import err_console as console
+from toolkit.console import OneLineErrors, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
 
+
+class Toolkit(OneLineErrors):
+    """The root command. `demo` is the examples' (`toolkit.examples`, above the jobs): loaded
+    by name when it is run or listed, so the library, this CLI included, never imports them."""
+
+    BY_NAME: ClassVar[dict[str, str]] = {
+        "demo": "toolkit.examples.cli"
+    }  # command -> the module whose `command` it is
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.BY_NAME, *(n for n in super().list_commands(ctx) if n not in self.BY_NAME)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.BY_NAME and cmd_name not in self.commands:
+            self.add_command(importlib.import_module(self.BY_NAME[cmd_name]).command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
-    cls=OneLineErrors,
+    cls=Toolkit,
     help="Dask-distributed array processing for Zarr v3 and Icechunk on object storage.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -97,46 +104,6 @@ def _main(
     state.cluster = cluster
     flags.debug = debug
     ctx.obj = {"pyramid_levels": _pyramid_levels}
-
-
-@app.command()
-def demo(
-    ctx: typer.Context,
-    workdir: Annotated[
-        Path | None, typer.Option(help="Where to write the demo stores (default: a temp dir).")
-    ] = None,
-    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",
-    report_json: Annotated[
-        Path | None, typer.Option("--json", help="Write the report as JSON.")
-    ] = None,
-    performance_report: PerformanceReport = None,
-    ship: Ship = False,
-    open_report: Annotated[
-        bool, typer.Option("--open", help="Open the demo's report.html in a browser.")
-    ] = False,
-) -> None:
-    """Run the demo jobs on the embedded default (LocalCluster + local store); write
-    report.html (stage tables, pyramid levels, maps, archive blobs) into the workdir."""
-    from toolkit.demo import run_demo
-
-    with (
-        exit_codes(),
-        session(ctx, None, performance_report, ship) as cluster,
-        progress_bars() as bars,
-    ):
-        result = run_demo(
-            workdir, cluster=cluster, executor=executor, progress=bars, say=console.print
-        )
-    reports = result.reports
-    for report in reports:
-        print_report(report)
-    if report_json is not None:
-        report_json.write_text(json.dumps([r.as_dict() for r in reports], indent=2))
-    out.print(f"[green]demo finished[/green]: report {result.html}")
-    if open_report:
-        import webbrowser
-
-        webbrowser.open(result.html.as_uri())
 
 
 def main() -> None:

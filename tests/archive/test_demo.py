@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from toolkit.archive.demo import demo
+from toolkit.examples.archive_demo import demo
 
 
 def _store(path: Path, n: int) -> None:

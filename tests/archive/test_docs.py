@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.archive.callgraph import build, render, select, update_doc
+from toolkit.examples.archive_callgraph import build, render, select, update_doc
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "archive.md"
 
@@ -13,7 +13,7 @@ def test_doc_call_graphs_match_the_code() -> None:
     text = DOC.read_text()
     assert text.count("<!-- callgraph") >= 3
     assert update_doc(text) == text, (
-        "run: python -m toolkit.archive.callgraph --write docs/archive.md"
+        "run: python -m toolkit.examples.archive_callgraph --write docs/archive.md"
     )
 
 

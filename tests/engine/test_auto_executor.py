@@ -78,7 +78,7 @@ def test_the_in_process_path_does_not_import_distributed(tmp_path) -> None:
         "from typer.testing import CliRunner\n"
         "from toolkit.cli import app\n"
         "from toolkit import storage\n"
-        "from toolkit.pyramid import synthetic\n"
+        "from toolkit.examples import synthetic\n"
         f"path = {str(tmp_path / 's.zarr')!r}\n"
         "synthetic.write_store(storage.open_store(path), shape=(40, 60), shards=(16, 16))\n"
         "r = CliRunner().invoke(app, ['pyramid', 'build', path])\n"

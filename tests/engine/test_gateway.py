@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from toolkit import storage
-from toolkit.demo import foundation_plan
 from toolkit.engine import Each, run
+from toolkit.examples.demo import foundation_plan
 
 pytest.importorskip("dask_gateway_server")
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.external import External, start
 from toolkit import storage
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

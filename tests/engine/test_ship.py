@@ -22,7 +22,7 @@ from toolkit.cli import app
 from toolkit.engine import VersionMismatch, check_versions
 from toolkit.engine.ship import PLUGIN, payload
 from toolkit.engine.versions import _identity, _probe, local_versions, mismatches, refusal
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 runner = CliRunner()
 MINE = local_versions()["toolkit"]  # this checkout's code digest

@@ -12,8 +12,9 @@ import zarr
 
 from tests.pyramid.oracle import reduce0
 from toolkit import storage
+from toolkit.examples import synthetic
 from toolkit.plan import IncompleteStageError
-from toolkit.pyramid import build, plan, synthetic
+from toolkit.pyramid import build, plan
 from toolkit.pyramid.plan import PlanError
 
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from tests.pyramid.oracle import reduce0
 from toolkit import kernels, storage
-from toolkit.pyramid import build, plan, synthetic, verify
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, plan, verify
 from toolkit.pyramid.plan import MAX_CLASSES, ArrayMeta, PlanError, declared_classes
 
 

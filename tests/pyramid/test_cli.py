@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import synthetic
+from toolkit.examples import synthetic
 
 runner = CliRunner()
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import build, synthetic, verify
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, verify
 
 runner = CliRunner()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.pyramid.demo import demo
+from toolkit.examples.pyramid_demo import demo
 
 
 @pytest.mark.slow

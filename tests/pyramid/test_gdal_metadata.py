@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from toolkit import storage
-from toolkit.pyramid import build, synthetic
+from toolkit.examples import synthetic
+from toolkit.pyramid import build
 
 GDAL = Path(__file__).parents[1] / "data" / "gdal" / "simple_multiscales_spatial" / "zarr.json"
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from tests.pyramid.test_usage import one_line_error
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.pyramid import build, plan, synthetic
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, plan
 from toolkit.pyramid.plan import ArrayMeta, PlanError, choose_method, max_levels, plan_pyramid
 
 runner = CliRunner()

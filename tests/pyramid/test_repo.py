@@ -17,11 +17,11 @@ import zarr
 from tests.virtual.test_backfill import START, sim
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.simulate import expected_values
 from toolkit.pyramid import build, plan, verify
 from toolkit.pyramid.plan import PlanError
 from toolkit.pyramid.repo import PREFIX
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.simulate import expected_values
 
 VARS = ["temperature", "temperature_2m"]
 TOOLKIT = str(Path(sys.executable).with_name("toolkit"))  # the console script users run
@@ -294,7 +294,7 @@ def test_bad_positions_are_one_line_and_exit_2(repo, args, says):
 
 
 def test_select_on_a_zarr_store_is_refused(tmp_path):
-    from toolkit.pyramid.synthetic import write_store
+    from toolkit.examples.synthetic import write_store
 
     store = storage.open_store(str(tmp_path / "z"))
     write_store(store, (64, 64))

@@ -8,7 +8,8 @@ import pytest
 
 from tests.pyramid.killer import KillOnStage
 from toolkit import storage
-from toolkit.pyramid import build, synthetic, verify
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, verify
 
 
 @pytest.mark.slow

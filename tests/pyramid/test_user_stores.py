@@ -13,7 +13,8 @@ import zarr
 
 from tests.pyramid.oracle import reduce0
 from toolkit import storage
-from toolkit.pyramid import build, open_datatree, open_level, plan, synthetic, verify
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, open_datatree, open_level, plan, verify
 
 
 def xarray_store(path, seed=0):

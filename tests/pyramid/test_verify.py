@@ -10,7 +10,8 @@ import pytest
 import zarr
 
 from toolkit import storage
-from toolkit.pyramid import build, plan, synthetic, verify
+from toolkit.examples import synthetic
+from toolkit.pyramid import build, plan, verify
 from toolkit.pyramid.verify import spread_samples
 
 

@@ -15,14 +15,14 @@ from typer.testing import CliRunner
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
+from toolkit.examples.datasets import sim_hrrr_analysis
+from toolkit.examples.simulate import SimFile, expected_values, make_archive
 from toolkit.virtual import open_dataset
 from toolkit.virtual.backfill import backfill
 from toolkit.virtual.dataset import Analysis, withheld
 from toolkit.virtual.datasets import DATASETS
-from toolkit.virtual.datasets.sim import sim_hrrr_analysis
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import chunk_key
-from toolkit.virtual.simulate import SimFile, expected_values, make_archive
 from toolkit.virtual.update import update
 from toolkit.virtual.write import Job
 

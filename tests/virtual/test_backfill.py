@@ -11,11 +11,11 @@ import xarray as xr
 from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import make_archive
 from toolkit.plan import IncompleteStageError
 from toolkit.tasks import Named
 from toolkit.virtual.backfill import backfill, backfill_plan, temp_branch
-from toolkit.virtual.datasets.sim import sim_gfs
-from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import Job, ensure_repo, run
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
@@ -201,7 +201,7 @@ def test_progress_counts_files_as_each_block_reads_them(tmp_path):
 
 
 def test_overwrite_chunks_re_emits_refs_the_filter_would_keep(tmp_path):
-    from toolkit.virtual.simulate import expected_values
+    from toolkit.examples.simulate import expected_values
 
     archive, files, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))

@@ -246,7 +246,7 @@ def before_cf(t: Template) -> Template:
         for n, v in t.variables.items()
         if v.dims
     }
-    attrs = {"title": t.attrs["title"], "source": "toolkit.virtual.simulate"}
+    attrs = {"title": t.attrs["title"], "source": "toolkit.virtual.simulate"}  # as built then
     return dataclasses.replace(t, variables=variables, attrs=attrs, coord_attrs={})
 
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.virtual.simulate import make_archive
+from toolkit.examples.simulate import make_archive
 
 runner = CliRunner()
 
@@ -142,8 +142,8 @@ def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
 
 
 def test_demo_backfills_then_updates_while_files_publish(tmp_path):
+    from toolkit.examples.virtual_demo import demo
     from toolkit.virtual import open_dataset
-    from toolkit.virtual.demo import demo
 
     run = demo(tmp_path, executor="sync")
     reports = run.reports

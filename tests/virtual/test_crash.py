@@ -27,9 +27,9 @@ from tests.virtual.e2e.hooks import (
 )
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.simulate import make_archive
 from toolkit.tasks import Named
 from toolkit.virtual.backfill import backfill, backfill_plan, temp_branch
-from toolkit.virtual.simulate import make_archive
 from toolkit.virtual.write import ensure_repo, run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,10 +26,10 @@ from tests.virtual.e2e.hooks import at_steps
 from tests.virtual.test_job import VARS
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import SimArchive, make_archive
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.read import file_refs
-from toolkit.virtual.simulate import SimArchive, make_archive
 from toolkit.virtual.update import update
 from toolkit.virtual.write import Job, ensure_repo, expected_of, run, write_refs
 
@@ -65,7 +65,7 @@ def stores(kind: str, tmp_path, request) -> tuple[storage.Store, storage.Store]:
 
 def cells(x: xr.Dataset, f) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(name, got, want) for every chunk file `f` fills (precipitation is absent at lead 0)."""
-    from toolkit.virtual.simulate import expected_values
+    from toolkit.examples.simulate import expected_values
 
     sel = {
         "init_time": np.datetime64(f.init, "ns"),

@@ -15,9 +15,9 @@ from tests.virtual.test_backfill import START, sim
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
+from toolkit.examples.datasets import sim_gfs
 from toolkit.virtual import skips
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.update import update
 from toolkit.virtual.validate import decode_health, pick_samples, validate
 from toolkit.virtual.write import Job, Skipped

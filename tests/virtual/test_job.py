@@ -12,9 +12,9 @@ import xarray as xr
 
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.examples.datasets import sim_gfs
+from toolkit.examples.simulate import expected_values, make_archive
 from toolkit.virtual.layout import MetadataDrift
-from toolkit.virtual.simulate import expected_values, make_archive
 from toolkit.virtual.write import Job, ensure_repo, filter_already_present, refresh, run
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]

@@ -13,8 +13,8 @@ import xarray as xr
 from tests.virtual.test_backfill import sim
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.simulate import expected_values
 from toolkit.virtual.read import discover, file_refs
-from toolkit.virtual.simulate import expected_values
 from toolkit.virtual.write import commit_batch, ensure_repo, run
 
 

@@ -11,9 +11,9 @@ from tests.conftest import make_bucket, s3_options
 from tests.virtual.test_backfill import START, sim
 from toolkit import storage
 from toolkit.cli import app
+from toolkit.examples.simulate import expected_values
 from toolkit.virtual import open_dataset
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.simulate import expected_values
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from toolkit import storage
-from toolkit.virtual import simulate
+from toolkit.examples import simulate
 from toolkit.virtual.grib import fetch
 from toolkit.virtual.grib.decode import decode_direct, decode_via_codec
 from toolkit.virtual.grib.errors import (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from toolkit import storage
-from toolkit.virtual.datasets.sim import sim_gfs
+from toolkit.examples.datasets import sim_gfs
 from toolkit.virtual.refs import ArrayGeometry, Geometry, chunk_key
 from toolkit.virtual.template import Template
 

@@ -169,7 +169,7 @@ def test_an_update_far_behind_says_to_backfill_and_a_window_outside_the_template
     """Main ends more than one window before the fire's window: growing past the gap would
     leave readers empty positions no later fire covers, so the update refuses, saying
     backfill. A fire whose window misses the template entirely is refused, naming both."""
-    from toolkit.virtual.datasets.sim import sim_gfs
+    from toolkit.examples.datasets import sim_gfs
     from toolkit.virtual.update import FarBehind
     from toolkit.virtual.write import Job
 

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
 from toolkit.virtual.dataset import in_region, probe
-from toolkit.virtual.datasets import DATASETS, HOMES, gefs, gfs, hrrr, sim_gfs
+from toolkit.virtual.datasets import DATASETS, HOMES, gefs, gfs, hrrr
 from toolkit.virtual.filetable import file_tasks
 from toolkit.virtual.refs import chunk_key
 from toolkit.virtual.write import virtual_config

@@ -24,8 +24,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
 from toolkit.transaction import AUDIT_EVENT
-from toolkit.virtual.datasets.sim import sim_gfs
 from toolkit.virtual.refs import ArrayGeometry
 from toolkit.virtual.write import Job
 

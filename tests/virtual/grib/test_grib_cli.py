@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from toolkit import storage
 from toolkit.cli import app
-from toolkit.virtual import simulate
+from toolkit.examples import simulate
 from toolkit.virtual.grib.message import scan_messages
 
 DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences

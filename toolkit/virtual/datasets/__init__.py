@@ -4,6 +4,11 @@
 points it at a mirror or a local copy instead of the dataset's own bucket (the simulated
 `sim-gfs` has no bucket of its own and needs one). `HOMES[name]` is the bucket it reads by
 default. A user's own dataset is named `module:NAME` instead (see `docs/virtual.md`).
+
+The production datasets are listed here. The simulated ones (`sim-gfs`, `sim-hrrr-analysis`)
+are registered by the examples, in `EXAMPLES`' own `DATASETS` and `HOMES`: that module is
+imported by name only when a name is not a production dataset (or the whole registry is
+listed), so the library never imports `toolkit.examples`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import importlib.util
 import os
 import pathlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 
 from toolkit import storage
@@ -21,38 +26,60 @@ from toolkit.virtual.dataset import Dataset, with_source
 from toolkit.virtual.datasets.gefs import gefs
 from toolkit.virtual.datasets.gfs import gfs
 from toolkit.virtual.datasets.hrrr import hrrr, hrrr_analysis
-from toolkit.virtual.datasets.sim import sim_gfs, sim_hrrr_analysis
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR
 
 __all__ = [
     "DATASETS",
+    "EXAMPLES",
     "HOMES",
     "build",
     "gefs",
     "gfs",
     "hrrr",
     "hrrr_analysis",
-    "sim_gfs",
-    "sim_hrrr_analysis",
 ]
 
-DATASETS: dict[str, Callable[..., Dataset]] = {
-    "hrrr": hrrr,
-    "hrrr-analysis": hrrr_analysis,
-    "gfs": gfs,
-    "gefs": gefs,
-    "sim-gfs": sim_gfs,
-    "sim-hrrr-analysis": sim_hrrr_analysis,
-}
+EXAMPLES = "toolkit.examples.datasets"  # registers the simulated datasets; imported by name
 
-HOMES: dict[str, str | None] = {
-    "hrrr": HRRR.bucket,
-    "hrrr-analysis": HRRR.bucket,
-    "gfs": GFS.bucket,
-    "gefs": GEFS.bucket,
-    "sim-gfs": None,
-    "sim-hrrr-analysis": None,
-}
+
+class _Registry[V](Mapping[str, V]):
+    """The production entries, then the examples' (their module's mapping `attr`), looked up
+    only when a name is not a production one."""
+
+    def __init__(self, own: dict[str, V], attr: str) -> None:
+        self._own, self._attr = own, attr
+
+    def _examples(self) -> Mapping[str, V]:
+        try:
+            module = importlib.import_module(EXAMPLES)
+        except ModuleNotFoundError as err:  # an install without the examples: none to add
+            if err.name and EXAMPLES.startswith(err.name):
+                return {}
+            raise
+        return getattr(module, self._attr)
+
+    def __getitem__(self, name: str) -> V:
+        return self._own[name] if name in self._own else self._examples()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._own or name in self._examples()
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._own
+        yield from (n for n in self._examples() if n not in self._own)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+DATASETS: Mapping[str, Callable[..., Dataset]] = _Registry(
+    {"hrrr": hrrr, "hrrr-analysis": hrrr_analysis, "gfs": gfs, "gefs": gefs}, "DATASETS"
+)
+
+HOMES: Mapping[str, str | None] = _Registry(
+    {"hrrr": HRRR.bucket, "hrrr-analysis": HRRR.bucket, "gfs": GFS.bucket, "gefs": GEFS.bucket},
+    "HOMES",
+)
 
 
 def build(name: str, source_store: storage.Store | None = None) -> Dataset:
@@ -62,7 +89,7 @@ def build(name: str, source_store: storage.Store | None = None) -> Dataset:
     `.py` file; `NAME` is a `Dataset` there, or a function taking the source store (or None)
     and returning one. `source_store` re-points the dataset at a mirror or a local copy.
     """
-    if name in DATASETS:
+    if ":" not in name and name in DATASETS:  # a user's module:NAME never asks the examples
         return DATASETS[name](source_store)
     if ":" not in name:
         raise ValueError(

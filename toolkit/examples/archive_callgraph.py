@@ -1,10 +1,10 @@
 """A call graph of toolkit.archive from the AST, as a mermaid flowchart (for docs/archive.md).
 
-    python -m toolkit.archive.callgraph --entry partition_store --depth 2
-    python -m toolkit.archive.callgraph --module resolve --private
-    python -m toolkit.archive.callgraph --write docs/archive.md   # regenerate the doc's blocks
+    python -m toolkit.examples.archive_callgraph --entry partition_store --depth 2
+    python -m toolkit.examples.archive_callgraph --module resolve --private
+    python -m toolkit.examples.archive_callgraph --write docs/archive.md   # regenerate the doc's blocks
 
-Only calls that name a function of this package (or `toolkit.storage`) are edges; anything else
+Only calls that name a function of toolkit.archive (or `toolkit.storage`) are edges; anything else
 (builtins, methods of values) is left out. A doc block is `<!-- callgraph ARGS -->`, a mermaid
 fence, then `<!-- /callgraph -->`; the tests regenerate every block and compare.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 __all__ = ["Graph", "build", "render", "select", "update_doc"]
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1] / "archive"  # the package drawn, beside examples
 EXTERNAL = {"toolkit.storage": "storage", "toolkit.engine": "engine"}
 
 
@@ -210,7 +210,7 @@ def render(edges: list[tuple[str, str]]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m toolkit.archive.callgraph")
+    p = argparse.ArgumentParser(prog="python -m toolkit.examples.archive_callgraph")
     p.add_argument("--entry", help="function to start from (name or module.name)")
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--module", help="only calls made by this module")

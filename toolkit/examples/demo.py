@@ -78,11 +78,11 @@ def run_demo(
 ) -> Demo:
     """Foundation plan; a pyramid built and verified; a virtual GRIB dataset backfilled and
     updated; then every store partitioned for archive. Writes `report.html` into the workdir."""
-    from toolkit import demo_report as page
-    from toolkit.archive.demo import demo as archive_demo
     from toolkit.engine import dashboard
-    from toolkit.pyramid.demo import demo as pyramid_demo
-    from toolkit.virtual.demo import demo as virtual_demo
+    from toolkit.examples import demo_report as page
+    from toolkit.examples.archive_demo import demo as archive_demo
+    from toolkit.examples.pyramid_demo import demo as pyramid_demo
+    from toolkit.examples.virtual_demo import demo as virtual_demo
 
     started = time.perf_counter()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="toolkit-demo-"))

@@ -17,7 +17,8 @@ def demo(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> list[Report]:
     """Write a sparse global field under `root`, build its pyramid, verify it (raise on failure)."""
-    from toolkit.pyramid import build, synthetic, verify
+    from toolkit.examples import synthetic
+    from toolkit.pyramid import build, verify
 
     store = storage.open_store((pathlib.Path(root) / "pyramid-demo.zarr").as_uri())
     synthetic.write_store(store, shape=(720, 1440), shards=(128, 128), chunks=(64, 64), seed=7)

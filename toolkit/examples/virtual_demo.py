@@ -1,4 +1,4 @@
-"""The `toolkit demo` virtual job over the simulated GFS-shaped dataset (`datasets.sim`).
+"""The `toolkit demo` virtual job over the simulated GFS-shaped dataset (`examples.datasets`).
 
 `demo()` backfills the first cycles with process workers, then runs an update while the
 simulator publishes new files.
@@ -17,8 +17,8 @@ import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.examples.datasets import sim_gfs
 from toolkit.plan import Report
-from toolkit.virtual.datasets.sim import sim_gfs
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ def demo(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> VirtualDemo:
     """Backfill the first cycles with process workers, then update while new files publish."""
+    from toolkit.examples.simulate import make_archive
     from toolkit.virtual.backfill import backfill
-    from toolkit.virtual.simulate import make_archive
     from toolkit.virtual.update import update
     from toolkit.virtual.write import Job
 

@@ -7,7 +7,7 @@ the NODD bucket of the chosen source, with values that are a known function of
 Create and publish::
 
     from toolkit import storage
-    from toolkit.virtual import simulate
+    from toolkit.examples import simulate
 
     store = storage.open_store("memory://sim")           # or a path, or s3://bucket/prefix
     archive = simulate.make_archive(
