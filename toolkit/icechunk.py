@@ -932,6 +932,37 @@ def manifest_report(repo: ic.Repository, branch: str = "main") -> ManifestReport
     return ManifestReport(len(sizes), total_refs, total_bytes, per_array)
 
 
+@dataclass(frozen=True)
+class Expired:
+    """What an expiry did: snapshots dropped from history, objects deleted, bytes freed."""
+
+    snapshots: int
+    objects: int
+    bytes: int
+
+
+def expire(repo: ic.Repository, older_than: _dt.datetime) -> Expired:
+    """Expire the snapshots written before `older_than` and collect the objects nothing left
+    refers to, with Icechunk's own expiry and GC. Main's head, every branch's and tag's tip
+    (an in-flight backfill and its marker among them) are kept: no branch or tag is deleted."""
+    gone = repo.expire_snapshots(older_than)
+    # An in-flight transaction writes objects it has not committed yet (a level's chunks, a
+    # fork's manifests), all after its branch was set up from main: collect nothing newer than
+    # the oldest branch tip (a marker's tip is main's head at setup).
+    tips = [
+        next(iter(repo.ancestry(snapshot_id=repo.lookup_branch(b)))).written_at
+        for b in repo.list_branches()
+        if b != "main"
+    ]
+    summary = repo.garbage_collect(min([older_than, *tips]))
+    objects = sum(
+        int(getattr(summary, f, 0))
+        for f in ("chunks_deleted", "manifests_deleted", "snapshots_deleted",
+                  "attributes_deleted", "transaction_logs_deleted")
+    )  # fmt: skip
+    return Expired(len(gone), objects, int(getattr(summary, "bytes_deleted", 0)))
+
+
 def _await(coro: Any) -> Any:
     """Run a coroutine to completion from sync code, inside or outside a running loop.
 

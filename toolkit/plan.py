@@ -109,14 +109,14 @@ class Gate:
 
     `explain(result)` may give, from the stage's combined result, why some wanted keys are absent
     (a source file not published, a file skipped as unreadable). It never makes a key count as
-    present: with `excuse` the gate accepts those absences and reports them; without, they fail
-    the gate like any other, their reasons named.
+    present: those `excuse` accepts (all, none, or a predicate over keys) the gate reports as
+    excused; the rest fail the gate like any other, their reasons named.
     """
 
     observe: Callable[[], Iterable[str]]
     want: Collection[str] | None = None  # a tuple, or a lazy view (made when checked)
     explain: Callable[[Any], Mapping[str, str]] | None = None
-    excuse: bool = True
+    excuse: bool | Callable[[str, str], bool] = True  # which (key, reason) it accepts
 
     def check(self, stage: str, combined: Any = None) -> GateResult:
         have = set(self.observe())
@@ -124,8 +124,10 @@ class Gate:
             return GateResult(stage, len(have), len(have))
         missing = [k for k in self.want if k not in have]
         reasons = dict(self.explain(combined)) if (self.explain and missing) else {}
-        excused = [(k, reasons[k]) for k in missing if k in reasons] if self.excuse else []
-        unexcused = [k for k in missing if not self.excuse or k not in reasons]
+        accepts = self.excuse if callable(self.excuse) else (lambda _k, _w: bool(self.excuse))
+        excused = [(k, reasons[k]) for k in missing if k in reasons and accepts(k, reasons[k])]
+        taken = {k for k, _ in excused}
+        unexcused = [k for k in missing if k not in taken]
         want = len(self.want) - len(excused)
         if unexcused:
             why = "; ".join(f"{k}: {reasons[k]}" for k in unexcused[:10] if k in reasons)

@@ -212,6 +212,12 @@ class Forked:
     forks: tuple[tuple[str, Any], ...] = ()
     done: tuple[str, ...] = ()
     report: Any = None
+    tasks: int | None = None  # the tasks it wrote, when `done` names objects, not tasks
+
+    @property
+    def written(self) -> int:
+        """The tasks the node wrote, for the engine's count (one that yielded nothing is not)."""
+        return len(self.done) if self.tasks is None else self.tasks
 
 
 def fork_of(ref: R.RepoRef, branch: str) -> Any:

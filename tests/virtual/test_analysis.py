@@ -174,3 +174,23 @@ def test_variables_publishing_on_their_own_files_are_checked_apart(world):
     ).ok  # ... unless the newest hour may still be filling in
     rest = completeness(job, start=hour(0), exclude_vars=["precipitation_surface"])
     assert rest.expected_files == 4 and rest.missing_files == [] and rest.ok
+
+
+def test_a_backfill_commits_no_ragged_hour(world):
+    """The newest hours' lead-1 files are published before their lead 0: the backfill withholds
+    them (named, with why), so no hour on main holds precipitation without its instants."""
+    _, archive, job = world
+    for h in range(4):
+        archive.publish(list(files_of(h)))
+    archive.publish([files_of(4)[1], files_of(5)[1]])  # hours 4 and 5: lead 1 only
+    report = backfill(job, start=hour(0), workers=2, executor="sync")
+    out = report.stage("commit").result
+    assert sorted(out.withheld) == sorted(archive.data_url(files_of(h)[1]) for h in (4, 5))
+    reasons = dict(report.stage("commit").excused)
+    assert all(reasons[k].startswith("withheld: its hour's lead-0") for k in out.withheld)
+    ds = open_dataset(job.repo.store).load()
+    for h in range(ds.sizes["time"]):  # every hour on main is whole, or absent
+        at = ds.isel(time=h)
+        has_instant = bool(np.isfinite(at["temperature_2m"]).any())
+        has_accum = bool(np.isfinite(at["precipitation_surface"]).any())
+        assert has_instant or not has_accum, f"hour {h} is ragged"

@@ -265,3 +265,31 @@ def test_a_retried_commit_node_does_not_commit_again(tmp_path):
     repo = ds.repo.open(fresh=True)
     branch = temp_branch(ds.region(START, None))
     assert [c.metadata.get("group") for c in R.history(repo, branch)].count(group.token) == 1
+
+
+def test_reports_name_each_absence_and_strict_spares_the_newest_position(tmp_path):
+    """A file listed without its .idx is "published without its index", not "not published";
+    --strict fails on an interior gap, but not on the newest position still publishing."""
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=11,  # the newest cycle (files 9..11) lacks its last file
+    )
+    storage.delete(archive.store, archive.index_key(files[10]))  # its data, no index yet
+    report = backfill(ds, start=START, workers=2, executor="sync", strict=True)
+    reasons = dict(report.stage("commit").excused)
+    assert reasons == {
+        archive.data_url(files[10]): "published without its index (.idx): unreadable until it is",
+        archive.data_url(files[11]): "not published (the source does not list it)",
+    }
+    ingest = report.stage("ingest")
+    assert ingest.written == 10 and report.stage("commit").gate_have == 10  # files, not tasks
+    # an interior gap fails --strict, naming it and why
+    _, files2, ds2 = sim(
+        storage.open_store(str(tmp_path / "src2")),
+        storage.open_store(str(tmp_path / "repo2")),
+        publish=9,
+    )
+    storage.delete(storage.open_store(str(tmp_path / "src2")), archive.index_key(files2[4]))
+    with pytest.raises(IncompleteStageError, match="published without its index"):
+        backfill(ds2, start=START, workers=2, executor="sync", strict=True)

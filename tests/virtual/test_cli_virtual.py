@@ -220,9 +220,10 @@ def test_backfill_names_unpublished_and_skipped_files_and_strict_fails_on_them(t
     res = runner.invoke(app, base)
     assert res.exit_code == 0, res.output
     # the strict run committed what it could and kept its branch: this one resumes from it
-    assert "files: 7 on the branch (0 committed by this run), 1 not published, 1 skipped" in (
-        res.stderr
-    )
+    assert (
+        "files: 7 on the branch (0 committed by this run), 1 not published, "
+        "0 published without its index, 0 withheld, 1 skipped"
+    ) in res.stderr
     assert f"{archive.data_url(files[4])}: not published" in res.stderr
     assert f"{archive.data_url(files[6])}: skipped:" in res.stderr
     res = runner.invoke(app, [*base[:-2], "--workers", "-3"])

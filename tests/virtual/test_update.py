@@ -100,8 +100,10 @@ def test_lease_single_writer_and_newer_fire_takeover(tmp_path):
     a.release()  # not ours any more: leaves b's lease alone
     b.check()
     b.release()
-    Lease(store, "u.lease", fire_time=1.0, ttl=-1).acquire()  # expired leases are taken over
-    Lease(store, "u.lease", fire_time=1.0).acquire()
+    stale = Lease(store, "u.lease", fire_time=1.0, interval=-1).acquire()  # beats never
+    fresh = Lease(store, "u.lease", fire_time=1.0).acquire()  # so it is taken over at once
+    assert fresh.took_over is not None and "heartbeat stopped" in fresh.took_over
+    assert stale.took_over is None
 
 
 def test_two_update_processes_started_at_once_one_writes(tmp_path):
@@ -151,16 +153,84 @@ def test_two_update_processes_started_at_once_one_writes(tmp_path):
     assert_exact(main_ds(ds), files[:9])
 
 
-def test_a_dead_holders_lease_lapses_and_a_waiting_update_takes_it(tmp_path):
+def _foreign(store, heartbeat_age: float, interval: float = 5.0, host: str = "pod-7") -> None:
+    """A lease another host wrote, its last heartbeat `heartbeat_age` seconds ago."""
+    import json
+    import time
+
+    beat = time.time() - heartbeat_age
+    body = {"holder": "h-other", "host": host, "pid": 4242, "started": beat - 60,
+            "fire_time": 100.0, "heartbeat": beat, "interval": interval,
+            "expires": beat + 2 * interval}  # fmt: skip
+    storage.put(store, "u.lease", json.dumps(body).encode())
+
+
+def test_a_lease_whose_heartbeat_stopped_two_beats_ago_is_taken_over_from_any_host(tmp_path):
     store = storage.open_store(str(tmp_path / "leases"))
-    Lease(store, "u.lease", fire_time=100.0, ttl=0.5).acquire()  # never renewed: its holder died
-    with pytest.raises(LeaseHeld):
+    _foreign(store, heartbeat_age=4.0)  # one beat late: the holder may still be working
+    with pytest.raises(LeaseHeld, match=r"pid 4242 on pod-7 .*another update is running"):
         Lease(store, "u.lease", fire_time=100.0).acquire()
-    b = Lease(store, "u.lease", fire_time=100.0, ttl=30).acquire(wait=10)
+    _foreign(store, heartbeat_age=11.0)  # two beats missed: gone
+    mine = Lease(store, "u.lease", fire_time=100.0).acquire()
+    assert mine.took_over is not None
+    assert "from pid 4242 on pod-7" in mine.took_over and "heartbeat stopped for 11 s" in (
+        mine.took_over
+    )
+    mine.check()
+
+
+def test_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    store = storage.open_store(str(tmp_path / "leases"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    _foreign(store, heartbeat_age=0.0, host=socket.gethostname())
+    import json
+
+    body = json.loads(storage.get(store, "u.lease").data)
+    storage.put(store, "u.lease", json.dumps({**body, "pid": int(gone.stdout)}).encode())
+    mine = Lease(store, "u.lease", fire_time=100.0).acquire()  # no wait: its heartbeat is fresh
+    assert mine.took_over is not None and f"process {int(gone.stdout)}" in mine.took_over
+
+
+def test_the_heartbeat_keeps_a_working_holder_and_reports_a_lost_lease(tmp_path):
+    import json
+    import time
+
+    store = storage.open_store(str(tmp_path / "leases"))
+    a = Lease(store, "u.lease", fire_time=100.0, interval=0.05).acquire()
+
+    def beat() -> float:
+        return json.loads(storage.get(store, "u.lease").data)["heartbeat"]
+
+    with a.heartbeat():
+        first = beat()
+        deadline = time.monotonic() + 30
+        while beat() < first + 0.2:  # four beats and more: the thread renews, nobody else
+            assert time.monotonic() < deadline, "the heartbeat never renewed the lease"
+        with pytest.raises(LeaseHeld):  # two intervals have passed, yet it is alive
+            Lease(store, "u.lease", fire_time=100.0).acquire()
+        b = Lease(store, "u.lease", fire_time=200.0).acquire()  # a newer fire takes over
+        deadline = time.monotonic() + 30
+        while a._lost is None:  # the next beat finds it taken
+            assert time.monotonic() < deadline, "the heartbeat never noticed"
+        with pytest.raises(LeaseLost, match="taken over by"):
+            a.check()
     b.check()
-    b._renewed = 0.0  # force the next renew to write
-    b.renew()
-    b.check()
+
+
+def test_lease_wait_longer_than_the_deadline_leaves_is_refused(tmp_path):
+    _, _, ds = sim(
+        storage.open_store(str(tmp_path / "src")),
+        storage.open_store(str(tmp_path / "repo")),
+        publish=6,
+    )
+    with pytest.raises(ValueError, match="--lease-wait 90 s does not fit"):
+        update(ds, fire_time=FIRE, deadline_seconds=25, lease_wait=90)
+    assert not (tmp_path / "repo").exists()  # refused before anything was written
 
 
 def test_an_update_far_behind_says_to_backfill_and_a_window_outside_the_template_is_refused(

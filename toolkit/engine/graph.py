@@ -146,7 +146,11 @@ def run_block(
         return service(tasks, tick=lambda n: tick(skipped + n) if tick is not None else None)
 
     values = (serve(stage, _span(todo), call, todo),) if todo else ()
-    return NodeResult(len(todo), skipped, values, started, time.time())
+    # a service that says how many of its tasks it wrote (a file unpublished is not) is believed
+    # for the count; the gate still decides what exists
+    wrote = getattr(values[0], "written", None) if values else None
+    written = len(todo) if not isinstance(wrote, int) else wrote
+    return NodeResult(written, skipped, values, started, time.time())
 
 
 def _span(block: list[Any]) -> str:

@@ -286,7 +286,8 @@ class LevelForks:
                 tick(done)
         T.step("worker_forked")
         # the objects written, in the level gate's naming
-        return T.Forked(((self.ref.url, fork),), tuple(k for t in tasks for k in t.objects))
+        objects = tuple(k for t in tasks for k in t.objects)
+        return T.Forked(((self.ref.url, fork),), objects, tasks=len(tasks))
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,17 @@ from toolkit import transaction as T
 from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.virtual.filetable import Keys
-from toolkit.virtual.inflight import PREFIX, temp_branches, ways_out
+from toolkit.virtual.inflight import (
+    PREFIX,
+    guard_key,
+    in_flight,
+    temp_branches,
+    ways_out,
+    what_moved,
+)
 from toolkit.virtual.layout import committed_extent, sync_dims_to
-from toolkit.virtual.read import discover
+from toolkit.virtual.lease import Lease
+from toolkit.virtual.read import discover, without_index
 from toolkit.virtual.refs import canon
 from toolkit.virtual.write import (
     Job,
@@ -60,6 +68,8 @@ class BackfillOut:
     refs: int = 0
     empty_positions: tuple[str, ...] = ()  # pre-sized past the last published position
     unpublished: tuple[str, ...] = ()  # files of the region the source does not list
+    indexless: tuple[str, ...] = ()  # listed without their .idx: not readable yet
+    withheld: tuple[str, ...] = ()  # an analysis hour's statistics, its lead 0 not published
 
 
 def temp_branch(job: Job) -> str:
@@ -133,11 +143,20 @@ class Ingest:
     def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> T.Forked:
         job = self.job
         skipped: list[Skipped] = []
-        batches = list(process_virtual_refs(job, coords, skipped, on_file=tick))
-        read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped}
-        unpublished = tuple(c.key for c in coords if c.key not in read)
+        held: set[str] = set()
+        batches = list(process_virtual_refs(job, coords, skipped, on_file=tick, held_back=held))
+        read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped} | held
+        absent = [c for c in coords if c.key not in read]
+        indexless = without_index(job.dataset.source, absent) if absent else set()
+        unpublished = tuple(c.key for c in absent if c.key not in indexless)
+        missing = BackfillOut(
+            skipped=tuple(skipped),
+            unpublished=unpublished,
+            indexless=tuple(sorted(indexless)),
+            withheld=tuple(sorted(held)),
+        )
         if not any(batches):
-            return T.Forked(report=BackfillOut(skipped=tuple(skipped), unpublished=unpublished))
+            return T.Forked(report=missing)
         forks = []
         refs = 0
         for ref in job.repos:
@@ -147,7 +166,7 @@ class Ingest:
             forks.append((ref.url, f))
         T.step("worker_forked")
         ingested = tuple(c.key for b in batches for c, _ in b)
-        report = BackfillOut(ingested, tuple(skipped), (), refs, unpublished=unpublished)
+        report = dataclasses.replace(missing, ingested=ingested, refs=refs)
         return T.Forked(tuple(forks), ingested, report)
 
 
@@ -168,6 +187,8 @@ def merged(parts: list[Any]) -> BackfillOut:
         tuple(c for o in outs for c in o.commits),
         sum(o.refs for o in outs),
         unpublished=tuple(k for o in outs for k in o.unpublished),
+        indexless=tuple(k for o in outs for k in o.indexless),
+        withheld=tuple(k for o in outs for k in o.withheld),
     )
 
 
@@ -188,18 +209,42 @@ class Absences:
         if combined is None:
             return {}
         reasons = {k: "not published (the source does not list it)" for k in combined.unpublished}
+        reasons.update(
+            {
+                k: "published without its index (.idx): unreadable until it is"
+                for k in combined.indexless
+            }
+        )
+        reasons.update(
+            {k: "withheld: its hour's lead-0 file is not published yet (an hour lands whole)"
+             for k in combined.withheld}
+        )  # fmt: skip
         reasons.update({s.url: f"skipped: {s.reason}" for s in combined.skipped})
         return reasons
 
 
 @dataclass(frozen=True)
+class StillPublishing:
+    """What `--strict` accepts: files not yet readable at the newest published position,
+    which the source may not have finished publishing; an interior gap or a skip fails."""
+
+    newest: frozenset[str]
+
+    def __call__(self, key: str, reason: str) -> bool:
+        return key in self.newest and not reason.startswith("skipped")
+
+
+@dataclass(frozen=True)
 class MainMoved:
+    job: Job
     branch: str
 
     def __call__(self, url: str) -> str:
+        ref = next(r for r in self.job.repos if r.url == url)
+        moved = what_moved(ref.open(fresh=True), self.branch)
         return (
-            f"{url}: main moved since setup of backfill {self.branch!r} (an operational fire "
-            f"committed); finalize refused and kept the branch: {ways_out(url, self.branch)}"
+            f"{url}: main moved since setup of backfill {self.branch!r} ({moved}); finalize "
+            f"refused and kept the branch: {ways_out(url, self.branch)}"
         )
 
 
@@ -253,6 +298,10 @@ def backfill_plan(
         raise ValueError(f"no source files in [{job.start}, {job.end})")
     present = PresentOnBranch(job, branch)
     wanted = Keys(coords.through(published_through))
+    excuse: Any = True
+    if strict:  # the newest published position may still be publishing: only it is excused
+        newest = () if published_through is None else job.region(published_through, None).files()
+        excuse = StillPublishing(frozenset(c.key for c in newest))
     if any(ref.store.is_local for ref in job.repos):
         # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
         # so a local repo gets one commit node: one commit, no race.
@@ -279,19 +328,50 @@ def backfill_plan(
     commit = T.Round(
         ingest,
         "commit",
-        Gate(present, want=wanted, explain=Absences(), excuse=not strict),
+        Gate(present, want=wanted, explain=Absences(), excuse=excuse),
         describe,
         fold=merged,
         group_size=fan_in,
     )
     return Plan(
         f"virtual-backfill-{branch}",
-        T.stages(txn, setup, [commit], MainMoved(branch), BranchReady(job, branch)),
+        T.stages(txn, setup, [commit], MainMoved(job, branch), BranchReady(job, branch)),
     )
 
 
 class RegionOverlap(RuntimeError):
-    """Main's commits since a backfill started wrote into the backfill's region."""
+    """Main's commits since a backfill started wrote into the backfill's region, or another
+    backfill over an overlapping region is in flight."""
+
+
+def _bounds(job: Job) -> dict[str, Any]:
+    """The region as its guard records it: text, and nanoseconds to compare."""
+    end = None if job.end is None else int(np.datetime64(job.end, "ns").astype("int64"))
+    return {
+        "region": f"[{job.start}, {job.end if job.end is not None else ''})",
+        "start": int(np.datetime64(job.start, "ns").astype("int64")),
+        "end": end,
+    }
+
+
+def claim(job: Job) -> Lease:
+    """The region's guard, taken before any branch is touched: refused (naming the other) when
+    another backfill over an overlapping region is in flight, or when this region's is running
+    in a live process; a guard whose holder is gone is taken over (`took_over` says from whom).
+    """
+    branch = temp_branch(job)
+    bounds = _bounds(job)
+    repo = ensure_repo(job)
+    for other in in_flight(repo, job.repo.store):
+        if other.branch != branch and other.overlaps(bounds["start"], bounds["end"]):
+            who = f"running in {other.holder}" if other.holder else "no process runs it now"
+            raise RegionOverlap(
+                f"{job.repo.url}: backfill {other.branch!r} (region {other.region}, {who}) "
+                f"overlaps this one's region {bounds['region']}: one backfill at a time over "
+                f"a region; wait for it to finalize, or {ways_out(job.repo.url, other.branch)}"
+            )
+    guard = Lease(job.repo.store, guard_key(branch), 0.0, role="backfill", about=bounds)
+    return guard.acquire()
 
 
 def rebase_onto_main(job: Job) -> None:
@@ -392,12 +472,21 @@ def backfill(
             f"see {len(empty)} empty position(s) ({', '.join(map(str, empty[:5]))}); pass "
             "allow_empty_positions / --allow-empty-positions to pre-size them anyway"
         )
-    if rebase:
-        rebase_onto_main(region)
-    plan = backfill_plan(
-        region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
-    )
-    report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+    guard = claim(region)
+    try:
+        with guard.heartbeat():
+            if rebase:
+                rebase_onto_main(region)
+            plan = backfill_plan(
+                region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
+            )
+            report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+    except BaseException:
+        guard.release(keep=True)  # the branch stays in flight: its guard says what it covers
+        raise
+    guard.release()  # finalized: the branch is gone, and its guard with it
+    if guard.took_over:
+        report = dataclasses.replace(report, notes=(*report.notes, guard.took_over))
     if not empty:
         return report
     # name the positions readers will see empty (pre-sized past the last published one)

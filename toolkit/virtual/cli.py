@@ -26,6 +26,7 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
 )
+from toolkit.virtual.clock import GRACE, VALIDATION_FLOOR, FireClock
 
 app = Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
@@ -303,11 +304,15 @@ def backfill(
     out = ingest.result
     if out is not None:
         absent = dict(ingest.excused)
-        unpublished = [k for k, why in absent.items() if why.startswith("not published")]
-        skipped = [k for k, why in absent.items() if why.startswith("skipped")]
+
+        def count(why: str) -> int:
+            return sum(1 for reason in absent.values() if reason.startswith(why))
+
         err_console.print(
             f"files: {ingest.gate_have} on the branch ({len(out.ingested)} committed by this "
-            f"run), {len(unpublished)} not published, {len(skipped)} skipped; "
+            f"run), {count('not published')} not published, "
+            f"{count('published without its index')} published without its index, "
+            f"{count('withheld')} withheld, {count('skipped')} skipped; "
             f"refs written: {out.refs}"
         )
         for key, why in absent.items():
@@ -334,18 +339,28 @@ def update(
     scheduled_at: Annotated[
         str | None,
         typer.Option(
-            help="Wall-clock UTC time the fire was scheduled ('now' for a simulated clock); "
-            "polling stops at it + --deadline - grace, so a replacement process stops when "
-            "the one it replaced would have. Default: --fire-time."
+            help="Wall-clock UTC time the fire was scheduled ('now': when this process "
+            "started, for a simulated clock); the fire ends by it + --deadline, so a "
+            "replacement process stops when the one it replaced would have. Default: "
+            "--fire-time."
         ),
     ] = None,
-    deadline: Annotated[float, typer.Option(min=1, help="Active deadline, seconds.")] = 600.0,
+    deadline: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Active deadline, seconds after --scheduled-at: polling, commits and "
+            "validation all end inside it (set a CronJob's activeDeadlineSeconds to it).",
+        ),
+    ] = 600.0,
     lease_wait: Annotated[
         float,
         typer.Option(
             min=0,
             help="Seconds to wait for another running update to release the repo's lease "
-            "(0: exit 1 at once).",
+            "(0: exit 1 at once); refused when the deadline leaves less. A holder that is "
+            "gone (a dead process on this host, a heartbeat silent for two beats) is taken "
+            "over at once.",
         ),
     ] = 0.0,
     stores: RepoStorage = STORAGE,
@@ -371,8 +386,9 @@ def update(
         float,
         typer.Option(
             min=0.0,
-            help="Validation's own time bound, from when it starts (it runs even when the "
-            "poll deadline has passed); checks it stops are named, and fail.",
+            help="Validation's own time bound, from when it starts, capped by what --deadline "
+            f"leaves (at least {VALIDATION_FLOOR:g} s, kept back from polling); checks it "
+            "stops are named, and fail.",
         ),
     ] = 60.0,
     sample: Sample = 16,
@@ -384,6 +400,21 @@ def update(
     executor: Annotated[
         Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
     ] = "sync",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the fire's summary (commits, pending, skipped, given up, lag from "
+            "publish to main, validation) as one JSON object on stdout; the rest goes to stderr.",
+        ),
+    ] = False,
+    expire_older_than: Annotated[
+        str | None,
+        typer.Option(
+            help="After the commits, inside the fire's lease: expire snapshots older than this "
+            "(0s, 12h, 30d) and collect garbage, as `toolkit virtual expire`.",
+        ),
+    ] = None,
     pyramid: Annotated[
         list[str] | None,
         typer.Option(
@@ -400,15 +431,19 @@ def update(
     from toolkit.console import err_console, print_report
     from toolkit.virtual.update import update as run_update
 
+    keep = _duration(expire_older_than, "--expire-older-than")
     with _errors(repo):
         fire = _label(fire_time or "now", "--fire-time")
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
         tiers = _tiers(min_present)
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
-        if anchor + deadline <= time.time():
+        reserve = min(validation_seconds, VALIDATION_FLOOR) if check else 0.0
+        clock = FireClock(anchor, deadline, GRACE, reserve)
+        if clock.poll_until <= time.time():
             err_console.print(
-                f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}) "
-                "has passed: one sweep only"
+                f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}, "
+                "less the time kept for the last commit and validation) has passed: one sweep "
+                "only"
             )
         hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
         report = run_update(
@@ -416,12 +451,30 @@ def update(
             fire_time=fire,
             scheduled_at=anchor,
             deadline_seconds=deadline,
+            grace_seconds=GRACE,
+            reserve_seconds=reserve,
             lease_wait=lease_wait,
             give_up_after=give_up_after,
             after_commit=hook,
+            expire_older_than=keep,
         )
-        print_report(report)
         result = report.stage("update").result
+        if result.took_over:
+            err_console.print(f"warning: {result.took_over}", highlight=False, markup=False)
+        if as_json:
+            err_console.print(
+                f"update: {len(result.ingested)} file(s) committed in {len(result.commits)} "
+                f"commit(s), {len(result.pending)} pending, {len(result.skipped)} skipped",
+                highlight=False,
+            )
+        else:
+            print_report(report)
+        for url, done in result.expired:
+            err_console.print(
+                f"expired {url}: {done.snapshots} snapshot(s), {done.objects} object(s) "
+                f"({done.bytes:,} bytes)",
+                highlight=False,
+            )
         for levels in result.after:
             shards = sum(s.written for s in levels.stages if s.name.endswith("x"))
             err_console.print(f"levels: {shards} shard(s) landed on main ({levels.seconds:.2f} s)")
@@ -436,6 +489,7 @@ def update(
         if not check:
             for line in given_up:
                 err_console.print(f"FAIL {line}", highlight=False, markup=False)
+            _said(ds, as_json, passed=not given_up, failures=given_up, checked=False)
             if given_up:
                 from toolkit.virtual.validate import ValidationFailed
 
@@ -449,12 +503,31 @@ def update(
                 fire_time=fire,
                 sample=sample,
                 min_present_fraction=tiers,
-                deadline=time.time() + validation_seconds,
+                deadline=clock.bound(validation_seconds, time.time()),
                 extra=given_up,
                 cluster=where,
                 executor=executor,
             )
-        _report_validation(found)
+        _said(ds, as_json, passed=found.ok, failures=list(found.failures))
+        _report_validation(found, err_console if as_json else None)
+
+
+def _said(ds: Any, as_json: bool, passed: bool, failures: list[str], checked: bool = True) -> None:
+    """The fire's record gains its validation result; with --json, it is the one line of
+    stdout."""
+    import json
+    import sys
+
+    from toolkit.virtual.status import last_fire, record_validation
+
+    summary = (
+        record_validation(ds.repo.store, passed, failures)
+        if checked
+        else (last_fire(ds.repo.store) or {})
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        sys.stdout.flush()
 
 
 def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> tuple[Any, Any]:
@@ -470,12 +543,13 @@ def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> 
 
 def _epoch(text: str) -> float:
     """A UTC wall-clock time ('now' or ISO) as epoch seconds."""
-    import time
 
     import numpy as np
 
-    if text == "now":
-        return time.time()
+    if text == "now":  # when this process started: the deadline counts its start-up too
+        import psutil
+
+        return float(psutil.Process().create_time())
     return float(np.datetime64(text, "ms").astype("int64")) / 1000.0
 
 
@@ -497,7 +571,7 @@ def inspect(
     with _errors(repo):
         r = _existing_repo(repo, stores)
         out.print(f"branches: {', '.join(R.branches(r))}")
-        flying = in_flight(r)
+        flying = in_flight(r, _open(repo, stores))
         out.print(f"backfills in flight: {len(flying) or 'none'}")
         for f in flying:
             out.print(f"  {f.line(datetime.now(UTC))}", highlight=False, soft_wrap=True)
@@ -547,9 +621,131 @@ def abort(
 
     with _errors(repo):
         r = _existing_repo(repo, stores)
-        for name in drop(r, branch):
+        for name in drop(r, branch, _open(repo, stores)):
             out.print(f"deleted branch {name}", highlight=False)
         out.print(f"main unchanged at {R.snapshot_of(r, 'main')}", highlight=False)
+
+
+@app.command()
+def status(
+    repo: RepoArg,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout, for a monitor.")
+    ] = False,
+    stores: RepoStorage = STORAGE,
+) -> None:
+    """The repo's operational state: newest position on main, the last fire (commits, pending,
+    skipped, given up, publish-to-main lag, validation), skipped files, backfills in flight
+    with their age, manifest bytes per ref. Exit 0; 1 when the last fire's validation failed
+    or a backfill in flight is blocked (main moved)."""
+    import json
+    import sys
+
+    from toolkit import icechunk as R
+    from toolkit.console import out
+    from toolkit.virtual.status import status as repo_status
+
+    with _errors(repo):
+        _existing_repo(repo, stores)
+        found = repo_status(R.RepoRef(_open(repo, stores, must_exist=True)))
+        fire = found["last_fire"] or {}
+        failed = (fire.get("validation") or {}).get("passed") is False
+        blocked = [f["branch"] for f in found["in_flight"] if f["main_moved"]]
+        if as_json:
+            sys.stdout.write(json.dumps(found) + "\n")
+        else:
+            latest = ", ".join(f"{k} {v}" for k, v in found["latest"].items()) or "empty"
+            out.print(f"main: {found['main']} (latest: {latest})", highlight=False, soft_wrap=True)
+            if fire:
+                check = fire.get("validation") or {}
+                verdict = (
+                    "not validated"
+                    if not check
+                    else ("validation passed" if check.get("passed") else "validation FAILED")
+                )
+                out.print(
+                    f"last fire {fire.get('fire')}: {fire.get('committed')} file(s) committed, "
+                    f"{fire.get('pending')} pending, {len(fire.get('skipped', []))} skipped, "
+                    f"{len(fire.get('given_up', []))} given up, lag {fire.get('lag_seconds')} s, "
+                    f"{verdict} (finished {fire.get('finished')})",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            else:
+                out.print("last fire: none recorded", highlight=False, soft_wrap=True)
+            out.print(
+                f"files skipped by recent fires: {found['skipped']}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            out.print(
+                f"backfills in flight: {len(found['in_flight']) or 'none'}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            for f in found["in_flight"]:
+                out.print(f"  {f['branch']}: region {f['region']}, {f['age_seconds']} s old, "
+                          f"{f['files']} file(s), running in {f['running_in'] or 'no process'}"
+                          + ("; main moved: finalize will refuse" if f["main_moved"] else ""),
+                          highlight=False, soft_wrap=True)  # fmt: skip
+            m = found["manifests"]
+            out.print(
+                f"manifests: {m['count']}, {m['refs']:,} refs, {m['bytes_per_ref']} bytes/ref",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if failed or blocked:
+            raise typer.Exit(1)
+
+
+def _duration(text: str | None, option: str) -> Any:
+    from toolkit.virtual.clock import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint=option) from None
+
+
+@app.command()
+def expire(
+    repo: RepoArg,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Expire snapshots written longer ago than this (0s, 12h, 30d, 2w) and delete "
+            "the objects only they referred to. Main's head, tags and in-flight branches are "
+            "kept.",
+        ),
+    ],
+    replica: Replicas = None,
+    lease_wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to wait for a running update to finish."),
+    ] = 0.0,
+    stores: RepoStorage = STORAGE,
+) -> None:
+    """Expire old snapshots and collect garbage with Icechunk's own expiry, holding the repo's
+    update lease (no fire commits meanwhile); replicas first."""
+    from toolkit import icechunk as R
+    from toolkit.console import out
+    from toolkit.virtual.update import expire as run_expire
+
+    keep = _duration(older_than, "--older-than")
+    with _errors(repo):
+        _existing_repo(repo, stores)
+        urls = [*(replica or []), repo]
+        refs = [R.RepoRef(_open(u, stores, must_exist=True)) for u in urls]
+        for url, done in run_expire(refs, keep, lease_wait=lease_wait):
+            out.print(
+                f"{url}: {done.snapshots} snapshot(s) expired, {done.objects} object(s) "
+                f"deleted ({done.bytes:,} bytes)",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @app.command()
@@ -640,9 +836,13 @@ def _run_validation(ds: Any, **kwargs: Any) -> Any:
         return run_validate(ds, progress=bars, **kwargs)
 
 
-def _report_validation(found: Any) -> None:
-    """Print what each check saw, then every failure; raise (exit 1) if any."""
-    from toolkit.console import err_console, out
+def _report_validation(found: Any, to: Any = None) -> None:
+    """Print what each check saw (on `to`, default stdout), then every failure; raise (exit 1)
+    if any."""
+    from toolkit.console import err_console
+    from toolkit.console import out as stdout
+
+    out = to or stdout
     from toolkit.virtual.completeness import label_text
     from toolkit.virtual.validate import ValidationFailed
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit import icechunk as R
+from toolkit import storage
 from toolkit import transaction as T
 from toolkit.transaction import marker
+from toolkit.virtual.lease import gone_because, holder_of
 
 PREFIX = "backfill-"
 
@@ -26,11 +28,19 @@ __all__ = [
     "InFlight",
     "NothingInFlight",
     "abort",
+    "guard_key",
     "in_flight",
     "marker",
     "temp_branches",
     "ways_out",
+    "what_moved",
 ]
+
+
+def guard_key(branch: str) -> str:
+    """The object in the repo's store a running backfill holds (a lease: holder, heartbeat,
+    region), so a second one over an overlapping region is refused while it runs."""
+    return f"toolkit-{branch}.lease"
 
 
 def temp_branches(repo: Any, names: Iterable[str] | None = None) -> list[str]:
@@ -45,14 +55,25 @@ class InFlight:
     started: _dt.datetime | None  # the setup commit's time
     files: int  # files committed on the branch so far
     main_moved: bool  # finalize would refuse: main is no longer where setup found it
+    start: int | None = None  # the region's bounds (ns since the epoch; None: open, unknown)
+    end: int | None = None
+    holder: str | None = None  # the process running it now ("": none; None: not looked at)
 
     def line(self, now: _dt.datetime) -> str:
         age = "-" if self.started is None else _age(now - self.started)
         moved = "; main moved since setup: finalize will refuse" if self.main_moved else ""
+        held = f"; running in {self.holder}" if self.holder else ""
+        idle = "; no process runs it (rerun the same region to resume)" if self.holder == "" else ""
         return (
             f"{self.branch}: region {self.region}, started {age} ago, "
-            f"{self.files} file(s) on it{moved}"
+            f"{self.files} file(s) on it{moved}{held}{idle}"
         )
+
+    def overlaps(self, start: int, end: int | None) -> bool:
+        """Whether [start, end) meets this backfill's region (an unrecorded one always does)."""
+        if self.start is None:
+            return True
+        return (end is None or self.start < end) and (self.end is None or start < self.end)
 
 
 def _age(delta: _dt.timedelta) -> str:
@@ -64,8 +85,9 @@ def _age(delta: _dt.timedelta) -> str:
     )
 
 
-def in_flight(repo: Any) -> list[InFlight]:
-    """Every backfill branch of `repo`, oldest commit first on each."""
+def in_flight(repo: Any, store: storage.Store | None = None) -> list[InFlight]:
+    """Every backfill branch of `repo`, oldest commit first on each; with the repo's `store`,
+    each with the process running it (from its guard)."""
     found = []
     names = set(R.branches(repo))
     main = R.snapshot_of(repo, "main")
@@ -77,24 +99,72 @@ def in_flight(repo: Any) -> list[InFlight]:
                 break
             commits.append(c)
         setup = next((c for c in reversed(commits) if "main_at_setup" in c.metadata), None)
-        region = str(setup.metadata.get("region", "unknown")) if setup else "unknown"
+        guard = _guard(store, branch) if store is not None else {}
+        meta = {**(setup.metadata if setup else {}), **guard}
+        holder = None
+        if store is not None:
+            holder = "" if not guard or gone_because(guard) else holder_of(guard)
         found.append(
             InFlight(
                 branch,
-                region,
+                str(meta.get("region", "unknown")),
                 setup.written_at if setup else None,
                 sum(int(c.metadata.get("files", 0)) for c in commits),
                 at_setup is not None and main != at_setup,
+                _ns(meta.get("start")),
+                _ns(meta.get("end")),
+                holder,
             )
         )
     return found
+
+
+def _ns(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _guard(store: storage.Store, branch: str) -> dict[str, Any]:
+    """The branch's guard as its holder wrote it ({}: none)."""
+    import json
+
+    try:
+        return dict(json.loads(storage.get(store, guard_key(branch)).data))
+    except storage.NotFound:
+        return {}
+
+
+def what_moved(repo: Any, branch: str) -> str:
+    """What main's commits since `branch`'s setup were, as a person reads them."""
+    at_setup = R.snapshot_of(repo, marker(branch)) if marker(branch) in R.branches(repo) else None
+    fires = backfills = other = 0
+    regions: list[str] = []
+    for c in R.history(repo, "main"):
+        if c.id == at_setup:
+            break
+        if c.metadata.get("mode") == "update":
+            fires += 1
+        elif "main_at_setup" in c.metadata and "region" in c.metadata:
+            backfills += 1
+            regions.append(str(c.metadata["region"]))
+        elif c.metadata.get("group") or c.metadata.get("mode") == "refresh":
+            continue  # a backfill's or a build's commits, or a fire's refresh: counted above
+        else:
+            other += 1
+    said = []
+    if backfills:
+        said.append(f"{backfills} other backfill(s) finalized (region {', '.join(regions[:3])})")
+    if fires:
+        said.append(f"{fires} update fire commit(s)")
+    if other:
+        said.append(f"{other} other commit(s)")
+    return "; ".join(said) or "main was reset"
 
 
 class NothingInFlight(ValueError):
     """`abort` found no backfill branch to remove (or not the one named)."""
 
 
-def abort(repo: Any, branch: str | None = None) -> list[str]:
+def abort(repo: Any, branch: str | None = None, store: storage.Store | None = None) -> list[str]:
     """Delete a backfill's temp branch and its marker; main is never touched. Without `branch`,
     the only one in flight (several: name one). Returns the branches deleted."""
     flying = temp_branches(repo)
@@ -110,7 +180,10 @@ def abort(repo: Any, branch: str | None = None) -> list[str]:
         raise NothingInFlight(
             f"no backfill branch {branch!r} (in flight: {', '.join(flying) or 'none'})"
         )
-    return T.abort(repo, branch)
+    deleted = T.abort(repo, branch)
+    if store is not None and storage.exists(store, guard_key(branch)):
+        storage.delete(store, guard_key(branch))
+    return deleted
 
 
 def ways_out(repo_url: str, branch: str) -> str:

@@ -1,23 +1,36 @@
-"""A single-writer lease: one object, created conditionally, with an expiry the holder renews.
+"""A single-writer lease: one object, created conditionally, kept alive by a heartbeat.
 
 Operational updates commit to main and grow the append dim lazily; that is only safe with one
 writer. The lease makes it enforced rather than assumed: a second update of the same fire (or
 an older one) finds the lease held and waits (up to `wait` seconds) or refuses; a newer
 scheduled fire takes the lease over (conditional replace on the version it read), and the
-older run sees it lost the lease before its next commit. The holder renews the expiry while it
-works, so a crashed holder's lease lapses after `ttl` and a replacement can take it.
+older run sees it lost the lease before its next commit.
+
+The lease records its holder (host, pid, start) and a heartbeat a thread renews every
+`interval` seconds. A holder that is gone does not block the next fire: a dead process on this
+host is taken over at once, and a lease whose heartbeat stopped for two intervals is taken over
+from any host (a CronJob's next pod); `took_over` then names the old holder.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import os
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolkit import storage
 
-__all__ = ["Lease", "LeaseHeld", "LeaseLost"]
+__all__ = ["HEARTBEAT", "Lease", "LeaseHeld", "LeaseLost"]
+
+HEARTBEAT = 5.0  # seconds between a holder's renewals; two missed ones and the lease is free
 
 
 class LeaseHeld(RuntimeError):
@@ -33,13 +46,36 @@ class Lease:
     store: storage.Store
     key: str
     fire_time: float  # the scheduled fire (epoch seconds): newer fires win
-    ttl: float = 60.0
+    interval: float = HEARTBEAT
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    role: str = "update"  # what holds it, in messages ("update", "backfill")
+    about: dict[str, Any] = field(default_factory=dict)  # what the holder works on (a region)
+    took_over: str | None = None  # set by acquire: the old holder, and why it counted as gone
     _renewed: float = field(default=0.0, repr=False)
+    _lost: LeaseLost | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"{self.store.url.rstrip('/')}/{self.key}"
 
     def _body(self) -> bytes:
+        now = time.time()
         return json.dumps(
-            {"holder": self.holder, "fire_time": self.fire_time, "expires": time.time() + self.ttl}
+            {
+                "holder": self.holder,
+                "host": self.host,
+                "pid": self.pid,
+                "started": self.started,
+                "fire_time": self.fire_time,
+                "heartbeat": now,
+                "interval": self.interval,
+                "expires": now + 2 * self.interval,
+                **self.about,
+            }
         ).encode()
 
     def acquire(self, wait: float = 0.0) -> Lease:
@@ -65,68 +101,141 @@ class Lease:
         try:
             blob = storage.get(self.store, self.key)
         except storage.NotFound:  # released between our create and our read: try again
-            raise _held(self, "the lease changed hands", 0.0) from None
+            raise _held(self, "changed hands", 0.0) from None
         held = json.loads(blob.data)
-        if (
-            held["holder"] != self.holder
-            and held["expires"] > time.time()
-            and held["fire_time"] >= self.fire_time
-        ):
+        theirs = held["holder"] != self.holder
+        gone = gone_because(held) if theirs else None
+        if theirs and gone is None and held["fire_time"] >= self.fire_time:
             raise _held(
                 self,
-                f"held by {held['holder']} (fire {held['fire_time']}, expires in "
-                f"{held['expires'] - time.time():.0f} s): another update is running",
+                f"is held by {holder_of(held)} (fire {_when(held['fire_time'])}, heartbeat "
+                f"{max(0.0, time.time() - held.get('heartbeat', time.time())):.0f} s ago): "
+                f"another {self.role} is running",
                 held["expires"] - time.time(),
             )
-        try:  # expired, or ours, or an older fire's: take it over on the version we read
+        try:  # gone, or ours, or an older fire's: take it over on the version we read
             storage.put(self.store, self.key, self._body(), mode=blob.version)
         except (storage.PreconditionFailed, storage.AlreadyExists):
-            raise _held(self, "lost the race to take the lease", 0.0) from None
+            raise _held(self, f"was taken by another {self.role} first", 0.0) from None
+        if gone is not None and "released" not in held:
+            self.took_over = f"took over {self.url} from {holder_of(held)}: {gone}"
         self._renewed = time.monotonic()
         return self
 
+    @contextmanager
+    def heartbeat(self) -> Iterator[Lease]:
+        """Renew the lease every `interval` seconds in a thread while the block runs; a lease
+        lost meanwhile is raised by the next `check`."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.interval):
+                try:
+                    self.renew(force=True)
+                except LeaseLost as err:
+                    self._lost = err
+                    return
+                except storage.StorageError:
+                    continue  # a blip: the next beat tries again (two missed lose the lease)
+
+        thread = threading.Thread(target=beat, name=f"lease {self.key}", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join(timeout=self.interval + 30)
+
     def check(self) -> None:
         """Raise LeaseLost unless we still hold the lease (call before each commit)."""
+        if self._lost is not None:
+            raise self._lost
         try:
             held = json.loads(storage.get(self.store, self.key).data)
         except storage.NotFound:
-            raise LeaseLost(f"{self.store.url}/{self.key} vanished") from None
+            raise LeaseLost(f"{self.url} vanished") from None
         if held["holder"] != self.holder:
-            raise LeaseLost(
-                f"{self.store.url}/{self.key} taken over by {held['holder']} "
-                f"(fire {held['fire_time']}); stopping"
-            )
+            raise LeaseLost(f"{self.url} taken over by {holder_of(held)}; stopping")
 
-    def renew(self) -> None:
-        """Push the expiry out (at most every ttl/3); LeaseLost if someone else holds it."""
-        if time.monotonic() - self._renewed < self.ttl / 3:
-            return
-        try:
-            blob = storage.get(self.store, self.key)
-        except storage.NotFound:
-            raise LeaseLost(f"{self.store.url}/{self.key} vanished") from None
-        held = json.loads(blob.data)
-        if held["holder"] != self.holder:
-            raise LeaseLost(
-                f"{self.store.url}/{self.key} taken over by {held['holder']} "
-                f"(fire {held['fire_time']}); stopping"
-            )
-        try:
-            storage.put(self.store, self.key, self._body(), mode=blob.version)
-        except (storage.PreconditionFailed, storage.AlreadyExists):
-            raise LeaseLost(f"{self.store.url}/{self.key} changed while renewing") from None
-        self._renewed = time.monotonic()
+    def renew(self, force: bool = False) -> None:
+        """Push the heartbeat out (unless `force`, at most once an interval); LeaseLost if
+        someone else holds it."""
+        with self._lock:  # the heartbeat thread and the caller never race on one version
+            if not force and time.monotonic() - self._renewed < self.interval:
+                return
+            try:
+                blob = storage.get(self.store, self.key)
+            except storage.NotFound:
+                raise LeaseLost(f"{self.url} vanished") from None
+            held = json.loads(blob.data)
+            if held["holder"] != self.holder:
+                raise LeaseLost(f"{self.url} taken over by {holder_of(held)}; stopping")
+            try:
+                storage.put(self.store, self.key, self._body(), mode=blob.version)
+            except (storage.PreconditionFailed, storage.AlreadyExists):
+                raise LeaseLost(f"{self.url} changed while renewing") from None
+            self._renewed = time.monotonic()
 
-    def release(self) -> None:
-        try:
-            blob = storage.get(self.store, self.key)
-        except storage.NotFound:
-            return
-        if json.loads(blob.data)["holder"] == self.holder:
-            storage.delete(self.store, self.key)
+    def release(self, keep: bool = False) -> None:
+        """Give the lease up: deleted, or with `keep` left as a record of what it covered,
+        marked released (anyone takes it, no warning)."""
+        with self._lock:
+            try:
+                blob = storage.get(self.store, self.key)
+            except storage.NotFound:
+                return
+            held = json.loads(blob.data)
+            if held["holder"] != self.holder:
+                return
+            if not keep:
+                storage.delete(self.store, self.key)
+                return
+            body = {**held, "released": time.time(), "expires": 0.0}
+            try:
+                storage.put(self.store, self.key, json.dumps(body).encode(), mode=blob.version)
+            except (storage.PreconditionFailed, storage.AlreadyExists):
+                return  # taken over meanwhile: not ours to mark
+
+
+def holder_of(held: dict[str, Any]) -> str:
+    """The holder as a person can find it: pid on host, started when."""
+    if "host" not in held:
+        return str(held["holder"])
+    return f"pid {held['pid']} on {held['host']} (started {_when(held['started'])})"
+
+
+def gone_because(held: dict[str, Any], now: float | None = None) -> str | None:
+    """Why the holder of `held` counts as gone (None: it may still be working)."""
+    now = time.time() if now is None else now
+    if "released" in held:
+        return "it released it"
+    pid, host = held.get("pid"), held.get("host")
+    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
+        return f"process {pid} on {host} is no longer running"
+    if held["expires"] <= now:
+        beat = held.get("heartbeat")
+        silent = f"for {now - beat:.0f} s" if beat is not None else "past its expiry"
+        return f"its heartbeat stopped {silent}"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def _when(epoch: float) -> str:
+    return _dt.datetime.fromtimestamp(float(epoch), _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _held(lease: Lease, why: str, expires_in: float) -> LeaseHeld:
-    err = LeaseHeld(f"{lease.store.url}/{lease.key} {why}; this update exits")
+    err = LeaseHeld(f"{lease.url} {why}; this {lease.role} exits")
     err.expires_in = expires_in  # type: ignore[attr-defined]
     return err

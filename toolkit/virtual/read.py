@@ -19,7 +19,16 @@ from toolkit.virtual.grib.index import check_init, scan_index, with_byte_ranges
 from toolkit.virtual.refs import SourceFileCoord, VirtualRef
 from toolkit.virtual.source import GribCoord, GribSource, as_datetime, as_timedelta
 
-__all__ = ["Available", "Fetched", "discover", "fetch", "file_refs", "list_available", "refs_from"]
+__all__ = [
+    "Available",
+    "Fetched",
+    "discover",
+    "fetch",
+    "file_refs",
+    "list_available",
+    "refs_from",
+    "without_index",
+]
 
 # (coord, size, last_modified): a file the source lists now
 Available = tuple[SourceFileCoord, int, _dt.datetime | None]
@@ -60,6 +69,16 @@ def discover(source: GribSource, pending: Sequence[SourceFileCoord]) -> list[Ava
     return list_available(
         pending, store=source.store, location_prefix=source.store.url, require_index=True
     )
+
+
+def without_index(source: GribSource, coords: Sequence[SourceFileCoord]) -> set[str]:
+    """Keys of `coords` whose data object is listed while its `.idx` is not: published, but
+    not readable until the index follows."""
+    listed = list_available(
+        coords, store=source.store, location_prefix=source.store.url, require_index=False
+    )
+    ready = {c.key for c, _, _ in discover(source, [c for c, _, _ in listed])}
+    return {c.key for c, _, _ in listed if c.key not in ready}
 
 
 @dataclass(frozen=True)

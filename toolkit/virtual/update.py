@@ -8,21 +8,24 @@ metadata first; files not yet published roll to the next fire; crash recovery is
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from toolkit import icechunk as R
 from toolkit.plan import Report, StageReport
 from toolkit.virtual import skips
+from toolkit.virtual.clock import GRACE, FireClock
 from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent
-from toolkit.virtual.lease import Lease
+from toolkit.virtual.lease import HEARTBEAT, Lease
 from toolkit.virtual.read import discover
-from toolkit.virtual.write import Job, ensure_repo, filter_already_present, refresh, run
+from toolkit.virtual.status import fire_summary, record_fire
+from toolkit.virtual.write import Job, RunResult, ensure_repo, filter_already_present, refresh, run
 
-__all__ = ["BackfillInFlight", "FarBehind", "update"]
+__all__ = ["BackfillInFlight", "FarBehind", "expire", "update"]
 
 LEASE_KEY = "toolkit-update.lease"
 
@@ -41,18 +44,26 @@ def update(
     fire_time: Any,
     scheduled_at: float | None = None,
     deadline_seconds: float = 600.0,
-    grace_seconds: float = 5.0,
+    grace_seconds: float = GRACE,
+    reserve_seconds: float = 0.0,
     lease_wait: float = 0.0,
-    lease_ttl: float = 60.0,
+    heartbeat: float = HEARTBEAT,
     give_up_after: int = 3,
     after_commit: Callable[[list[dict[str, Any]]], Any] | None = None,
+    expire_older_than: _dt.timedelta | None = None,
 ) -> Report:
     """One fire: refresh metadata, then poll-and-commit the window until done or the deadline.
 
-    Single writer: the fire holds the repo's lease (renewed each tick, checked before each
-    commit). Another live update of this or a newer fire holding it makes this one wait up to
-    `lease_wait` seconds, then raise `LeaseHeld` (the CLI exits 1 saying another update is
-    running). Each commit records the holder as `writer` in its metadata.
+    One deadline for the whole fire (`FireClock`): polling stops `grace_seconds` (for the last
+    commit) plus `reserve_seconds` (for what the caller runs after, validation) before
+    `scheduled_at + deadline_seconds`.
+
+    Single writer: the fire holds the repo's lease (a heartbeat renews it, each commit checks
+    it). Another live update of this or a newer fire holding it makes this one wait up to
+    `lease_wait` seconds (refused when the deadline leaves less), then raise `LeaseHeld` (the
+    CLI exits 1 saying another update is running). A holder that is gone (a dead process on
+    this host, or a heartbeat silent for two intervals) is taken over at once; the result's
+    `took_over` names it. Each commit records the holder as `writer` in its metadata.
 
     A file skipped (published but unreadable) in `give_up_after` fires in a row is given up:
     not fetched again until its source object changes, and listed in the result's
@@ -65,8 +76,19 @@ def update(
     """
     skips.given_up({}, give_up_after)  # a bad count fails before any work
     t0 = time.time()
-    scheduled_at = t0 if scheduled_at is None else scheduled_at
-    poll_deadline = scheduled_at + deadline_seconds - grace_seconds
+    clock = FireClock(
+        t0 if scheduled_at is None else scheduled_at,
+        deadline_seconds,
+        grace_seconds,
+        reserve_seconds,
+    )
+    poll_deadline = clock.poll_until
+    if lease_wait > max(0.0, poll_deadline - t0):
+        raise ValueError(
+            f"--lease-wait {lease_wait:g} s does not fit the fire: its deadline leaves "
+            f"{max(0.0, poll_deadline - t0):.0f} s of polling; wait less, or give a longer "
+            "--deadline"
+        )
     start, end = job.dataset.window(fire_time)
     fire = job.region(
         start, end, processing_mode="update", branch="main", poll_deadline=poll_deadline
@@ -90,41 +112,21 @@ def update(
         )
     # Fires are ordered by their scheduled fire label, not by process start: two processes of
     # one fire tie (the second waits or exits), a newer fire takes over from an older one.
-    lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), ttl=lease_ttl).acquire(
-        wait=min(lease_wait, max(0.0, poll_deadline - time.time()))
-    )
+    lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), heartbeat)
+    lease.acquire(wait=lease_wait)
     try:
-        refresh(fire)
-        session = R.readonly(fire.repo.open(fresh=True))
-        extent = committed_extent(session, t) or 0
-        # Positions between main's end and the window are never in any later fire's window:
-        # growing past them leaves readers empty slots. Tolerate one window's worth (a missed
-        # fire or a new dataset whose template starts just before), refuse beyond.
-        if first - extent > len(inside):
-            raise FarBehind(
-                f"{job.repo.url} ends {first - extent} {t.append_dim} positions "
-                f"before this fire's window (starting {inside[0]}): run a backfill instead"
+        with lease.heartbeat():
+            result, coords, todo = _poll(
+                fire_time, fire, lease, give_up_after, after_commit, inside, first
             )
-        coords = fire.files()
-        todo = filter_already_present(fire, coords, session)
-        strikes = skips.load(job.repo.store)
-        held = _held_back(fire, todo, skips.given_up(strikes, give_up_after))
-        todo = [c for c in todo if c.key not in held]
-        result = run(
-            fire,
-            todo,
-            on_tick=lease.renew,
-            before_commit=lease.check,
-            metadata={"writer": lease.holder},
-            after_commit=None if after_commit is None else _renewing(after_commit, lease),
-        )
-        strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)
-        lease.check()  # the skip counts are the lease holder's to write, like the commits
-        skips.save(job.repo.store, strikes)
-        mine = {c.key for c in coords}
-        result.given_up = [
-            s for url, s in skips.given_up(strikes, give_up_after).items() if url in mine
-        ]
+            if expire_older_than is not None:
+                result.expired = _expire_all(fire.repos, expire_older_than, lease)
+            result.took_over = lease.took_over
+            summary = fire_summary(
+                _fire_label(fire_time), t0, time.time(), result, job.repo.open(fresh=True)
+            )
+            lease.check()  # the record is the lease holder's to write, like the commits
+            record_fire(job.repo.store, summary)
     finally:
         lease.release()
     stage = StageReport(
@@ -138,15 +140,77 @@ def update(
     return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
 
 
-def _renewing(after_commit: Callable[[list[dict[str, Any]]], Any], lease: Lease) -> Any:
-    """`after_commit`, then the lease renewed (an in-fire pyramid build can take a while)."""
+def _poll(
+    fire_time: Any,
+    fire: Job,
+    lease: Lease,
+    give_up_after: int,
+    after_commit: Callable[[list[dict[str, Any]]], Any] | None,
+    inside: list[Any],
+    first: int,
+) -> tuple[RunResult, list[Any], list[Any]]:
+    """The fire's work under the lease: refresh, the write loop, the skip counts."""
+    t, job = fire.template, fire
+    refresh(fire)
+    session = R.readonly(fire.repo.open(fresh=True))
+    extent = committed_extent(session, t) or 0
+    # Positions between main's end and the window are never in any later fire's window:
+    # growing past them leaves readers empty slots. Tolerate one window's worth (a missed
+    # fire or a new dataset whose template starts just before), refuse beyond.
+    if first - extent > len(inside):
+        raise FarBehind(
+            f"{job.repo.url} ends {first - extent} {t.append_dim} positions "
+            f"before this fire's window (starting {inside[0]}): run a backfill instead"
+        )
+    coords = fire.files()
+    todo = filter_already_present(fire, coords, session)
+    strikes = skips.load(job.repo.store)
+    held = _held_back(fire, todo, skips.given_up(strikes, give_up_after))
+    todo = [c for c in todo if c.key not in held]
+    result = run(
+        fire,
+        todo,
+        before_commit=lease.check,
+        metadata={"writer": lease.holder},
+        after_commit=after_commit,
+    )
+    strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)
+    lease.check()  # the skip counts are the lease holder's to write, like the commits
+    skips.save(job.repo.store, strikes)
+    mine = {c.key for c in coords}
+    result.given_up = [
+        s for url, s in skips.given_up(strikes, give_up_after).items() if url in mine
+    ]
+    return result, coords, todo
 
-    def hook(positions: list[dict[str, Any]]) -> Any:
-        out = after_commit(positions)
-        lease.renew()
-        return out
 
-    return hook
+EXPIRY_ORDER = -1.0e18  # an expiry never takes the lease from a fire; any fire takes it back
+
+
+def expire(
+    refs: Sequence[R.RepoRef], older_than: _dt.timedelta, *, lease_wait: float = 0.0
+) -> list[tuple[str, R.Expired]]:
+    """Expire the snapshots older than `older_than` and collect garbage in each repo (replicas
+    first), holding the primary's update lease so no fire commits meanwhile. Main's head,
+    tags and in-flight branches are kept."""
+    lease = Lease(refs[-1].store, LEASE_KEY, EXPIRY_ORDER, role="expiry")
+    lease.acquire(wait=lease_wait)
+    try:
+        with lease.heartbeat():
+            return _expire_all(refs, older_than, lease)
+    finally:
+        lease.release()
+
+
+def _expire_all(
+    refs: Sequence[R.RepoRef], older_than: _dt.timedelta, lease: Lease
+) -> list[tuple[str, R.Expired]]:
+    done = []
+    for ref in refs:
+        lease.check()
+        cutoff = _dt.datetime.now(_dt.UTC) - older_than
+        done.append((ref.url, R.expire(ref.open(fresh=True), cutoff)))
+    return done
 
 
 def _held_back(job: Job, todo: list[Any], out: dict[str, skips.Strike]) -> set[str]:

@@ -71,6 +71,8 @@ class RunResult:
     refs: int = 0
     given_up: list[Any] = field(default_factory=list)  # an update's files missing for good
     after: list[Any] = field(default_factory=list)  # what `after_commit` returned, per commit
+    took_over: str | None = None  # an update's lease taken from a holder that was gone
+    expired: list[Any] = field(default_factory=list)  # (repo url, what its expiry did)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,8 +198,13 @@ def process_virtual_refs(
     skipped: list[Skipped] | None = None,
     on_tick: Callable[[], None] | None = None,
     on_file: Callable[[int], None] | None = None,
+    held_back: set[str] | None = None,
 ) -> Iterator[Batch]:
     """Yield batches of whole files with their refs; each batch is one commit.
+
+    An analysis hour is committed whole, in backfills as in updates: its statistics files wait
+    while the hour's instant (lead 0) file is not published; `held_back` collects the keys
+    still waiting when the sweeps end.
 
     `on_tick` runs at the start of every sweep (the update renews its lease there);
     `on_file(n)` hears that n of `remaining` are done (read, or skipped with a reason).
@@ -210,9 +217,11 @@ def process_virtual_refs(
         if on_tick is not None:
             on_tick()
         available = discover(job.dataset.source, pending)
-        if job.processing_mode == "update":  # a backfill's branch is never read mid-way
-            held = withheld(job.dataset, [a[0] for a in available], pending)
-            available = [a for a in available if a[0].key not in held]
+        held = withheld(job.dataset, [a[0] for a in available], pending)
+        available = [a for a in available if a[0].key not in held]
+        if held_back is not None:
+            held_back.clear()
+            held_back.update(held)
         batch: Batch = []
         done: set[str] = set()
         with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:
@@ -306,6 +315,9 @@ def commit_batch(
         "refs": sum(len(r) for _, r in batch),
         "mode": job.processing_mode,
     }
+    published = [r.last_modified for _, refs in batch for r in refs if r.last_modified]
+    if published:  # the newest source file's own time: status reports publish-to-main lag
+        meta["published"] = max(published).isoformat()
     msg = f"{job.processing_mode}: {len(batch)} file(s)"
     snap = T.commit_on(job.repos, job.branch, SetRefs(job, batch, grow), msg, meta)
     if snap is None:

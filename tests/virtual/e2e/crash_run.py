@@ -1,6 +1,6 @@
 """Run one write loop or backfill in a fresh process that dies at a crash point.
 
-    python -m tests.virtual.e2e.crash_run run|backfill SRC REPO REPLICA POINT
+    python -m tests.virtual.e2e.crash_run run|backfill|update SRC REPO REPLICA POINT
 
 Exits CRASH_EXIT when the hook fired (the process died mid-step), 0 when it never did.
 """
@@ -22,6 +22,13 @@ def main(argv: list[str]) -> int:
         if mode == "run":
             ensure_repo(job)
             run(job)
+        elif mode == "update":
+            import time
+
+            from toolkit.virtual.update import update
+
+            fire = np.datetime64("2025-08-01T18", "ns")
+            update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=60)
         else:
             from toolkit.virtual.backfill import backfill
 
