@@ -384,7 +384,7 @@ class OneLineErrors(TyperGroup):
                     if signals.signum is None:
                         raise
                 if signals.signum is not None:  # whatever the command raised on its way out
-                    sys.exit(signals.finish())
+                    sys.exit(signals.finish(last_word=not flags.debug))
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             sys.exit(1)

@@ -932,6 +932,30 @@ def manifest_report(repo: ic.Repository, branch: str = "main") -> ManifestReport
     return ManifestReport(len(sizes), total_refs, total_bytes, per_array)
 
 
+def manifest_split(store: storage.Store) -> dict[str, Any] | None:
+    """The manifest splitting the repo's persisted config holds (None: one manifest per array)."""
+    cfg = _fetch_config(store, _storage(store))
+    splitting = cfg.manifest.splitting if cfg is not None and cfg.manifest is not None else None
+    return None if splitting is None else {"split_sizes": repr(splitting.split_sizes)}
+
+
+def resplit(store: storage.Store, append_dim: str, size: int, message: str) -> str:
+    """Split every array's manifests along `append_dim` every `size` positions from now on
+    (persisted in the repo's config, so later commits follow it), and rewrite main's existing
+    manifests under it in one commit (Icechunk's manifest rewrite). Returns the snapshot."""
+    st = _storage(store)
+    cfg = _fetch_config(store, st) or ic.RepositoryConfig.default()
+    old = cfg.manifest
+    fetches = old.max_concurrent_manifest_fetches_during_commit if old is not None else None
+    cfg.manifest = ic.ManifestConfig(
+        splitting=manifest_append_dim_split(append_dim, size),
+        max_concurrent_manifest_fetches_during_commit=fetches,
+    )
+    repo = ic.Repository.open(st, config=cfg)
+    repo.save_config()
+    return repo.rewrite_manifests(message, branch="main", metadata={"split": size})
+
+
 @dataclass(frozen=True)
 class Expired:
     """What an expiry did: snapshots dropped from history, objects deleted, bytes freed."""

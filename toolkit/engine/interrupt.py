@@ -73,16 +73,21 @@ class Interrupts:
         self._saved.clear()
         _active = None
 
-    def finish(self) -> int:
+    def finish(self, last_word: bool = True) -> int:
         """After the command unwound: end what is left of an embedded cluster interrupted while
         it started (distributed's own exit hook would fail on it with a traceback), print the
-        line, return the exit code."""
+        line, return the exit code. With `last_word`, the line stays the last one on stderr:
+        a thread the interrupt left mid-I/O (zarr's loop, a pool) that dies noisily on the way
+        out writes to nothing."""
         logging.disable(logging.CRITICAL)  # a half-started cluster's complaints, on the way out
         reap_children(grace=5.0)
         spec = sys.modules.get("distributed.deploy.spec")
         if spec is not None:
             atexit.unregister(spec.close_clusters)
         self.say(LINE)
+        if last_word:
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         return self.code
 
 

@@ -698,6 +698,88 @@ def status(
             raise typer.Exit(1)
 
 
+split_app = Typer(
+    help="Manifest splits: advice against reader budgets, and a rewrite under a new split.",
+    no_args_is_help=True,
+)
+app.add_typer(split_app, name="split")
+
+
+@split_app.command("advise")
+def split_advise(
+    repo: RepoArg,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    stores: RepoStorage = STORAGE,
+) -> None:
+    """Per array: manifests, refs and bytes per manifest, against the reader budgets (a few MiB
+    per manifest, at least ~1,000 refs), and the split that meets them."""
+    import json
+    import sys
+
+    from toolkit import icechunk as R
+    from toolkit.console import out
+    from toolkit.virtual.resplit import advise_repo
+    from toolkit.virtual.splits import FLOOR_REFS, TARGET_BYTES
+
+    with _errors(repo):
+        _existing_repo(repo, stores)
+        ref = R.RepoRef(_open(repo, stores, must_exist=True))
+        dim, found = advise_repo(ref)
+        proposal = min((a.split for a in found), default=None)
+        if as_json:
+            body = {"append_dim": dim, "split": proposal, "current": R.manifest_split(ref.store),
+                    "arrays": [{**a.__dict__, "refs_per_manifest": a.refs_per_manifest,
+                                "bytes_per_manifest": a.bytes_per_manifest} for a in found]}  # fmt: skip
+            sys.stdout.write(json.dumps(body) + "\n")
+            return
+        out.print(
+            f"budgets: at most {TARGET_BYTES >> 20} MiB and at least {FLOOR_REFS:,} refs per "
+            f"manifest; append dim {dim}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for a in found:
+            out.print(f"  {a.line()}", highlight=False, soft_wrap=True)
+        if proposal is not None:
+            out.print(
+                f"proposed: toolkit virtual split apply {repo} --split {proposal}",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+@split_app.command("apply")
+def split_apply(
+    repo: RepoArg,
+    split: Annotated[
+        int,
+        typer.Option("--split", min=1, help="Append-dim positions per manifest, for every array."),
+    ],
+    lease_wait: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait for a running update to finish.")
+    ] = 0.0,
+    stores: RepoStorage = STORAGE,
+) -> None:
+    """Record the split in the repo's config (later commits follow it) and rewrite main's
+    manifests under it in one commit, holding the repo's update lease."""
+    from toolkit import icechunk as R
+    from toolkit.console import out
+    from toolkit.virtual.resplit import apply_split
+
+    with _errors(repo):
+        _existing_repo(repo, stores)
+        done = apply_split(R.RepoRef(_open(repo, stores, must_exist=True)), split,
+                           lease_wait=lease_wait)  # fmt: skip
+        b, a = done["before"], done["after"]
+        out.print(
+            f"{repo}: manifests split every {split} {done['append_dim']} in commit "
+            f"{done['snapshot']}: {b['manifests']} -> {a['manifests']} manifest(s), "
+            f"{a['refs']:,} refs",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _duration(text: str | None, option: str) -> Any:
     from toolkit.virtual.clock import parse_duration
 

@@ -2,7 +2,7 @@
 
 A backfill works on `backfill-<10 hex>` beside a marker branch `<branch>-main-at-setup` (main's
 snapshot when it started). Finalize moves main only if main is still at the marker. When main
-moved (an operational fire committed), the branch stays and every update refuses to run. An
+moved (an update fire, another backfill), the branch stays and every update refuses to run. An
 operator then either aborts it (`toolkit virtual abort`: both branches deleted, main untouched)
 or rebases it (`toolkit virtual backfill ... --rebase`: restarted from main's new head, when
 main's new commits did not touch the backfill's region).

@@ -25,7 +25,7 @@ from toolkit.virtual.read import discover
 from toolkit.virtual.status import fire_summary, record_fire
 from toolkit.virtual.write import Job, RunResult, ensure_repo, filter_already_present, refresh, run
 
-__all__ = ["BackfillInFlight", "FarBehind", "expire", "update"]
+__all__ = ["EXPIRY_ORDER", "LEASE_KEY", "BackfillInFlight", "FarBehind", "expire", "update"]
 
 LEASE_KEY = "toolkit-update.lease"
 
