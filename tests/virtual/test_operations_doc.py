@@ -52,4 +52,4 @@ def test_each_command_line_parses(argv: list[str]) -> None:
         rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
         name, args = rest[0], rest[1:]
         cmd = cmd.get_command(ctx, name)
-    assert cmd.name == argv[1]
+    assert cmd.name in argv  # a command, reached by its own name
