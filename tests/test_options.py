@@ -45,13 +45,14 @@ NUMERIC = [
 
 def _required(path: tuple[str, ...], cmd: Any, place: Path) -> list[str]:
     """Values for the command's required parameters, so that only the option under test can
-    be wrong: a choice's first value, else a path that does not exist."""
+    be wrong: a choice's first value, a number's least, else a path that does not exist."""
     argv: list[str] = []
     for param in cmd.params:
         if not param.required:
             continue
         choices = [a for k in _kinds(param) for a in typing.get_args(k) if isinstance(a, str)]
-        value = choices[0] if choices else str(place / "missing")
+        least = getattr(param, "min", None)  # a required number: its least valid value
+        value = choices[0] if choices else str(place / "missing") if least is None else str(least)
         argv += [value] if not param.opts[0].startswith("-") else [param.opts[0], value]
     return argv
 
@@ -113,4 +114,4 @@ def test_the_storage_flags_are_declared_once() -> None:
             if path[0] == "virtual" and name == "anonymous":  # the --source's, not the repos'
                 continue
             assert param.help == declared[name], (path, name)
-    assert seen == 18
+    assert seen == 22  # status, expire and split advise/apply joined the 18

@@ -114,6 +114,9 @@ def main() -> None:
     teardown alone takes 0.3-0.4 s (benchmarks/results/pyramid_build.md), and a command has
     nothing left to finalize by then.
     """
+    import psutil
+
+    flags.started = psutil.Process().create_time()  # `--scheduled-at now`: start-up counts
     try:
         app()
         code: int | str | None = 0

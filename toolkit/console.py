@@ -42,6 +42,7 @@ class Flags:
     """What the root command was told, set afresh by every invocation (`toolkit --debug`)."""
 
     debug = False
+    started: float | None = None  # when the `toolkit` process started (its console script)
 
 
 flags = Flags()

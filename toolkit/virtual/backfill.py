@@ -13,7 +13,8 @@ commit    groups of `fan_in` ingest outputs (one group for a repo on local stora
           and committed once per repo by its own node, replicas first. The gate wants every
           file the template expects up to the last published position and probes the branch
           for each: what the workers reported only explains an absence (not published,
-          skipped), and `strict` refuses even those.
+          published without its index, withheld, skipped), and `strict` refuses those but
+          the files not yet readable at the newest published position.
 finalize  replicas, then the primary: main := the branch, each only if its main has not moved
           since setup; else fail naming both ways out (`--rebase`, `toolkit virtual abort`).
 """

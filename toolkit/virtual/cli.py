@@ -543,13 +543,14 @@ def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> 
 
 def _epoch(text: str) -> float:
     """A UTC wall-clock time ('now' or ISO) as epoch seconds."""
+    import time
 
     import numpy as np
 
-    if text == "now":  # when this process started: the deadline counts its start-up too
-        import psutil
+    if text == "now":  # when the toolkit process started: the deadline counts its start-up
+        from toolkit.console import flags
 
-        return float(psutil.Process().create_time())
+        return flags.started if flags.started is not None else time.time()
     return float(np.datetime64(text, "ms").astype("int64")) / 1000.0
 
 
