@@ -135,7 +135,7 @@ def test_two_update_processes_started_at_once_one_writes(tmp_path):
         "--scheduled-at",
         "now",  # the simulator's clock is not the wall clock: anchor the deadline at start
         "--deadline",
-        "10",  # the winner holds the lease, polling for the last cycle, past the loser
+        "20",  # the winner holds the lease, polling for the last cycle (10 s), past the loser
     ]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
