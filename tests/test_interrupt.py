@@ -195,3 +195,25 @@ def test_announced_lines_redact_credentials(capsys):
     printed = capsys.readouterr()
     assert "s3cret" not in printed.err + printed.out
     assert "http://***@h/status" in printed.err and "s3://***@bucket/x.zarr" in printed.out
+
+
+def test_a_signal_landing_where_an_exception_is_swallowed_is_sent_again():
+    """Python swallows an exception raised in a gc callback (distributed has one): the first
+    signal landing there is not lost, it is delivered again just after."""
+    from toolkit.engine.interrupt import Interrupts
+
+    went: list[str] = []
+    try:
+        with Interrupts(print) as signals:
+
+            def _gc_callback() -> None:
+                signals._handler(signal.SIGINT, sys._getframe())  # must not raise here
+                went.append("callback went on")
+
+            _gc_callback()
+            went.append("callback returned")
+            signal.pause()  # the signal sent again arrives, and raises here
+    except KeyboardInterrupt:
+        went.append("interrupted")
+    assert went == ["callback went on", "callback returned", "interrupted"]
+    assert signals.signum == signal.SIGINT

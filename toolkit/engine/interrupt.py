@@ -51,6 +51,9 @@ class Interrupts:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
+            if _swallowed_here(frame):  # raised here, Python would print it and carry on
+                threading.Timer(RESEND, os.kill, (os.getpid(), signum)).start()
+                return
             self.signum = signum
             raise KeyboardInterrupt
         os.write(2, f"{LINE}\n".encode())  # not through `say`: its lock may be held right now
@@ -89,6 +92,21 @@ class Interrupts:
             sys.stderr.flush()
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         return self.code
+
+
+# Code an exception cannot leave: it is printed as "Exception ignored in ..." and the code
+# below goes on (distributed's gc callback, finalizers). A signal landing there is sent again.
+SWALLOWING = frozenset({"_gc_callback", "__del__", "_remove"})
+RESEND = 0.05  # seconds
+
+
+def _swallowed_here(frame: FrameType | None) -> bool:
+    depth = 0
+    while frame is not None and depth < 64:
+        if frame.f_code.co_name in SWALLOWING:
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
 
 
 def reap_children(grace: float) -> None:
