@@ -92,7 +92,7 @@ def test_partition_show_resolve_pin_report(local, tmp_path: Path) -> None:
     forced = invoke(
         "diff", "cordex/a.zarr", *base, "--t-max", "1TB", "--t-hot", "1", "--t-min", "1", "--force"
     )
-    assert "orphaned blob ids: b_tas" in forced.stdout
+    assert "retired blob ids (never given again): b_tas" in forced.stdout
 
     events = tmp_path / "events.jsonl"
     rec = {

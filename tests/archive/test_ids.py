@@ -29,10 +29,27 @@ def test_golden_blob_and_bucket_ids() -> None:
     assert ids.blob_id("w", "root") == "w_root"
     assert ids.bucket_id("b_tas", 5_000_000, 2048) == "b_tas_2441"
     assert ids.bucket_id("b_tas", 2047, 2048) == "b_tas_0"
+    # later cuts: the cut's number after the kind, which no first-cut id can spell
+    assert ids.blob_id("w", "tas", 1) == "w_tas"
+    assert ids.blob_id("b", "tas", 2) == "b2_tas"
+    assert ids.blob_id("g", "grp/tas", 12) == "g12_grp_tas_4bb6c3b1"
+
+
+names = st.text(min_size=1, max_size=12)
+
+
+@given(
+    st.tuples(st.sampled_from("wgb"), names, st.integers(1, 30)),
+    st.tuples(st.sampled_from("wgb"), names, st.integers(1, 30)),
+)
+def test_ids_of_different_cuts_never_meet(a: tuple, b: tuple) -> None:
+    """(kind, first array, cut) -> id is injective, so a re-cut never gives an id again."""
+    if a != b:
+        assert ids.blob_id(*a) != ids.blob_id(*b)
 
 
 def test_one_rule_shared_with_the_schema() -> None:
-    blob_schema = schema()["properties"]["blobs"]["items"]["properties"]["id"]
+    blob_schema = schema()["$defs"]["blob"]["properties"]["id"]
     assert blob_schema["pattern"] == ids.ID_PATTERN
     assert json.dumps(schema())  # the shipped file parses
 

@@ -33,18 +33,33 @@ def good_doc() -> dict:
         "blobs": [
             {
                 "id": "b_tas",
+                "cut": 1,
                 "prefixes": ["cordex/a.zarr/tas"],
-                "bucket": {"width": 4, "encoding": "default", "separator": "/"},
+                "bucket": {"width": 4, "encoding": "default", "separator": "/", "count": 3},
                 "bytes": 5000,
                 "objects": 50,
             },
             {
                 "id": "g_pr",
+                "cut": 1,
                 "prefixes": ["cordex/a.zarr/pr", "cordex/a.zarr/ps"],
                 "bucket": None,
                 "bytes": 300,
                 "objects": 3,
             },
+        ],
+        "cuts": [{"cut": 1, "epoch": 1, "policy": {"t_max": 1000, "t_hot": 10, "t_min": 100}}],
+        "retired": [
+            {
+                "id": "w_pr",
+                "cut": 1,
+                "prefixes": ["cordex/a.zarr/pr"],
+                "bucket": None,
+                "bytes": 100,
+                "objects": 1,
+                "retired_at": 2,
+                "states": {"w_pr": "archived"},
+            }
         ],
     }
 
@@ -97,6 +112,12 @@ MALFORMED = [
     (("pins.0.until", "next week"), "pins[0].until"),
     (("extra", 1), "extra"),
     (("root_array", "yes"), "root_array"),
+    (("blobs.0.cut", 0), "blobs[0].cut"),
+    (("blobs.0.bucket.count", -1), "blobs[0].bucket.count"),
+    (("cuts.0.cut", 0), "cuts[0].cut"),
+    (("cuts.0.policy", DELETE), "cuts[0].policy"),
+    (("retired.0.retired_at", DELETE), "retired[0].retired_at"),
+    (("retired.0.states", {"w_pr": 3}), "retired[0].states"),
 ]
 
 # Cross-field rules JSON Schema cannot express; the model refuses them.
@@ -110,6 +131,9 @@ SEMANTIC = [
     (("blobs.1.prefixes", ["other/b.zarr/x"]), "blobs[1].prefixes[0]"),  # outside the scope
     (("policy.t_min", 5000), "policy.t_min"),  # t_min above t_max
     (("pins", [{"prefix": "cordex/a.zarr/x", "who": "a", "why": "b"}] * 2), "pins[1].prefix"),
+    (("blobs.1.cut", 2), "blobs[1].cut"),  # a cut the manifest does not record
+    (("retired.0.id", "b_tas"), "retired[0].blob.id"),  # a retired id is never given again
+    (("cuts.0.policy.t_max", 2000), "policy"),  # the policy is the newest cut's
 ]
 
 
@@ -134,8 +158,16 @@ def test_only_a_root_array_store_may_claim_its_scope() -> None:
         "hot": [],
         "pins": [],
         "root_array": True,
+        "retired": [],
         "blobs": [
-            {"id": "w_root", "prefixes": ["bare/arr"], "bucket": None, "bytes": 1, "objects": 1}
+            {
+                "id": "w_root",
+                "cut": 1,
+                "prefixes": ["bare/arr"],
+                "bucket": None,
+                "bytes": 1,
+                "objects": 1,
+            }
         ],
     }
     m = Manifest.from_dict(doc)

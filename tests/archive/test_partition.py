@@ -100,7 +100,10 @@ def test_force_recuts_keeps_pins_and_lists_orphans() -> None:
     m3 = partition([arr("pr", 200), arr("ps", 200)], S, Policy(300, 250, 1), m2, force=True)
     d = diff(m2, m3)
     assert d.orphaned == ("w_pr",)
-    assert m3.pins == m1.pins and "orphaned" in d.describe()
+    assert m3.pins == m1.pins and "- blob w_pr retired" in d.describe()
+    # ids are forever: the old blob is retired, still naming its keys; cut 3 was opened
+    assert m3.blobs == () and [r.blob for r in m3.retired] == list(m2.blobs)
+    assert [c.number for c in m3.cuts] == [1, 2, 3] and m3.policy == Policy(300, 250, 1)
 
 
 def test_an_array_without_chunks_waits_instead_of_freezing_hot() -> None:

@@ -73,6 +73,9 @@ CROSS_FIELD = (
     "exceeds t_max",
     "pinned twice",
     "whole scope",
+    "is not the newest cut's",
+    "is not a cut of",
+    "does not increase on",
 )
 
 json_values = st.recursive(

@@ -113,7 +113,11 @@ def test_force_keeps_pins_bumps_epoch_and_lists_orphans(stores) -> None:
     out = partition_store(data, manifests, S, Policy(t_max=10**6, t_hot=100, t_min=1), force=True)
     assert out.epoch == 3 and out.manifest.pins == (Pin(f"{S}/pr", "ana", "paper", "2027-01-01"),)
     assert set(out.orphaned) == {"b_tas", "g_orog", "g_sub_ps_813d8de1"}
-    assert [b.id for b in out.manifest.blobs] == ["w_orog"]
+    # ids are forever: the re-cut's blob takes its cut's id, the old ones stay, retired
+    assert [b.id for b in out.manifest.blobs] == ["w2_orog"]
+    assert {r.blob.id for r in out.manifest.retired} == set(out.orphaned)
+    assert [c.number for c in out.manifest.cuts] == [1, 2]
+    assert out.manifest.cut.policy == Policy(t_max=10**6, t_hot=100, t_min=1)
 
 
 def test_a_root_array_store_written_by_zarr_python(stores) -> None:

@@ -198,7 +198,7 @@ def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
     for o in outcomes:
         _echo(o.diff.describe())
         if o.orphaned:
-            _echo(f"  orphaned blob ids: {', '.join(o.orphaned)}")
+            _echo(f"  retired blob ids (never given again): {', '.join(o.orphaned)}")
         _echo(
             "  (dry run: nothing written)"
             if dry_run
@@ -332,7 +332,7 @@ def diff(
         )
     _echo(out.diff.describe())
     if out.orphaned:
-        _echo(f"  orphaned blob ids: {', '.join(out.orphaned)}")
+        _echo(f"  retired blob ids (never given again): {', '.join(out.orphaned)}")
 
 
 @app.command()

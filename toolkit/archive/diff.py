@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Blob, Manifest, Pin
+from toolkit.archive.model import DEFAULT_HOT_ALWAYS, Blob, Manifest, Pin, Retired
 
 __all__ = ["Diff", "diff"]
 
@@ -45,9 +45,12 @@ class Diff:
             or self.hot_always_added
         )
 
+    retired: tuple[Retired, ...] = ()
+
     @property
     def orphaned(self) -> tuple[str, ...]:
-        """Blob ids whose tape content no longer matches a blob of the new manifest."""
+        """Blob ids whose tape content no longer matches a live blob of the new manifest (a
+        re-cut retires them: their ids stay in the manifest and are never given again)."""
         return tuple(sorted([b.id for b in self.removed] + [old.id for old, _ in self.changed]))
 
     def describe(self) -> str:
@@ -61,8 +64,13 @@ class Diff:
                 f"  + blob {b.id}: {len(b.prefixes)} prefix(es), {_size(b.bytes)}, "
                 f"{b.objects} objects{how}"
             )
+        states = {r.blob.id: r.states for r in self.retired}
         for b in self.removed:
-            lines.append(f"  - blob {b.id} (orphaned: its archived copy no longer maps to a blob)")
+            held = ", ".join(f"{k} {v}" for k, v in states.get(b.id, {}).items())
+            lines.append(
+                f"  - blob {b.ids()} retired: re-cut into new ids; the id stays taken"
+                + (f" (tier: {held})" if held else "")
+            )
         for old, new in self.changed:
             lines.append(
                 f"  ~ blob {old.id} re-cut: {list(old.prefixes)} -> {list(new.prefixes)} (orphaned)"
@@ -86,6 +94,7 @@ def diff(previous: Manifest | None, new: Manifest) -> Diff:
     new_blobs = {b.id: b for b in new.blobs}
     old_hot = set(previous.hot) if previous else set()
     old_pins = {p.prefix: p for p in previous.pins} if previous else {}
+    old_retired = {r.blob.id for r in previous.retired} if previous else set()
     new_pins = {p.prefix: p for p in new.pins}
     return Diff(
         scope=new.scope,
@@ -102,6 +111,7 @@ def diff(previous: Manifest | None, new: Manifest) -> Diff:
         hot_removed=tuple(sorted(old_hot - set(new.hot))),
         pins_added=tuple(p for k, p in new_pins.items() if old_pins.get(k) != p),
         pins_removed=tuple(p for k, p in old_pins.items() if k not in new_pins),
+        retired=tuple(r for r in new.retired if r.blob.id not in old_retired),
         hot_always_added=tuple(
             n
             for n in new.hot_always

@@ -42,11 +42,19 @@ def slug(name: str) -> str:
     return f"{folded}_{digest}" if folded else f"x_{digest}"
 
 
-def blob_id(kind: str, first_array: str) -> str:
-    """Id of a cut named after the first array (by path) it holds; members of cuts are disjoint."""
+def blob_id(kind: str, first_array: str, cut: int = 1) -> str:
+    """Id of a blob named after the first array (by path) it holds and the cut that made it.
+
+    Members of one cut's blobs are disjoint, so (kind, cut, first array) names one blob for the
+    life of its scope. The first cut keeps the original form (`w_tas`); a later cut puts its
+    number after the kind (`w2_tas`, `b3_tas`), which no first-cut id can spell (their second
+    character is always `_`), so a re-cut never reuses an id that tier state or a tape address
+    already joins on."""
     if kind not in (WHOLE, GROUP, BUCKET):
         raise ValueError(f"blob kind must be one of w, g, b, not {kind!r}")
-    return f"{kind}_{slug(first_array)}"
+    if isinstance(cut, bool) or not isinstance(cut, int) or cut < 1:
+        raise ValueError(f"cut must be an integer >= 1, not {cut!r}")
+    return f"{kind}{cut if cut > 1 else ''}_{slug(first_array)}"
 
 
 def bucket_id(base: str, index: int, width: int) -> str:

@@ -1,8 +1,10 @@
 """Manifest types (pure). Validated on construction: an invalid manifest cannot exist in memory.
 
 A manifest describes one scope (one Zarr store, named by its path under the data root): the
-policy it was cut with, the blobs (archive units), the prefixes pinned hot by the partitioner,
-the pins people placed, and which object basenames are never archived. Every prefix is a full key
+cuts made in it (each with the policy it was cut with), the blobs (archive units) and the cut
+each belongs to, the blobs retired by a re-cut (ids are join keys against tier state and tape
+addresses, so an id is never reused and never changes what it names), the prefixes pinned hot
+by the partitioner, the pins people placed, and which object basenames are never archived. Every prefix is a full key
 prefix relative to the data root, never empty and never the scope itself (unless the store's root is
 an array, `root_array`), so no blob can swallow future arrays.
 
@@ -27,12 +29,14 @@ __all__ = [
     "FORMAT",
     "Blob",
     "Bucket",
+    "Cut",
     "Manifest",
     "ManifestError",
     "Pin",
     "PinOverlaps",
     "PinRefused",
     "Policy",
+    "Retired",
     "is_under",
 ]
 
@@ -116,9 +120,12 @@ class Bucket:
     width: int
     encoding: Encoding = "default"
     separator: Literal["/", "."] = "/"
+    count: int | None = None  # buckets the array filled when cut (appends add more; informative)
 
     def __post_init__(self) -> None:
         _int(self.width, "bucket.width", 1)
+        if self.count is not None:
+            _int(self.count, "bucket.count", 0)
         if self.encoding not in ("default", "v2"):
             raise ManifestError(
                 "bucket.encoding", f"must be 'default' or 'v2', not {self.encoding!r}"
@@ -140,8 +147,19 @@ class Bucket:
             return None
         return int(head)
 
+    def same_cut(self, other: Bucket | None) -> bool:
+        """The same bucket arithmetic (the recorded count is a figure, not part of the cut)."""
+        return other is not None and replace(self, count=None) == replace(other, count=None)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"width": self.width, "encoding": self.encoding, "separator": self.separator}
+        doc: dict[str, Any] = {
+            "width": self.width,
+            "encoding": self.encoding,
+            "separator": self.separator,
+        }
+        if self.count is not None:
+            doc["count"] = self.count
+        return doc
 
 
 @dataclass(frozen=True)
@@ -153,6 +171,7 @@ class Blob:
     bucket: Bucket | None = None
     bytes: int = 0
     objects: int = 0
+    cut: int = 1  # the cut that made it (Manifest.cuts)
 
     def __post_init__(self) -> None:
         if not is_id(self.id):
@@ -168,15 +187,70 @@ class Blob:
             raise ManifestError("bucket", f"bucketed blob {self.id!r} must own exactly one prefix")
         _int(self.bytes, "bytes", 0)
         _int(self.objects, "objects", 0)
+        _int(self.cut, "cut", 1)
+
+    def same_cut(self, other: Blob) -> bool:
+        """Names the same keys: same prefixes and bucket arithmetic (figures aside)."""
+        if self.bucket is None or other.bucket is None:
+            return self.prefixes == other.prefixes and self.bucket is other.bucket is None
+        return self.prefixes == other.prefixes and self.bucket.same_cut(other.bucket)
+
+    def ids(self) -> str:
+        """How the ids it answers read: `b_tas_<n>` for a bucketed blob, else its id."""
+        return self.id + ("_<n>" if self.bucket else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "cut": self.cut,
             "prefixes": list(self.prefixes),
             "bucket": None if self.bucket is None else self.bucket.to_dict(),
             "bytes": self.bytes,
             "objects": self.objects,
         }
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One partitioning of (part of) a scope: the policy its blobs were cut with."""
+
+    number: int
+    policy: Policy
+    epoch: int = 1  # the manifest epoch that made it
+
+    def __post_init__(self) -> None:
+        _int(self.number, "cut", 1)
+        _int(self.epoch, "epoch", 1)
+        if not isinstance(self.policy, Policy):
+            raise ManifestError("policy", "must be a Policy")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cut": self.number, "epoch": self.epoch, "policy": self.policy.to_dict()}
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A blob a re-cut replaced. Its id stays taken and keeps naming the same keys, so tier
+    state and tape addresses joined on it stay true; `states` keeps the tier state its ids had
+    when it was retired (hot ones left out: nothing of theirs is on tape)."""
+
+    blob: Blob
+    epoch: int  # the manifest epoch that retired it
+    states: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.blob, Blob):
+            raise ManifestError("blob", "must be a Blob")
+        _int(self.epoch, "epoch", 1)
+        if not isinstance(self.states, Mapping):
+            raise ManifestError("states", "must be an object of blob id -> tier state")
+        for k, v in self.states.items():
+            if not is_id(k) or not isinstance(v, str) or not v:
+                raise ManifestError("states", f"{k!r}: {v!r} is not a blob id and a state")
+        object.__setattr__(self, "states", dict(sorted(self.states.items())))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.blob.to_dict(), "retired_at": self.epoch, "states": dict(self.states)}
 
 
 @dataclass(frozen=True)
@@ -221,6 +295,8 @@ class Manifest:
     hot_always: tuple[str, ...] = DEFAULT_HOT_ALWAYS
     format: str = field(default=FORMAT)
     root_array: bool = False  # the store's root node is an array: its prefix is the scope
+    cuts: tuple[Cut, ...] = ()  # oldest first; empty: one cut, number 1, with `policy`
+    retired: tuple[Retired, ...] = ()
 
     def __post_init__(self) -> None:
         scope = _prefix(self.scope, "scope")
@@ -231,11 +307,42 @@ class Manifest:
             raise ManifestError("root_array", "must be true or false", scope)
         if not isinstance(self.policy, Policy):
             raise ManifestError("policy", "must be a Policy", scope)
-        for name in ("blobs", "hot", "pins", "hot_always"):
+        for name in ("blobs", "hot", "pins", "hot_always", "cuts", "retired"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.cuts:
+            object.__setattr__(self, "cuts", (Cut(1, self.policy),))
         self._check_hot_always(scope)
+        self._check_cuts(scope)
         self._check_ids(scope)
         self._check_prefixes(scope)
+
+    @property
+    def cut(self) -> Cut:
+        """The newest cut: new arrays join it while the policy stays the same."""
+        return self.cuts[-1]
+
+    def _check_cuts(self, scope: str) -> None:
+        numbers: list[int] = []
+        for i, c in enumerate(self.cuts):
+            if not isinstance(c, Cut):
+                raise ManifestError(f"cuts[{i}]", "must be a Cut", scope)
+            if numbers and c.number <= numbers[-1]:
+                raise ManifestError(
+                    f"cuts[{i}].cut", f"{c.number} does not increase on {numbers[-1]}", scope
+                )
+            numbers.append(c.number)
+        if self.cut.policy != self.policy:
+            raise ManifestError(
+                "policy", f"{self.policy} is not the newest cut's {self.cut.policy}", scope
+            )
+        for i, r in enumerate(self.retired):
+            if not isinstance(r, Retired):
+                raise ManifestError(f"retired[{i}]", "must be a Retired", scope)
+        owned = [(f"blobs[{i}]", b) for i, b in enumerate(self.blobs)]
+        owned += [(f"retired[{i}]", r.blob) for i, r in enumerate(self.retired)]
+        for name, b in owned:
+            if isinstance(b, Blob) and b.cut not in numbers:
+                raise ManifestError(f"{name}.cut", f"{b.cut} is not a cut of {numbers}", scope)
 
     def _check_hot_always(self, scope: str) -> None:
         for i, name in enumerate(self.hot_always):
@@ -248,17 +355,17 @@ class Manifest:
             raise ManifestError("hot_always", f"must keep the metadata names {missing}", scope)
 
     def _check_ids(self, scope: str) -> None:
-        seen: dict[str, int] = {}
-        for i, blob in enumerate(self.blobs):
+        seen: dict[str, str] = {}
+        named = [(f"blobs[{i}]", b) for i, b in enumerate(self.blobs)]
+        named += [(f"retired[{i}].blob", r.blob) for i, r in enumerate(self.retired)]
+        for name, blob in named:
             if not isinstance(blob, Blob):
-                raise ManifestError(f"blobs[{i}]", "must be a Blob", scope)
+                raise ManifestError(name, "must be a Blob", scope)
             if blob.id in seen:
                 raise ManifestError(
-                    f"blobs[{i}].id",
-                    f"duplicate id {blob.id!r} (also blobs[{seen[blob.id]}])",
-                    scope,
+                    f"{name}.id", f"duplicate id {blob.id!r} (also {seen[blob.id]})", scope
                 )
-            seen[blob.id] = i
+            seen[blob.id] = name
 
     def _check_prefixes(self, scope: str) -> None:
         owners: dict[str, str] = {}
@@ -309,7 +416,8 @@ class Manifest:
         return replace(self, epoch=self.epoch + 1, **changes)
 
     def check_successor(self, previous: Manifest | None) -> None:
-        """Epochs only increase, and a scope keeps its name."""
+        """Epochs only increase, a scope keeps its name, and ids are forever: every id the
+        stored manifest has (live or retired) names the same keys here, live or retired."""
         if previous is None:
             return
         if previous.scope != self.scope:
@@ -322,6 +430,24 @@ class Manifest:
                 f"{self.epoch} does not increase on the stored epoch {previous.epoch}",
                 self.scope,
             )
+        mine = {b.id: b for b in self.every_blob()}
+        for old in previous.every_blob():
+            new = mine.get(old.id)
+            if new is None:
+                raise ManifestError(
+                    "retired", f"id {old.id!r} of epoch {previous.epoch} is gone", self.scope
+                )
+            if not new.same_cut(old) or new.cut != old.cut:
+                raise ManifestError(
+                    "blobs",
+                    f"id {old.id!r} would name other keys than at epoch {previous.epoch} "
+                    f"({list(old.prefixes)} -> {list(new.prefixes)}): a new cut takes new ids",
+                    self.scope,
+                )
+
+    def every_blob(self) -> tuple[Blob, ...]:
+        """Live blobs, then retired ones: every id this scope has ever given."""
+        return (*self.blobs, *(r.blob for r in self.retired))
 
     def with_pin(self, pin: Pin, *, today: dt.date | None = None, force: bool = False) -> Manifest:
         """The successor holding `pin` (replacing a pin on the same prefix: how `until` moves).
@@ -362,7 +488,7 @@ class Manifest:
         return self.bumped(pins=tuple(p for p in self.pins if p.prefix != prefix))
 
     def blob(self, blob_id: str) -> Blob:
-        for b in self.blobs:
+        for b in self.every_blob():
             if b.id == blob_id:
                 return b
         raise KeyError(blob_id)
@@ -396,6 +522,8 @@ class Manifest:
         }
         if self.root_array:  # only then: manifests of group stores stay byte-identical
             doc["root_array"] = True
+        doc["cuts"] = [c.to_dict() for c in self.cuts]
+        doc["retired"] = [r.to_dict() for r in self.retired]
         return doc
 
     def dumps(self) -> bytes:
@@ -426,6 +554,8 @@ class Manifest:
                 "pins",
                 "blobs",
                 "root_array",
+                "cuts",
+                "retired",
             },
             "",
             scope,
@@ -433,16 +563,15 @@ class Manifest:
         for name in ("format", "scope", "epoch", "policy", "blobs"):
             if name not in doc:
                 raise ManifestError(name, "is required", scope)
-        policy = _obj(doc["policy"], "policy", scope)
-        _only(policy, {"t_max", "t_hot", "t_min"}, "policy.", scope)
-        for name in ("t_max", "t_hot", "t_min"):
-            if name not in policy:
-                raise ManifestError(f"policy.{name}", "is required", scope)
-        try:
-            pol = Policy(policy["t_max"], policy["t_hot"], policy["t_min"])
-        except ManifestError as err:
-            raise ManifestError(err.field, err.problem, scope) from None
+        pol = _policy(_obj(doc["policy"], "policy", scope), "policy.", scope)
         blobs = tuple(_blob(b, i, scope) for i, b in enumerate(_list(doc["blobs"], "blobs", scope)))
+        cuts = tuple(
+            _cut(c, i, scope) for i, c in enumerate(_list(doc.get("cuts", []), "cuts", scope))
+        )
+        retired = tuple(
+            _retired(r, i, scope)
+            for i, r in enumerate(_list(doc.get("retired", []), "retired", scope))
+        )
         pins = tuple(
             _pin(p, i, scope) for i, p in enumerate(_list(doc.get("pins", []), "pins", scope))
         )
@@ -458,6 +587,8 @@ class Manifest:
             ),
             format=doc["format"],
             root_array=doc.get("root_array", False),
+            cuts=cuts,
+            retired=retired,
         )
 
 
@@ -486,29 +617,73 @@ def _only(doc: Mapping[str, Any], allowed: Iterable[str], outer: str, scope: str
         raise ManifestError(f"{outer}{extra[0]}", "is not a manifest field", scope)
 
 
-def _blob(value: Any, i: int, scope: str | None) -> Blob:
-    doc = _obj(value, f"blobs[{i}]", scope)
-    _only(doc, {"id", "prefixes", "bucket", "bytes", "objects"}, f"blobs[{i}].", scope)
-    for name in ("id", "prefixes"):
-        if name not in doc:
-            raise ManifestError(f"blobs[{i}].{name}", "is required", scope)
+_BLOB_FIELDS = {"id", "cut", "prefixes", "bucket", "bytes", "objects"}
+
+
+def _policy(policy: Mapping[str, Any], outer: str, scope: str | None) -> Policy:
+    _only(policy, {"t_max", "t_hot", "t_min"}, outer, scope)
+    for name in ("t_max", "t_hot", "t_min"):
+        if name not in policy:
+            raise ManifestError(f"{outer}{name}", "is required", scope)
+    try:
+        return Policy(policy["t_max"], policy["t_hot"], policy["t_min"])
+    except ManifestError as err:
+        raise ManifestError(outer + err.field.removeprefix("policy."), err.problem, scope) from None
+
+
+def _blob(
+    value: Any, i: int, scope: str | None, where: str = "blobs", extra: Iterable[str] = ()
+) -> Blob:
+    name = f"{where}[{i}]"
+    doc = _obj(value, name, scope)
+    _only(doc, _BLOB_FIELDS | set(extra), f"{name}.", scope)
+    for field_name in ("id", "prefixes"):
+        if field_name not in doc:
+            raise ManifestError(f"{name}.{field_name}", "is required", scope)
     try:
         bucket = None
         if doc.get("bucket") is not None:
             b = _obj(doc["bucket"], "bucket", scope)
-            _only(b, {"width", "encoding", "separator"}, "bucket.", scope)
+            _only(b, {"width", "encoding", "separator", "count"}, "bucket.", scope)
             if "width" not in b:
                 raise ManifestError("bucket.width", "is required", scope)
-            bucket = Bucket(b["width"], b.get("encoding", "default"), b.get("separator", "/"))
+            bucket = Bucket(
+                b["width"], b.get("encoding", "default"), b.get("separator", "/"), b.get("count")
+            )
         return Blob(
             doc["id"],
             _list(doc["prefixes"], "prefixes", scope),
             bucket,
             doc.get("bytes", 0),
             doc.get("objects", 0),
+            doc.get("cut", 1),
         )
     except ManifestError as err:
-        raise _nested(err, f"blobs[{i}]", scope or "") from None
+        raise _nested(err, name, scope or "") from None
+
+
+def _cut(value: Any, i: int, scope: str | None) -> Cut:
+    doc = _obj(value, f"cuts[{i}]", scope)
+    _only(doc, {"cut", "epoch", "policy"}, f"cuts[{i}].", scope)
+    for name in ("cut", "policy"):
+        if name not in doc:
+            raise ManifestError(f"cuts[{i}].{name}", "is required", scope)
+    policy = _policy(_obj(doc["policy"], f"cuts[{i}].policy", scope), f"cuts[{i}].policy.", scope)
+    try:
+        return Cut(doc["cut"], policy, doc.get("epoch", 1))
+    except ManifestError as err:
+        raise _nested(err, f"cuts[{i}]", scope or "") from None
+
+
+def _retired(value: Any, i: int, scope: str | None) -> Retired:
+    doc = _obj(value, f"retired[{i}]", scope)
+    blob = _blob(doc, i, scope, "retired", ("retired_at", "states"))
+    if "retired_at" not in doc:
+        raise ManifestError(f"retired[{i}].retired_at", "is required", scope)
+    try:
+        return Retired(blob, doc["retired_at"], _obj(doc.get("states", {}), "states", scope))
+    except ManifestError as err:
+        raise _nested(err, f"retired[{i}]", scope or "") from None
 
 
 def _pin(value: Any, i: int, scope: str | None) -> Pin:

@@ -70,7 +70,8 @@ class Outcome:
             "epoch": self.epoch,
             "written": self.written,
             "blobs": len(self.manifest.blobs),
-            "orphaned": list(self.orphaned),
+            "orphaned": list(self.orphaned),  # the name scripts knew; "retired" says what it is
+            "retired": list(self.orphaned),
             "change": self.diff.describe(),
         }
 
