@@ -185,11 +185,14 @@ def test_mark_from_the_command_line(tmp_path: Path) -> None:
     for args, words in (
         ([SCOPE, "b_zz_1", "archived"], "is not a blob of scope"),
         ([SCOPE, "b_tas_1", "frozen"], "choose one of hot, writing"),
+        ([SCOPE, "b_tas_99", "writing"], "blob b_tas of scope 'cordex/a.zarr' has buckets 0-"),
+        ([SCOPE, "b_tas_99", "writing", "--data", str(data)], "has buckets 0-3 now"),
     ):
         res = run(app, ["archive", "mark", *args, *common])
         assert res.exit_code == 2 and words in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
     missing = run(app, ["archive", "mark", "cordex/none.zarr", "w_x", "hot", *common])
-    assert missing.exit_code == 1 and "no manifest for scope 'cordex/none.zarr'" in missing.output
+    assert missing.exit_code == 2 and "no manifest for scope 'cordex/none.zarr'" in missing.output
     assert (
         json.loads((manifests / SCOPE / "tiers.json").read_text()) == doc
     )  # refusals wrote nothing

@@ -186,6 +186,9 @@ def _policy(t_max: str, t_hot: str, t_min: str) -> Any:
 
 def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
     for o in outcomes:
+        if o.note:
+            typer.echo(f"note: {o.note}", err=True)
+        _warn_stale(o.scope, o.stale, "objects changed since it went to tape")
         for b, why in o.manifest.oversized():
             typer.echo(
                 f"warning: scope {o.scope!r} blob {b.id}: {why}; a blob never splits an "
@@ -203,6 +206,16 @@ def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
             "  (dry run: nothing written)"
             if dry_run
             else ("  written" if o.written else "  no change written")
+        )
+
+
+def _warn_stale(scope: str, stale: Any, how: str) -> None:
+    for blob, n in stale:
+        typer.echo(
+            f"warning: scope {scope!r} blob {blob}: {n} {how}: its tape copy is out of date "
+            f"(stale); write it again: `toolkit archive mark {scope} {blob} writing`, then "
+            "`archived`",
+            err=True,
         )
 
 
@@ -245,6 +258,7 @@ def partition(
                 dry_run=dry_run,
                 exclude=exclude or (),
                 hot_always=hot_always or (),
+                check_tape=not dry_run,
             )
             for s in todo
         ]
@@ -295,6 +309,7 @@ def scan(
             executor=executor,
             progress=_progress,
             break_lock=break_lock,
+            check_tape=not dry_run,
         )
     _print_outcomes(outcomes, as_json, dry_run)
 
@@ -370,9 +385,11 @@ def resolve(
         plain = root is None and not any("://" in k or k.startswith("/") for k in todo)
         answers = trie.lookup_many(todo) if plain else [trie.resolve(k, root) for k in todo]
         results = []
+        by_scope = {x.scope: x for x in loaded}
         for k, answer in zip(todo, answers, strict=True):
             lost = next((s for s in broken if _under(k, s)), None)
-            results.append((k, _unreadable(lost) if lost else answer.to_dict()))
+            doc = _unreadable(lost) if lost else answer.to_dict()
+            results.append((k, {**doc, "recut": _recut(by_scope.get(doc["scope"]), k)}))
     if as_json:
         with _errors():
             tiers = _tiers_of(m, {r["scope"] for _, r in results if r["kind"] == "blob"})
@@ -381,9 +398,20 @@ def resolve(
     else:
         for k, r in results:
             what = r["blob"] if r["kind"] == "blob" else r["kind"]
-            _echo(f"{k}\t{r['scope'] or '-'}\t{what}\t{r['reason']}")
+            was = "; ".join(f"{x['blob']} ({x['tier']})" for x in r["recut"])
+            reason = r["reason"] + (f"; re-cut, was in {was}" if was else "")
+            _echo(f"{k}\t{r['scope'] or '-'}\t{what}\t{reason}")
     if any(r["kind"] == "error" for _, r in results):
         raise typer.Exit(1)
+
+
+def _recut(manifest: Any, key: str) -> list[dict[str, str]]:
+    """The retired blobs that held `key` before a re-cut, with the tier state they kept."""
+    if manifest is None:
+        return []
+    at = key.rfind(manifest.scope + "/")  # a pasted URL or path: from where the scope starts
+    relative = key if at <= 0 else key[at:]
+    return [{"blob": b, "tier": t} for b, t in manifest.retired_for(relative)]
 
 
 def _stdin_keys() -> list[str]:
@@ -469,6 +497,8 @@ def watch(
                 batch = process(
                     d, m, parse_lines(lines), options, cluster=where, progress=_progress
                 )
+                for scope, blob, writes in batch.stale:
+                    _warn_stale(scope, [(blob, writes)], "write(s) into it while on tape")
                 if as_json:
                     doc = {"batch": n, "lines": [lines[0][0], lines[-1][0]], **batch.to_dict()}
                     _echo(json.dumps(doc))
@@ -499,7 +529,7 @@ def mark(
     state: Annotated[
         str,
         typer.Argument(
-            help="The blob's new tier state: hot, writing, archived, recalling, recalled."
+            help="The blob's new tier state: hot, writing, archived, recalling, recalled, stale."
         ),
     ],
     manifests: Manifests = "manifests",
@@ -518,9 +548,11 @@ def mark(
     """Record that BLOB of SCOPE moved to STATE: the tape system's hook.
 
     hot > writing > archived > recalling > recalled > archived; writing > hot and
-    recalling > archived go back.
+    recalling > archived go back. A write into a blob on tape makes it stale (watch, scan);
+    stale > writing > archived writes it again.
 
-    The same state again writes nothing, so a hook may retry.
+    The same state again writes nothing, so a hook may retry. An unknown scope, blob or
+    state exits 2.
     """
     import datetime as dt
 
@@ -533,16 +565,22 @@ def mark(
         m = _open(manifests, stores)
         stored = ManifestStore(m).read(scope)
         if stored is None:
-            raise _fail(1, f"no manifest for scope {scope!r} under {m.url}: partition it first")
+            raise _fail(
+                2,
+                f"no manifest for scope {scope!r} under {m.url}: check the scope "
+                "(`toolkit archive show`), or partition it first",
+            )
         if state not in STATES:
             raise ValueError(f"state {state!r}: choose one of {', '.join(STATES)}")
-        owner = blob_of(stored.manifest, blob)
+        d = _open_data(data, stores) if data is not None else None
+        buckets = _buckets(d, stored.manifest) if d is not None else None
+        owner = blob_of(stored.manifest, blob, buckets)
         size, objects = (owner.bytes, owner.objects) if owner.id == blob else (None, None)
-        if data is not None:
-            size, objects = _blob_size(_open_data(data, stores), stored.manifest, blob)
+        if d is not None and owner in stored.manifest.blobs:  # a retired blob keeps its figures
+            size, objects = _blob_size(d, stored.manifest, blob)
         tiers = TierStore(m, break_lock)
         before = tiers.read(scope)[0].tier(blob).state
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         tiers.update(
             scope,
             lambda s: s.mark(blob, state, now, bytes=size, objects=objects, force=force),
@@ -551,6 +589,19 @@ def mark(
         _echo(f"{scope} {blob}: already {before}, nothing written")
     else:
         _echo(f"{scope} {blob}: {before} -> {state}")
+
+
+def _buckets(data: Any, manifest: Any) -> dict[str, int]:
+    """Bucketed blob id -> the buckets its array fills now (its metadata, no chunk read)."""
+    from toolkit.archive.hierarchy import read_arrays
+
+    arrays = {a.path: a for a in read_arrays(data, manifest.scope)}
+    out = {}
+    for b in manifest.every_blob():
+        a = arrays.get(b.prefixes[0]) if b.bucket is not None else None
+        if a is not None and b.bucket is not None:
+            out[b.id] = -(-a.grid[0] // b.bucket.width) if a.grid else 1
+    return out
 
 
 def _blob_size(data: Any, manifest: Any, blob: str) -> tuple[int, int]:
@@ -724,6 +775,13 @@ def report(
         loaded, broken = _load(m)
         rows = run_report(d, m, scopes, relative_events(d, evs), bps, mount, loaded=loaded)
         tiers = _tiers_of(m, {r.scope for r in rows if r.kind == "blob"})
+    for scope, state in tiers.items():
+        for blob, t in state.stale().items():
+            typer.echo(
+                f"warning: scope {scope!r} blob {blob}: stale since {t.since}: its tape copy "
+                f"misses {t.stale_writes} write(s); write it again (mark writing, then archived)",
+                err=True,
+            )
     if as_json:
         blobs = [{**r.to_dict(), "tier": _tier_doc(tiers, r)} for r in rows]
         _echo(json.dumps({"rate_bytes_per_s": bps, "mount_s": mount, "blobs": blobs}, indent=2))

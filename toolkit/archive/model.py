@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from toolkit.archive.ids import ID_PATTERN, is_id
+from toolkit.archive.ids import ID_PATTERN, bucket_id, is_id
 from toolkit.archive.keys import key_problem
 
 __all__ = [
@@ -486,6 +486,25 @@ class Manifest:
         if all(p.prefix != prefix for p in self.pins):
             raise ManifestError("pins", f"no pin on {prefix!r}", self.scope)
         return self.bumped(pins=tuple(p for p in self.pins if p.prefix != prefix))
+
+    def retired_for(self, key: str) -> tuple[tuple[str, str], ...]:
+        """The retired ids that held `key` (a key relative to the data root) before a re-cut,
+        each with the tier state it kept ("hot": nothing of it was on tape), oldest first."""
+        if key.rsplit("/", 1)[-1] in self.hot_always:
+            return ()
+        out = []
+        for r in self.retired:
+            for p in r.blob.prefixes:
+                if not is_under(key, p):
+                    continue
+                held = r.blob.id
+                if r.blob.bucket is not None:
+                    n = r.blob.bucket.first_index(key[len(p) + 1 :]) if key != p else None
+                    if n is None:
+                        continue
+                    held = bucket_id(r.blob.id, n, r.blob.bucket.width)
+                out.append((held, r.states.get(held, "hot")))
+        return tuple(out)
 
     def blob(self, blob_id: str) -> Blob:
         for b in self.every_blob():

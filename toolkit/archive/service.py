@@ -1,14 +1,18 @@
 """The one operation drivers call: partition a scope (propose, then commit), or many as a graph.
 
 `partition_store` reads the arrays (listing + metadata), reads the stored manifest (body and
-version from one GET), applies the pure rules, diffs, and writes conditionally. `scan` finds
-every store under a data root and partitions each as one node of a Dask graph.
+version from one GET), applies the pure rules, diffs, and writes conditionally; with
+`check_tape` it then marks `stale` the blobs on tape whose objects changed since they went
+there. `scan` finds every store under a data root and partitions each as one node of a Dask
+graph.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolkit import storage
@@ -17,9 +21,11 @@ from toolkit.archive.discover import Event, find_stores
 from toolkit.archive.hierarchy import read_arrays
 from toolkit.archive.manifests import ManifestConflict, ManifestStore, Stored, scope_of_key
 from toolkit.archive.model import Manifest, Policy
-from toolkit.archive.partition import partition
+from toolkit.archive.partition import partition, policy_note
 from toolkit.archive.report import BlobStats, summarise
 from toolkit.archive.resolve import Trie
+from toolkit.archive.tiers import ON_TAPE
+from toolkit.archive.tierstore import TierStore
 from toolkit.engine import ListedKeys, run
 from toolkit.plan import Gate, Plan, Stage
 from toolkit.tasks import stable
@@ -35,6 +41,7 @@ __all__ = [
     "report",
     "scan",
     "scan_plan",
+    "tape_changes",
 ]
 
 
@@ -46,6 +53,7 @@ class Proposal:
     previous: Stored | None
     manifest: Manifest
     diff: Diff
+    note: str | None = None  # a policy other than the newest cut's: what it did and did not do
 
     @property
     def changed(self) -> bool:
@@ -59,6 +67,8 @@ class Outcome:
     written: bool
     diff: Diff
     manifest: Manifest
+    note: str | None = None
+    stale: tuple[tuple[str, int], ...] = ()  # (blob, objects changed) newly found stale
 
     @property
     def orphaned(self) -> tuple[str, ...]:
@@ -73,6 +83,8 @@ class Outcome:
             "orphaned": list(self.orphaned),  # the name scripts knew; "retired" says what it is
             "retired": list(self.orphaned),
             "change": self.diff.describe(),
+            "note": self.note,
+            "stale": [{"blob": b, "changed": n} for b, n in self.stale],
         }
 
 
@@ -91,17 +103,23 @@ def propose(
     previous = manifests.read(scope)
     if keep_policy and previous is not None:
         policy = previous.manifest.policy
+    old = previous.manifest if previous else None
+    tiers: dict[str, str] = {}
+    if force and old is not None:  # a re-cut keeps the tier states of the blobs it retires
+        state, _ = TierStore(manifests.store).read(scope)
+        tiers = {b: t.state for b, t in state.blobs.items()}
     arrays = read_arrays(data, scope)
     new = partition(
         arrays,
         scope,
         policy,
-        previous.manifest if previous else None,
+        old,
         force=force,
         exclude=exclude,
         hot_always=tuple(hot_always),
+        tiers=tiers,
     )
-    return Proposal(scope, previous, new, diff(previous.manifest if previous else None, new))
+    return Proposal(scope, previous, new, diff(old, new), policy_note(old, policy, force))
 
 
 def commit(manifests: ManifestStore, proposal: Proposal) -> Outcome:
@@ -109,7 +127,12 @@ def commit(manifests: ManifestStore, proposal: Proposal) -> Outcome:
     if proposal.changed:
         manifests.write(proposal.manifest, proposal.previous)
     return Outcome(
-        proposal.scope, proposal.manifest.epoch, proposal.changed, proposal.diff, proposal.manifest
+        proposal.scope,
+        proposal.manifest.epoch,
+        proposal.changed,
+        proposal.diff,
+        proposal.manifest,
+        proposal.note,
     )
 
 
@@ -124,7 +147,10 @@ def partition_store(
     exclude: Iterable[str] = (),
     hot_always: Iterable[str] = (),
     keep_policy: bool = False,
+    check_tape: bool = False,
 ) -> Outcome:
+    """`check_tape`: after the manifest, mark stale the blobs on tape whose objects changed
+    (one listing of the scope, only when it has blobs on tape)."""
     ms = manifests if isinstance(manifests, ManifestStore) else ManifestStore(manifests)
     proposal = propose(
         data,
@@ -137,8 +163,43 @@ def partition_store(
         keep_policy=keep_policy,
     )
     if dry_run:
-        return Outcome(scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest)
-    return commit(ms, proposal)
+        return Outcome(
+            scope, proposal.manifest.epoch, False, proposal.diff, proposal.manifest, proposal.note
+        )
+    out = commit(ms, proposal)
+    if check_tape:
+        out = replace(out, stale=tape_changes(data, ms.store, out.manifest, ms.break_lock))
+    return out
+
+
+def tape_changes(
+    data: storage.Store, manifests: storage.Store, manifest: Manifest, break_lock: bool = False
+) -> tuple[tuple[str, int], ...]:
+    """Blobs whose copy is on tape (archived, recalling, recalled) holding objects modified
+    after they got there: each goes `stale` in the tier state. Returns (blob, objects changed)
+    for those. Modification times are the object store's; compared with the time the blob's
+    state was marked, so the store's clock and the hook's must agree to within that margin."""
+    tiers = TierStore(manifests, break_lock)
+    state, _ = tiers.read(manifest.scope)
+    held = {b: _when(t.since) for b, t in state.blobs.items() if t.state in ON_TAPE and t.since}
+    if not held:
+        return ()
+    objects = storage.list_objects(data, manifest.scope)
+    changed: Counter[str] = Counter()
+    for o, r in zip(objects, Trie([manifest]).lookup_many(o.key for o in objects), strict=True):
+        since = held.get(r.blob or "")
+        if since is not None and o.last_modified > since:
+            changed[r.blob or ""] += 1
+    if not changed:
+        return ()
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    new = tiers.update(manifest.scope, lambda s: s.changed(changed, now))
+    return tuple((b, n) for b, n in sorted(changed.items()) if new.tier(b).state == "stale")
+
+
+def _when(iso: str) -> dt.datetime:
+    t = dt.datetime.fromisoformat(iso)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 # --------------------------------------------------------------------------- many scopes
@@ -170,6 +231,7 @@ class PartitionScope:
     break_lock: bool = False
     keep_policy: bool = False
     conflicts: int = 0
+    check_tape: bool = False
 
     def __call__(self, task: ScopeTask) -> Outcome:
         for attempt in range(self.conflicts + 1):
@@ -184,6 +246,7 @@ class PartitionScope:
                     exclude=self.exclude,
                     hot_always=self.hot_always,
                     keep_policy=self.keep_policy,
+                    check_tape=self.check_tape,
                 )
             except ManifestConflict:
                 if attempt == self.conflicts:
@@ -224,6 +287,7 @@ def scan(
     break_lock: bool = False,
     keep_policy: bool = False,
     conflicts: int = 0,
+    check_tape: bool = False,
 ) -> tuple[list[Outcome], Any]:
     """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
     patterns = tuple(exclude)
@@ -239,6 +303,7 @@ def scan(
         break_lock,
         keep_policy,
         conflicts,
+        check_tape,
     )
     if not found:
         return [], None

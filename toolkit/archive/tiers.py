@@ -7,10 +7,14 @@ objects it held when it last changed state, and read/write counts (and bytes) fr
 States follow what a tape system does with a blob:
 
     hot -> writing -> archived -> recalling -> recalled -> archived ...
+    archived | recalling | recalled -> stale -> writing -> archived
 
 `writing -> hot` (a failed or abandoned write) and `recalling -> archived` (a failed recall)
-go back. Marking a blob with the state it already has changes nothing, so a hook may retry.
-A blob with no record is hot: nothing has been written to the cold tier.
+go back. A write into a blob whose copy is on tape makes that copy out of date: the blob goes
+`stale` by itself (a write event, or a scan that finds an object changed since the blob was
+archived) and counts the writes the tape copy misses, until the tape system writes it again
+(`stale -> writing -> archived`). Marking a blob with the state it already has changes nothing,
+so a hook may retry. A blob with no record is hot: nothing has been written to the cold tier.
 
 Counts are idempotent under replayed deliveries: each document keeps the identities of the
 last `KEEP_APPLIED` events it counted and skips them when they come again.
@@ -29,6 +33,7 @@ from toolkit.archive.model import Blob, Manifest
 __all__ = [
     "FORMAT",
     "KEEP_APPLIED",
+    "ON_TAPE",
     "STATES",
     "TRANSITIONS",
     "BlobTier",
@@ -41,15 +46,17 @@ __all__ = [
 ]
 
 FORMAT = "toolkit-archive-tiers/1"
-State = Literal["hot", "writing", "archived", "recalling", "recalled"]
-STATES: tuple[State, ...] = ("hot", "writing", "archived", "recalling", "recalled")
+State = Literal["hot", "writing", "archived", "recalling", "recalled", "stale"]
+STATES: tuple[State, ...] = ("hot", "writing", "archived", "recalling", "recalled", "stale")
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     "hot": frozenset({"writing"}),
     "writing": frozenset({"archived", "hot"}),
-    "archived": frozenset({"recalling"}),
-    "recalling": frozenset({"recalled", "archived"}),
-    "recalled": frozenset({"archived", "recalling"}),
+    "archived": frozenset({"recalling", "stale"}),
+    "recalling": frozenset({"recalled", "archived", "stale"}),
+    "recalled": frozenset({"archived", "recalling", "stale"}),
+    "stale": frozenset({"writing"}),
 }
+ON_TAPE: frozenset[str] = frozenset({"archived", "recalling", "recalled"})  # a copy to go stale
 KEEP_APPLIED = 10_000
 
 
@@ -89,6 +96,7 @@ class BlobTier:
     objects: int = 0
     since: str | None = None  # ISO time of the last state change
     usage: Usage = field(default_factory=Usage)
+    stale_writes: int = 0  # writes the tape copy misses (counted while stale)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +104,7 @@ class BlobTier:
             "bytes": self.bytes,
             "objects": self.objects,
             "since": self.since,
+            "stale_writes": self.stale_writes,
             "reads": self.usage.reads,
             "writes": self.usage.writes,
             "bytes_read": self.usage.bytes_read,
@@ -165,11 +174,15 @@ class TierState:
             bytes=current.bytes if bytes is None else bytes,
             objects=current.objects if objects is None else objects,
             since=now,
+            stale_writes=current.stale_writes if state in ("stale", "writing") else 0,
         )
         return replace(self, version=self.version + 1, blobs={**self.blobs, blob: moved})
 
-    def count(self, counts: Iterable[tuple[str, str, Usage]]) -> TierState:
-        """Add `(event identity, blob, usage)` rows, skipping identities already counted."""
+    def count(self, counts: Iterable[tuple[str, str, Usage]], now: str | None = None) -> TierState:
+        """Add `(event identity, blob, usage)` rows, skipping identities already counted.
+
+        A write into a blob whose copy is on tape makes it `stale` (since `now`): the tape copy
+        is out of date. Writes into a stale blob are counted as the ones its copy misses."""
         seen = set(self.applied)
         blobs = dict(self.blobs)
         fresh: list[str] = []
@@ -179,11 +192,30 @@ class TierState:
             seen.add(ident)
             fresh.append(ident)
             tier = blobs.get(blob, BlobTier())
-            blobs[blob] = replace(tier, usage=tier.usage + usage)
+            tier = replace(tier, usage=tier.usage + usage)
+            if usage.writes:
+                tier = _went_stale(tier, usage.writes, now)
+            blobs[blob] = tier
         if not fresh:
             return self
         applied = (*self.applied, *fresh)[-KEEP_APPLIED:]
         return replace(self, version=self.version + 1, blobs=blobs, applied=applied)
+
+    def changed(self, objects: Mapping[str, int], now: str) -> TierState:
+        """Blobs found with `objects[blob]` objects changed since they went to tape (a scan):
+        those whose copy is on tape go `stale`; the rest are as they were."""
+        blobs = dict(self.blobs)
+        for blob, n in objects.items():
+            tier = self.tier(blob)
+            if n and tier.state in ON_TAPE:
+                blobs[blob] = _went_stale(tier, n, now)
+        if blobs == self.blobs:
+            return self
+        return replace(self, version=self.version + 1, blobs=blobs)
+
+    def stale(self) -> dict[str, BlobTier]:
+        """The blobs whose tape copy is out of date."""
+        return {b: t for b, t in self.blobs.items() if t.state == "stale"}
 
     # ------------------------------------------------------------------ JSON
 
@@ -239,11 +271,27 @@ class TierState:
         )
 
 
+def _went_stale(tier: BlobTier, writes: int, now: str | None) -> BlobTier:
+    if tier.state in ON_TAPE:
+        return replace(tier, state="stale", since=now or tier.since, stale_writes=writes)
+    if tier.state == "stale":
+        return replace(tier, stale_writes=tier.stale_writes + writes)
+    return tier
+
+
 def _blob_tier(doc: Any, blob: str) -> BlobTier:
     if not isinstance(doc, Mapping):
         raise TierError(f"blobs.{blob} must be an object")
     numbers = {}
-    for name in ("bytes", "objects", "reads", "writes", "bytes_read", "bytes_written"):
+    for name in (
+        "bytes",
+        "objects",
+        "reads",
+        "writes",
+        "bytes_read",
+        "bytes_written",
+        "stale_writes",
+    ):
         value = doc.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise TierError(f"blobs.{blob}.{name} must be an integer >= 0")
@@ -262,18 +310,29 @@ def _blob_tier(doc: Any, blob: str) -> BlobTier:
         usage=Usage(
             numbers["reads"], numbers["writes"], numbers["bytes_read"], numbers["bytes_written"]
         ),
+        stale_writes=numbers["stale_writes"],
     )
 
 
-def blob_of(manifest: Manifest, blob: str) -> Blob:
-    """The manifest's blob that `blob` names: an unbucketed blob's id, or a bucket id
-    (`<base>_<n>`) of a bucketed blob. Anything else is refused naming the ids the scope has."""
-    for b in manifest.blobs:
+def blob_of(manifest: Manifest, blob: str, buckets: Mapping[str, int] | None = None) -> Blob:
+    """The blob (live or retired) that `blob` names: an unbucketed blob's id, or a bucket id
+    (`<base>_<n>`) of a bucketed blob whose array has bucket n. `buckets` (blob id -> buckets
+    its array fills now, from its metadata) overrides the count the cut recorded. Anything else
+    is refused naming the ids the scope has and the fix."""
+    for b in manifest.every_blob():
         if b.bucket is None and b.id == blob:
             return b
         if b.bucket is not None and blob.startswith(b.id + "_") and blob[len(b.id) + 1 :].isdigit():
-            return b  # tier state is per bucket: the ids `resolve` answers
-    known = ", ".join(b.id + ("_<n>" if b.bucket else "") for b in manifest.blobs) or "none"
+            n = int(blob[len(b.id) + 1 :])  # tier state is per bucket: the ids `resolve` answers
+            count = (buckets or {}).get(b.id, b.bucket.count)
+            if count is not None and n >= count:
+                how = "now" if buckets and b.id in buckets else "when cut (--data checks it now)"
+                raise TierError(
+                    f"{blob!r}: blob {b.id} of scope {manifest.scope!r} has buckets 0-"
+                    f"{count - 1} {how}; a bucket beyond them holds nothing to mark"
+                )
+            return b
+    known = ", ".join(b.ids() for b in manifest.blobs) or "none"
     raise TierError(
         f"{blob!r} is not a blob of scope {manifest.scope!r} (its blobs: {known}); "
         "`toolkit archive show` lists them"

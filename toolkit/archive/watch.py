@@ -17,6 +17,7 @@ two watchers fed the same stream end where one would.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import select
 import signal
@@ -65,6 +66,7 @@ class Batch:
     outcomes: tuple[Outcome, ...] = ()
     counted: dict[str, Usage] = field(default_factory=dict)  # scope -> usage newly counted
     outside: tuple[str, ...] = ()  # keys under no Zarr store
+    stale: tuple[tuple[str, str, int], ...] = ()  # (scope, blob, writes) whose tape copy went stale
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class Batch:
             "reads": sum(u.reads for u in self.counted.values()),
             "writes": sum(u.writes for u in self.counted.values()),
             "outside": len(self.outside),
+            "stale": [{"scope": s, "blob": b, "writes": n} for s, b, n in self.stale],
         }
 
     def line(self) -> str:
@@ -90,6 +93,8 @@ class Batch:
         text += f"; {reads} reads, {writes} writes counted"
         if self.outside:
             text += f"; {len(self.outside)} key(s) under no Zarr store (e.g. {self.outside[0]})"
+        if self.stale:
+            text += f"; {len(self.stale)} blob(s) on tape written to, now stale"
         return text
 
 
@@ -177,20 +182,29 @@ def process(
             keep_policy=True,
             conflicts=CONFLICTS,
         )
-    counted = _count(ms, scoped, options.break_lock)
-    return Batch(len(unique), len(events) - len(unique), tuple(outcomes), counted, tuple(outside))
+    counted, stale = _count(ms, scoped, options.break_lock)
+    return Batch(
+        len(unique),
+        len(events) - len(unique),
+        tuple(outcomes),
+        counted,
+        tuple(outside),
+        tuple(stale),
+    )
 
 
 def _count(
     ms: ManifestStore, scoped: list[tuple[Event, str]], break_lock: bool
-) -> dict[str, Usage]:
-    """Reads and writes per blob into each scope's tier state; returns what was newly added."""
+) -> tuple[dict[str, Usage], list[tuple[str, str, int]]]:
+    """Reads and writes per blob into each scope's tier state; returns what was newly added
+    and the blobs on tape this batch's writes made stale (scope, blob, writes)."""
     by_scope: dict[str, list[Event]] = defaultdict(list)
     for e, s in scoped:
         if e.event in ("read", "write"):
             by_scope[s].append(e)
     tiers = TierStore(ms.store, break_lock)
     added: dict[str, Usage] = {}
+    stale: list[tuple[str, str, int]] = []
     for scope, evs in sorted(by_scope.items()):
         stored = ms.read(scope)
         if stored is None:  # nothing partitioned (an empty store): no blob to count against
@@ -207,17 +221,30 @@ def _count(
         if not rows:
             continue
         fresh: list[Usage] = []  # what the attempt that was stored added (retries redo it)
+        went: list[tuple[str, int]] = []
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
         def count(
-            state: TierState, rows: list[Row] = rows, fresh: list[Usage] = fresh
+            state: TierState,
+            rows: list[Row] = rows,
+            fresh: list[Usage] = fresh,
+            went: list[tuple[str, int]] = went,
+            now: str = now,
         ) -> TierState:
             applied = set(state.applied)
             fresh[:] = [u for ident, _, u in rows if ident not in applied]
-            return state.count(rows)
+            new = state.count(rows, now)
+            went[:] = [
+                (b, t.stale_writes)
+                for b, t in new.stale().items()
+                if state.tier(b).state != "stale"
+            ]
+            return new
 
         tiers.update(scope, count)
         added[scope] = sum(fresh, Usage())
-    return added
+        stale += [(scope, b, n) for b, n in went]
+    return added, stale
 
 
 # --------------------------------------------------------------------------- reading the stream
