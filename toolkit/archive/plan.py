@@ -175,7 +175,8 @@ def _arrays(
     arrays: list[ArrayInfo], scope: str, variables: Sequence[str] | None
 ) -> tuple[list[ArrayInfo], list[ArrayInfo]]:
     """The variables read and the coordinates that come with them, as xarray's `ds[names]`
-    takes them: every coordinate of the variable's group whose dims are among theirs."""
+    takes them: every coordinate whose dims are among theirs, of the variable's group or one
+    above it up to the scope (as a DataTree node inherits them)."""
     by_name = {_name(a, scope): a for a in arrays}
     if variables is None:
         chosen = [
@@ -191,19 +192,30 @@ def _arrays(
                 f"{', '.join(sorted(by_name)) or 'none'}"
             )
         chosen = list(dict.fromkeys(by_name[v.strip("/")] for v in variables))
-    coords = []
+    coords: list[ArrayInfo] = []
     for group in sorted({posixpath.dirname(a.path) for a in chosen}):
         needed = {d for a in chosen if posixpath.dirname(a.path) == group for d in _dims(a)}
-        coords += [
-            a
-            for a in arrays
-            if posixpath.dirname(a.path) == group
-            and a.is_coordinate
-            and a not in chosen
-            and a.dimension_names is not None
-            and set(a.dimension_names) <= needed
-        ]
+        taken: set[str] = set()
+        for level in _ancestors(group, scope):  # nearest first, as a DataTree inherits them
+            here = [
+                a
+                for a in arrays
+                if posixpath.dirname(a.path) == level
+                and a.is_coordinate
+                and a.name not in taken
+                and set(_dims(a)) <= needed - {None}  # a 0-d coordinate too (CF `height`)
+            ]
+            taken.update(a.name for a in here)
+            coords += [a for a in here if a not in chosen and a not in coords]
     return chosen, coords
+
+
+def _ancestors(group: str, scope: str) -> list[str]:
+    """`group` and the groups above it, up to the scope's."""
+    out = [group]
+    while out[-1] != scope and posixpath.dirname(out[-1]) and out[-1].startswith(scope + "/"):
+        out.append(posixpath.dirname(out[-1]))
+    return out
 
 
 def _lengths(arrays: list[ArrayInfo]) -> dict[str, int]:
