@@ -114,4 +114,4 @@ def test_the_storage_flags_are_declared_once() -> None:
             if path[0] == "virtual" and name == "anonymous":  # the --source's, not the repos'
                 continue
             assert param.help == declared[name], (path, name)
-    assert seen == 22  # status, expire and split advise/apply joined the 18
+    assert seen == 23  # status, expire and split advise/apply joined the 18; archive plan-read

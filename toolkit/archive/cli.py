@@ -831,3 +831,73 @@ def _tier_doc(tiers: dict[str, Any], row: Any) -> dict[str, Any] | None:
 def _tier_name(tiers: dict[str, Any], row: dict[str, Any]) -> str | None:
     doc = _tier_doc(tiers, row)
     return doc["state"] if doc else None
+
+
+@app.command("plan-read")
+def plan_read(
+    scope: Annotated[str, typer.Argument(help="Store path under --data (the manifest's scope).")],
+    data: Data = ".",
+    manifests: Manifests = "manifests",
+    var: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--var", help="Data variable to read (repeatable; default: every data variable)."
+        ),
+    ] = None,
+    isel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--isel",
+            help="DIM=START:STOP (half-open) or DIM=INDEX, by position; negative as Python "
+            "(repeatable).",
+        ),
+    ] = None,
+    sel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sel",
+            help="DIM=VALUE or DIM=START:STOP by label, STOP included as xarray's .sel; dates "
+            "as 2020-01-03 (repeatable).",
+        ),
+    ] = None,
+    rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
+    mount: Annotated[
+        float, typer.Option("--mount", min=0, help="Seconds per tape mount and seek.")
+    ] = 90.0,
+    as_json: Json = False,
+    stores: Storage = STORAGE,
+) -> None:
+    """What must be recalled before a selection of SCOPE can be read, and how long it takes.
+
+    Maps the selection to the chunk keys it reads (from metadata; a --sel reads the hot 1-d
+    coordinates), resolves them to blobs with their tier, bytes and recall estimate.
+    """
+    from toolkit.archive.plan import MissingManifest, plan
+    from toolkit.archive.selection import parse_isel, parse_sel
+    from toolkit.archive.units import parse_rate
+
+    with _errors():
+        bps = parse_rate(rate)
+        scope = _scope(scope)
+        positional = dict(_flags(parse_isel, isel, "--isel"))
+        labels = dict(_flags(parse_sel, sel, "--sel"))
+        d = _open_data(data, stores)
+        m = _open(manifests, stores)
+        try:
+            out = plan(
+                d, m, scope, variables=var, isel=positional, sel=labels, rate=bps, mount=mount
+            )
+        except MissingManifest as err:
+            raise _fail(1, str(err)) from None
+    _echo(json.dumps(out.to_dict(), indent=2) if as_json else out.table())
+
+
+def _flags(parse: Any, texts: list[str] | None, flag: str) -> Iterator[tuple[str, Any]]:
+    """Each DIM=... flag parsed; one dim given twice is refused (which would win is a guess)."""
+    seen: set[str] = set()
+    for text in texts or ():
+        dim, spec = parse(text)
+        if dim in seen:
+            raise ValueError(f"{flag} {dim}: given twice; give each dim once")
+        seen.add(dim)
+        yield dim, spec
