@@ -695,6 +695,25 @@ CASES: tuple[Case, ...] = (
         ("'b_zz_1'", "not a blob of scope 'cordex/a.zarr'", "`toolkit archive show`"),
     ),
     Case(
+        "`archive mark` of a scope that has no manifest",
+        ("archive", "mark", "cordex/none.zarr", "w_x", "archived", "--manifests", "m"),
+        2,
+        ("no manifest", "scope 'cordex/none.zarr'", "partition it first"),
+    ),
+    Case(
+        "`archive mark` of a bucket beyond its array",
+        ("archive", "mark", "cordex/a.zarr", "b_tas_99", "writing", "--manifests", "m"),
+        2,
+        ("'b_tas_99'", "has buckets 0-3 when cut", "--data checks it now"),
+    ),
+    Case(
+        "`archive mark` of a stale blob as archived without writing it again",
+        ("archive", "mark", "cordex/a.zarr", "b_tas_1", "archived", "--manifests", "m"),
+        1,
+        ("b_tas_1", "is stale: it can go to writing", "--force"),
+        setup=lambda w: _stale(w, "b_tas_1"),
+    ),
+    Case(
         "`archive mark` with a state that does not exist",
         ("archive", "mark", "cordex/a.zarr", "b_tas_1", "frozen", "--manifests", "m"),
         2,
@@ -1035,6 +1054,15 @@ CF_BAD = (
     ("range_empty", "float32", {"valid_min": 5.0, "valid_max": 1.0}),
     ("scale_zero", "int16", {"scale_factor": 0.0}),
 )
+
+
+def _stale(w: Path, blob: str) -> None:
+    """The blob went to tape, then a write made its copy stale."""
+    from toolkit.archive.tierstore import TierStore
+
+    tiers = TierStore(storage.open_store(str(w / "m")))
+    for state in ("writing", "archived", "stale"):
+        tiers.update("cordex/a.zarr", lambda s, state=state: s.mark(blob, state, "2026-12-04"))
 
 
 def _build_world(w: Path) -> None:

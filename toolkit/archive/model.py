@@ -584,6 +584,8 @@ class Manifest:
                 raise ManifestError(name, "is required", scope)
         pol = _policy(_obj(doc["policy"], "policy", scope), "policy.", scope)
         blobs = tuple(_blob(b, i, scope) for i, b in enumerate(_list(doc["blobs"], "blobs", scope)))
+        if "cuts" in doc and doc["cuts"] == []:
+            raise ManifestError("cuts", "must hold at least one cut (or be left out)", scope)
         cuts = tuple(
             _cut(c, i, scope) for i, c in enumerate(_list(doc.get("cuts", []), "cuts", scope))
         )

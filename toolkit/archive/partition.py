@@ -191,10 +191,9 @@ def partition(
         blobs, gone = _reuse_ids(blobs, previous.blobs)
         retired += tuple(Retired(b, epoch, states_of(b, tiers or {})) for b in gone)
     cuts = previous.cuts if previous is not None else ()
-    # a re-cut always opens its cut, so arrays cut later never take the id of one it retired
-    if previous is None or (
-        number > previous.cut.number and (force or any(b.cut == number for b in blobs))
-    ):
+    # a new policy's cut is recorded once it decides something (blobs or hot prefixes); a
+    # re-cut always opens its cut, so arrays cut later never take the id of one it retired
+    if previous is None or (number > previous.cut.number and (force or bool(blobs) or bool(hot))):
         cuts = (*cuts, Cut(number, policy, epoch))
     # hot_always only grows: the defaults, what the stored manifest added, what is asked for now
     names = tuple(
