@@ -345,6 +345,8 @@ def diff(
             exclude=exclude or (),
             hot_always=hot_always or (),
         )
+    if out.note:
+        typer.echo(f"note: {out.note}", err=True)
     _echo(out.diff.describe())
     if out.orphaned:
         _echo(f"  retired blob ids (never given again): {', '.join(out.orphaned)}")
