@@ -61,7 +61,7 @@ def regions(draw):
     return ds, start, end
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(region=regions())
 def test_the_table_is_every_file_of_the_region_in_append_dim_order(region):
     ds, start, end = region
@@ -72,7 +72,7 @@ def test_the_table_is_every_file_of_the_region_in_append_dim_order(region):
     assert len({c.key for c in table}) == len(table)  # one URL, one file
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(region=regions(), count=st.integers(1, 70), mode=st.sampled_from(["contiguous", "strided"]))
 def test_stripes_of_the_table_are_tables_that_partition_it_exactly(region, count, mode):
     table = file_table(*region)

@@ -155,3 +155,29 @@ def test_every_label_pair_lands_on_its_own_chunk(i, j, sep):
     ck = chunk_key(g, "t2m", {"init_time": INITS[i], "lead_time": LEADS[j]})
     assert ck is not None and ck.index == (i, j, 0, 0)
     assert ck.key == f"t2m/c{sep}{i}{sep}{j}{sep}0{sep}0"
+
+
+def _spellings(i: int, j: int) -> list[dict]:
+    """One cell's labels in the spellings sources use: numpy ns/h/D units, Python datetimes,
+    pandas timestamps, timedeltas; and labels the template does not have."""
+    import pandas as pd
+
+    init, lead = INITS[i], LEADS[j]
+    return [
+        {"init_time": init, "lead_time": lead},
+        {"init_time": init.astype("datetime64[h]"), "lead_time": lead.astype("timedelta64[h]")},
+        {"init_time": pd.Timestamp(init), "lead_time": pd.Timedelta(lead)},
+        {"init_time": init.astype(dt.datetime), "lead_time": dt.timedelta(hours=j)},
+        {"init_time": init + np.timedelta64(1, "h"), "lead_time": lead},  # not a label
+        {"init_time": init, "lead_time": np.timedelta64(99, "h")},  # not a label
+    ]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 5)), max_size=40))
+def test_a_memo_shared_across_cells_answers_as_chunk_key_alone(cells) -> None:
+    """completeness passes one memo for a whole window: whatever order and spelling the labels
+    come in, every answer is the one chunk_key gives without it."""
+    g, memo = geometry(), {}
+    for i, j, k in cells:
+        loc = _spellings(i, j)[k]
+        assert chunk_key(g, "t2m", loc, memo) == chunk_key(g, "t2m", loc)

@@ -157,9 +157,10 @@ def completeness(
     probes: list[tuple[Any, str, Cell, tuple[str, tuple[int, ...]]]] = []
     expected: dict[Any, list[str]] = {}
     skipped: dict[Any, Any] = {}
+    memo: dict[tuple[str, Any], int | None] = {}  # this pass's label -> position
     for coord, cells in files:
         pos = coord.out_loc()[t.append_dim]
-        keys = [(var, loc, chunk_key(geom, var, loc)) for var, loc in cells]
+        keys = [(var, loc, chunk_key(geom, var, loc, memo)) for var, loc in cells]
         if any(ck is None for _, _, ck in keys):  # past the committed extent: not published yet
             skipped[canon(pos)] = pos
             continue

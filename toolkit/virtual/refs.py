@@ -243,11 +243,18 @@ def chunk_index(positions: Sequence[int], chunks: Sequence[int]) -> tuple[int, .
     return tuple(out)
 
 
-def chunk_key(geometry: Geometry, variable: str, out_loc: Mapping[str, Any]) -> ChunkKey | None:
+def chunk_key(
+    geometry: Geometry,
+    variable: str,
+    out_loc: Mapping[str, Any],
+    memo: dict[tuple[str, Any], int | None] | None = None,
+) -> ChunkKey | None:
     """The one chunk a ref at `out_loc` of `variable` fills, or None when a label is not present.
 
     A ref is one whole chunk: every pinned dim must have chunk size 1, every dim it leaves open
-    must be a single chunk. Anything else raises, naming the variable and dim.
+    must be a single chunk. Anything else raises, naming the variable and dim. `memo`: a dict
+    the caller keeps for one pass over many cells (they share most labels), so each label is
+    canonicalised once; labels equal under `==` have the same `canon`, hence the same position.
     """
     array = geometry.arrays.get(variable)
     if array is None:
@@ -271,7 +278,16 @@ def chunk_key(geometry: Geometry, variable: str, out_loc: Mapping[str, Any]) -> 
             labels = geometry.labels.get(dim)
             if labels is None:
                 raise ValueError(f"{variable}: no coordinate labels for dim {dim!r}")
-            pos = labels.get(canon(out_loc[dim]))
+            label = out_loc[dim]
+            if memo is None:
+                pos = labels.get(canon(label))
+            else:
+                try:
+                    pos = memo[dim, label]
+                except KeyError:
+                    pos = memo[dim, label] = labels.get(canon(label))
+                except TypeError:  # an unhashable label: no memo for it
+                    pos = labels.get(canon(label))
             if pos is None:
                 return None
             positions.append(pos)

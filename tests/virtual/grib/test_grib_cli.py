@@ -117,7 +117,14 @@ def test_s3_url_and_unreachable_endpoint(s3_endpoint: str) -> None:
     )
     assert code == 1 and url in out["error"]
     code, out = _scan(
-        url, "--endpoint", "http://127.0.0.1:9", "--region", "us-east-1", "--anonymous"
+        url,
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--region",
+        "us-east-1",
+        "--anonymous",
+        "--retry-seconds",
+        "1",
     )
     assert code == 2 and url in out["error"] and "unreachable" in out["error"]
 
