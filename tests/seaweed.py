@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+SERVE_WITHIN = 30.0  # seconds a server that answers gets to serve before it is started again
 ROTATING = 400  # identities ROT0000.. on the real S3 server, for credential-expiry tests
 
 
@@ -33,10 +34,10 @@ class Weed:
         root.mkdir(parents=True, exist_ok=True)
         self.root, self.weed = root, weed
         self.config = root / "s3.json"
+        self.keys = (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
         self.config.write_text(json.dumps({"identities": [{
             "name": "toolkit",
-            "credentials": [{"accessKey": os.environ["AWS_ACCESS_KEY_ID"],
-                             "secretKey": os.environ["AWS_SECRET_ACCESS_KEY"]}],
+            "credentials": [{"accessKey": self.keys[0], "secretKey": self.keys[1]}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }, {
             "name": "reader",
@@ -54,7 +55,32 @@ class Weed:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, within: float = 60) -> None:
-        """Start the server and return once it answers S3 requests."""
+        """Start the server and return once it serves S3 requests end to end.
+
+        The S3 gateway answers (403 to an unsigned request) before the filer behind it serves;
+        after a SIGKILL a restarted `weed mini` has been seen to answer but serve nothing for
+        minutes. So a start counts once a signed ListBuckets (which reads the filer) succeeds;
+        a server that answers but does not serve within `SERVE_WITHIN` is killed and started
+        again, all inside `within`.
+        """
+        deadline = time.monotonic() + within
+        while True:
+            self._launch(deadline)
+            serving = min(deadline, time.monotonic() + SERVE_WITHIN)
+            while not self._serves():
+                if self.proc is not None and self.proc.poll() is not None:
+                    break  # it died: launch again
+                if time.monotonic() > serving:
+                    self.kill()
+                    break
+                time.sleep(0.1)
+            else:
+                return
+            if time.monotonic() > deadline:
+                tail = (self.root / "weed.log").read_text()[-2000:]
+                raise RuntimeError(f"weed mini did not serve on {self.endpoint}:\n{tail}")
+
+    def _launch(self, deadline: float) -> None:
         log = (self.root / "weed.log").open("a")
         self.proc = subprocess.Popen(
             [self.weed, "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1",
@@ -63,7 +89,6 @@ class Weed:
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
-        deadline = time.monotonic() + within
         while True:
             try:
                 urllib.request.urlopen(self.endpoint, timeout=1)
@@ -78,6 +103,25 @@ class Weed:
                         f"weed mini did not start on {self.endpoint}:\n{tail}"
                     ) from None
                 time.sleep(0.1)
+
+    def _serves(self) -> bool:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1})
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=self.keys[0],
+            aws_secret_access_key=self.keys[1],
+            config=config,
+        )
+        try:
+            client.list_buckets()
+            return True
+        except Exception:  # any failure means "not serving yet"
+            return False
 
     def kill(self) -> None:
         """SIGKILL: every connection refused from now on, as when a server dies."""

@@ -95,7 +95,7 @@ def _killed_mid_build(weed: Weed, bucket: str, proc: subprocess.Popen[str]) -> N
 def test_a_server_back_within_the_budget_costs_only_time(weed: Weed) -> None:
     bucket = make_bucket(weed.endpoint)
     # a budget a loaded machine's server restart fits in (it took over 60 s on a busy CI)
-    proc = _build(_source(weed, bucket, "field.zarr"), weed.endpoint, "--retry-seconds", "240")
+    proc = _build(_source(weed, bucket, "field.zarr"), weed.endpoint, "--retry-seconds", "300")
     _killed_mid_build(weed, bucket, proc)
     time.sleep(OUTAGE)
     weed.start(within=200)
