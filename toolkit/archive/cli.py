@@ -574,12 +574,11 @@ def mark(
             )
         if state not in STATES:
             raise ValueError(f"state {state!r}: choose one of {', '.join(STATES)}")
-        d = _open_data(data, stores) if data is not None else None
-        buckets = _buckets(d, stored.manifest) if d is not None else None
-        owner = blob_of(stored.manifest, blob, buckets)
+        live = _live(_open_data(data, stores), stored.manifest) if data is not None else None
+        owner = blob_of(stored.manifest, blob, live[0] if live else None)
         size, objects = (owner.bytes, owner.objects) if owner.id == blob else (None, None)
-        if d is not None and owner in stored.manifest.blobs:  # a retired blob keeps its figures
-            size, objects = _blob_size(d, stored.manifest, blob)
+        if live and owner in stored.manifest.blobs:  # a retired blob keeps its figures
+            size, objects = _blob_size(live[1], stored.manifest, blob)
         tiers = TierStore(m, break_lock)
         before = tiers.read(scope)[0].tier(blob).state
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
@@ -593,27 +592,28 @@ def mark(
         _echo(f"{scope} {blob}: {before} -> {state}")
 
 
-def _buckets(data: Any, manifest: Any) -> dict[str, int]:
-    """Bucketed blob id -> the buckets its array fills now (its metadata, no chunk read)."""
-    from toolkit.archive.hierarchy import read_arrays
+def _live(data: Any, manifest: Any) -> tuple[dict[str, int], list[Any]]:
+    """One listing of the scope: bucketed blob id -> the buckets its array fills now (from
+    its metadata, no chunk read), and the listing itself."""
+    from toolkit.archive.hierarchy import read_listing
 
-    arrays = {a.path: a for a in read_arrays(data, manifest.scope)}
+    listing, arrays = read_listing(data, manifest.scope)
+    by_path = {a.path: a for a in arrays}
     out = {}
     for b in manifest.every_blob():
-        a = arrays.get(b.prefixes[0]) if b.bucket is not None else None
+        a = by_path.get(b.prefixes[0]) if b.bucket is not None else None
         if a is not None and b.bucket is not None:
             out[b.id] = -(-a.grid[0] // b.bucket.width) if a.grid else 1
-    return out
+    return out, listing
 
 
-def _blob_size(data: Any, manifest: Any, blob: str) -> tuple[int, int]:
-    """Bytes and objects under `blob` now: the scope listed, each key resolved."""
-    from toolkit import storage
+def _blob_size(listing: list[Any], manifest: Any, blob: str) -> tuple[int, int]:
+    """Bytes and objects under `blob` now: each listed key resolved."""
     from toolkit.archive.resolve import Trie
 
     trie = Trie([manifest])
     size = objects = 0
-    for o in storage.list_objects(data, manifest.scope):
+    for o in listing:
         if trie.lookup(o.key).blob == blob:
             size += o.size
             objects += 1

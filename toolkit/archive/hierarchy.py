@@ -17,7 +17,14 @@ from typing import Any
 from toolkit import storage
 from toolkit.archive.model import ArrayInfo
 
-__all__ = ["METADATA_NAMES", "HierarchyError", "metadata_keys", "parse_arrays", "read_arrays"]
+__all__ = [
+    "METADATA_NAMES",
+    "HierarchyError",
+    "metadata_keys",
+    "parse_arrays",
+    "read_arrays",
+    "read_listing",
+]
 
 METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 
@@ -182,17 +189,25 @@ def parse_arrays(
 
 def read_arrays(store: storage.Store, scope: str) -> list[ArrayInfo]:
     """The arrays of the Zarr store at `scope` (a prefix of `store`): one LIST, metadata GETs."""
+    return read_listing(store, scope)[1]
+
+
+def read_listing(
+    store: storage.Store, scope: str
+) -> tuple[list[storage.ObjectInfo], list[ArrayInfo]]:
+    """The scope's listing and its arrays: for callers that also need which chunks exist and
+    their sizes (one LIST serves both)."""
     listing = storage.list_objects(store, scope)
     wanted = metadata_keys(o.key for o in listing)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        bodies = dict(
-            zip(wanted, pool.map(lambda k: storage.get(store, k).data, wanted), strict=True)
-        )
     if not wanted:
         raise HierarchyError(
             scope or store.url, "no Zarr metadata (zarr.json / .zarray) under this prefix"
         )
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        bodies = dict(
+            zip(wanted, pool.map(lambda k: storage.get(store, k).data, wanted), strict=True)
+        )
     try:
-        return parse_arrays(((o.key, o.size) for o in listing), bodies)
+        return listing, parse_arrays(((o.key, o.size) for o in listing), bodies)
     except NotJSON as err:  # named in its store, with the way out: exit 1, not bad usage
         raise storage.CorruptObject(store.url, err.key, "JSON", err.detail) from None

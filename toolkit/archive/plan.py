@@ -12,7 +12,6 @@ import bisect
 import posixpath
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from toolkit import storage
 from toolkit.archive import selection as S
-from toolkit.archive.hierarchy import METADATA_NAMES, NotJSON, metadata_keys, parse_arrays
+from toolkit.archive.hierarchy import METADATA_NAMES, read_listing
 from toolkit.archive.keys import check_key
 from toolkit.archive.manifests import ManifestStore
 from toolkit.archive.model import ArrayInfo
@@ -86,7 +85,7 @@ def plan(
 ) -> ReadPlan:
     """The plan of a selection of the store at `scope` under `data`."""
     isel, sel = dict(isel or {}), dict(sel or {})
-    listing, arrays = _read(data, scope)
+    listing, arrays = read_listing(data, scope)
     chosen, coords = _arrays(arrays, scope, variables)
     planned = chosen + coords
     lengths = _lengths(planned)
@@ -140,26 +139,6 @@ def plan(
 
 
 # ------------------------------------------------------------------ the store and its arrays
-
-
-def _read(store: storage.Store, scope: str) -> tuple[list[storage.ObjectInfo], list[ArrayInfo]]:
-    """One listing of the scope and the arrays its metadata documents describe (as
-    `hierarchy.read_arrays`, keeping the listing: it says which chunks exist and their sizes)."""
-    from toolkit.archive.hierarchy import HierarchyError
-
-    listing = storage.list_objects(store, scope)
-    wanted = metadata_keys(o.key for o in listing)
-    if not wanted:
-        raise HierarchyError(scope, f"no Zarr metadata (zarr.json / .zarray) under {store.url}")
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        bodies = dict(
-            zip(wanted, pool.map(lambda k: storage.get(store, k).data, wanted), strict=True)
-        )
-    try:
-        arrays = parse_arrays(((o.key, o.size) for o in listing), bodies)
-    except NotJSON as err:
-        raise storage.CorruptObject(store.url, err.key, "JSON", err.detail) from None
-    return listing, arrays
 
 
 def _name(a: ArrayInfo, scope: str) -> str:
