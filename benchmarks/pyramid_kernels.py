@@ -62,6 +62,9 @@ def numpy_mode(block: np.ndarray, fill: int) -> np.ndarray:
     return out
 
 
+MEMCPY = "memcpy of the same bytes (np.copyto), this machine's bandwidth"
+
+
 def mean_rows(block: np.ndarray, label: str) -> list[dict]:
     gb = block.nbytes / 1e9
     valid = kernels.joint_valid(block, np.nan)
@@ -82,7 +85,9 @@ def mean_rows(block: np.ndarray, label: str) -> list[dict]:
         ),
         "numpy sum/count reference": lambda: numpy_mean(block),
         "numpy reshape().mean() (not nodata-aware)": lambda: numpy_plain_mean(block),
+        MEMCPY: lambda: np.copyto(copy, block),
     }
+    copy = np.empty_like(block)
     secs = {name: best(fn) for name, fn in cases.items()}
     ref_s = secs["numpy sum/count reference"]
     plain_s = secs["numpy reshape().mean() (not nodata-aware)"]
@@ -94,6 +99,7 @@ def mean_rows(block: np.ndarray, label: str) -> list[dict]:
             "GB/s": gb / s,
             "x numpy sum/count": ref_s / s,
             "x reshape().mean()": plain_s / s,
+            "% of memcpy": 100 * secs[MEMCPY] / s,
         }
         for name, s in secs.items()
     ]
@@ -134,6 +140,7 @@ def mode_rows(labels: np.ndarray, label: str) -> list[dict]:
             "GB/s": gb / s,
             "x numpy sum/count": "",
             "x reshape().mean()": "",
+            "% of memcpy": "",
             "x numpy mode ref": ref_s / s,
         }
         for name, s in secs.items()
@@ -160,7 +167,12 @@ def main() -> None:
         "Mode with declared classes (CF flag_values) is what a build runs: level 1 counts each "
         "class per window and takes the mode from the counts; each further level sums the "
         "parent's counts 2x2 (the cascade step is timed on the level-1 counts of the same "
-        "block, so its GB/s is per level-0 byte those counts stand for)."
+        "block, so its GB/s is per level-0 byte those counts stand for). The memcpy row copies "
+        "the same block in the same run: '% of memcpy' is the kernel's share of this machine's "
+        "memory bandwidth. The factor-2 mean loads every pixel before selecting on its weight: "
+        "with the load under the condition (as until 2026-12-04) numba 0.68's LLVM kept a branch that "
+        "mispredicts on scattered nodata: the unchanged kernel measured 1.03 GB/s, where an "
+        "earlier session's numba (unpinned, the venv is rebuilt) made it 3.5-5.9 GB/s."
     )
     write("pyramid_kernels", rows, notes)
 

@@ -356,24 +356,26 @@ def _mean_rows2(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
     wf = w >> 1
     for ox in range(wf):
         x = ox << 1
-        a = m0[x]
-        b = m0[x + 1]
-        c = m1[x]
-        d = m1[x + 1]
+        # Every load happens whatever the weight: a load under the condition keeps the branch
+        # (LLVM may not speculate it), which mispredicts on scattered nodata (5x slower).
+        pa = np.float64(r0[x]) * m0[x]
+        pb = np.float64(r0[x + 1]) * m0[x + 1]
+        pc = np.float64(r1[x]) * m1[x]
+        pd = np.float64(r1[x + 1]) * m1[x + 1]
         s = 0.0
-        s += np.float64(r0[x]) * a if a != 0 else 0.0
-        s += np.float64(r0[x + 1]) * b if b != 0 else 0.0
-        s += np.float64(r1[x]) * c if c != 0 else 0.0
-        s += np.float64(r1[x + 1]) * d if d != 0 else 0.0
+        s += pa if m0[x] != 0 else 0.0
+        s += pb if m0[x + 1] != 0 else 0.0
+        s += pc if m1[x] != 0 else 0.0
+        s += pd if m1[x + 1] != 0 else 0.0
         n = crow[ox]
         orow[ox] = s / n if n != 0 else nodata
     if orow.shape[0] > wf:
         x = w - 1
-        a = m0[x]
-        c = m1[x]
+        pa = np.float64(r0[x]) * m0[x]
+        pc = np.float64(r1[x]) * m1[x]
         s = 0.0
-        s += np.float64(r0[x]) * a if a != 0 else 0.0
-        s += np.float64(r1[x]) * c if c != 0 else 0.0
+        s += pa if m0[x] != 0 else 0.0
+        s += pc if m1[x] != 0 else 0.0
         n = crow[wf]
         orow[wf] = s / n if n != 0 else nodata
 
