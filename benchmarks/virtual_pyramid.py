@@ -34,7 +34,8 @@ import numpy as np
 from benchmarks._report import write
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.write import AUDIT_EVENT, Job
+from toolkit.transaction import AUDIT_EVENT
+from toolkit.virtual.write import Job
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "grib"
 WAVE = "gfswave.t18z.atlocn.0p16.f001.grib2"

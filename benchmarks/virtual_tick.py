@@ -1,6 +1,6 @@
 """Operational tick latency: a source file is published -> its refs are visible on main.
 
-An archive of 10^5, 10^6 and 10^7 refs is laid down in bulk (one Icechunk session, refs set
+An archive of 10^5, 10^6, 10^7 and 10^8 refs is laid down in bulk (one Icechunk session, refs set
 per array slab with the store's vectorised `set_virtual_refs_arr`, which toolkit.icechunk
 does not wrap, then `repo.commit`), with and without manifest splitting on init_time. Then the
 real operational path runs — `toolkit.virtual.update.update()` (lease, metadata refresh,
@@ -10,7 +10,9 @@ commit returned minus the moment its `.idx` (written last) was in place; commit_
 commit alone. The update polls every 0.1 s (tick_interval), so ~0.05 s of each latency is
 polling.
 
-Run: .venv/bin/python -m benchmarks virtual_tick [--no-1e7]
+10^8 refs is prepopulated in commits of 10^7 (about 10 minutes and 2 GB of manifests) and
+measured with splitting only.
+Run: .venv/bin/python -m benchmarks virtual_tick [--no-1e7] [--no-1e8]
   -> benchmarks/results/virtual_tick.{json,md}
 """
 
@@ -33,9 +35,10 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.examples.datasets import sim_gfs
 from toolkit.examples.simulate import make_archive
+from toolkit.transaction import AUDIT_EVENT
 from toolkit.virtual.dataset import RepoSettings
 from toolkit.virtual.layout import sync_dims_to
-from toolkit.virtual.write import AUDIT_EVENT, Job, ensure_repo
+from toolkit.virtual.write import Job, ensure_repo
 
 FIRST = datetime(2020, 1, 1)
 LEADS = tuple(range(100))  # 100 leads x (5 single-level + 3 levels) = 800 refs per init
@@ -81,36 +84,42 @@ def time_commits(event: str, args: tuple[Any, ...]) -> None:
 STARTED: list[float] = []
 
 
+BLOCK = 12_800  # inits per prepopulating commit: 10^7 refs, so 10^8 never sits in one session
+
+
 def prepopulate(ds: Job, history: int) -> float:
-    """`history` inits of refs (800 each) in one commit; returns seconds."""
+    """`history` inits of refs (800 each), one commit per BLOCK inits; returns seconds."""
     t = ds.template
     t0 = time.perf_counter()
     ensure_repo(ds)
-    session = R.writable(ds.repo.open(fresh=True))
-    sync_dims_to(session, t, history)
     base = ds.dataset.source.store.url.rstrip("/")
     rng = np.random.default_rng(0)
     slab = 64
-    for name, v in t.variables.items():
-        nlev = len(t.coords["level"]) if "level" in v.dims else 1
-        for i0 in range(0, history, slab):
-            n = min(slab, history - i0)
-            locs = []
-            for i in range(i0, i0 + n):
-                init = FIRST + timedelta(hours=6 * i)
-                d = f"{base}/gfs.{init:%Y%m%d}/{init:%H}/atmos/gfs.t{init:%H}z.pgrb2.0p25.f"
-                for lead in LEADS:
-                    locs.extend([f"{d}{lead:03d}"] * nlev)
-            count = len(locs)
-            offsets = rng.integers(0, 500_000_000, count, dtype=np.uint64)
-            lengths = rng.integers(100_000, 1_000_000, count, dtype=np.uint64)
-            grid = (n, len(LEADS)) + ((nlev,) if "level" in v.dims else ()) + (1, 1)
-            offset = (i0, 0) + ((0,) if "level" in v.dims else ()) + (0, 0)
-            failed = session.store.set_virtual_refs_arr(
-                f"/{name}", grid, locs, offsets, lengths, arr_offset=offset
-            )
-            assert not failed, failed
-    R.commit(session, f"prepopulate {history} inits")
+    for b0 in range(0, history, BLOCK):
+        b1 = min(history, b0 + BLOCK)
+        session = R.writable(ds.repo.open(fresh=True))
+        if b0 == 0:
+            sync_dims_to(session, t, history)
+        for name, v in t.variables.items():
+            nlev = len(t.coords["level"]) if "level" in v.dims else 1
+            for i0 in range(b0, b1, slab):
+                n = min(slab, b1 - i0)
+                locs = []
+                for i in range(i0, i0 + n):
+                    init = FIRST + timedelta(hours=6 * i)
+                    d = f"{base}/gfs.{init:%Y%m%d}/{init:%H}/atmos/gfs.t{init:%H}z.pgrb2.0p25.f"
+                    for lead in LEADS:
+                        locs.extend([f"{d}{lead:03d}"] * nlev)
+                count = len(locs)
+                offsets = rng.integers(0, 500_000_000, count, dtype=np.uint64)
+                lengths = rng.integers(100_000, 1_000_000, count, dtype=np.uint64)
+                grid = (n, len(LEADS)) + ((nlev,) if "level" in v.dims else ()) + (1, 1)
+                offset = (i0, 0) + ((0,) if "level" in v.dims else ()) + (0, 0)
+                failed = session.store.set_virtual_refs_arr(
+                    f"/{name}", grid, locs, offsets, lengths, arr_offset=offset
+                )
+                assert not failed, failed
+        R.commit(session, f"prepopulate inits {b0}..{b1 - 1} of {history}")
     return time.perf_counter() - t0
 
 
@@ -168,9 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     sys.addaudithook(time_commits)
     sizes = [10**5, 10**6] + ([] if "--no-1e7" in argv else [10**7])
+    sizes += [] if "--no-1e8" in argv else [10**8]
     rows = []
     for refs in sizes:
-        for splitting in (True, False):
+        # 10^8 unsplit would rewrite one 2 GB manifest per array on every commit: split only
+        for splitting in (True, False) if refs < 10**8 else (True,):
             ticks = 8 if refs < 10**7 else 5
             rows.append(measure(refs, splitting, ticks, gap=1.0))
             print(rows[-1], flush=True)
