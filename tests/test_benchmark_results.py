@@ -37,7 +37,8 @@ def git(*args: str) -> subprocess.CompletedProcess[str]:
 def _git_or_skip() -> None:
     if shutil.which("git") is None:
         pytest.skip("git is not installed: cannot tell which commits a result predates")
-    if git("rev-parse", "--is-inside-work-tree").stdout.strip() != "true":
+    top = git("rev-parse", "--show-toplevel").stdout.strip()
+    if not top or Path(top).resolve() != ROOT:  # none, or an outer repo this copy sits in
         pytest.skip(f"{ROOT} is not a git work tree: cannot tell which commits a result predates")
 
 
@@ -198,6 +199,7 @@ def test_a_listed_commit_does_not_count_in_any_abbreviation() -> None:
     assert v.state == "stale" and [c[0] for c in v.commits] == ["ccccccc"]
     longer = {"ccccccc0123": "x", "DDDDDDD": "y"}  # a longer id of the same commit, any case
     assert stale("aaaaaaa", paths, longer, log).state == "fresh"
+    assert is_listed("ddddddd12", {"DDDDDDD": "a shorter id, upper case"})
     assert not is_listed("ccccccc", {"cccccce": "another commit"})
 
 
