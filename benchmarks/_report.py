@@ -13,11 +13,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def commit() -> str:
-    """The commit the measured code is at (`+dirty` when the work tree differs)."""
+    """The commit the measured code is at (`+dirty` when toolkit/ differs from it). Run from the
+    repo root: a pathspec is relative to git's working directory."""
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], cwd=RESULTS.parent, capture_output=True, text=True
+            ["git", *args], cwd=RESULTS.parent.parent, capture_output=True, text=True
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"

@@ -1,0 +1,281 @@
+"""What each benchmark result measures, so a result older than its code is caught.
+
+Every file in benchmarks/results/*.json names the commit it ran at (`commit`, from
+`benchmarks._report.commit`; a `+dirty` suffix is dropped, so a run on uncommitted changes counts
+as measured at the commit below them and the commit that later lands those changes makes it
+stale). `tests/test_benchmark_results.py` lists the commits after that one that touch the paths
+below (`git log RESULT_COMMIT..HEAD -- PATHS`) and fails for each result that has any, unless the
+commit is listed in that result's `known` with a one-line reason it cannot change the figures
+(a docs-only or test-only change inside a measured folder, say). The fix for a stale result is
+to rerun its benchmark (`.venv/bin/python -m benchmarks NAME`) and commit the new result; listing
+a commit is for the rare change that truly cannot move the numbers, and narrowing `paths` is
+better than listing. A new result file needs an entry here, or the test fails.
+
+`paths` are what is on the measured path: the benchmark module itself, the toolkit modules its
+timed code runs (and, for a command timed as a fresh process, the modules it imports), and the
+inputs it reads or generates (the simulator, tests/data). They are chosen by reading each
+benchmark, not all of toolkit/: a module a benchmark only imports outside its timings is left
+out. `benchmarks/_report.py` only formats and stores figures, so no result lists it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Measures:
+    benchmark: str  # the module that writes it: `.venv/bin/python -m benchmarks BENCHMARK`
+    code: tuple[str, ...]  # files and folders (ending "/") under the repo root
+    known: Mapping[str, str] = field(default_factory=dict)  # commit -> why it cannot matter
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (f"benchmarks/{self.benchmark}.py", *self.code)
+
+
+STORAGE = ("toolkit/storage.py",)
+# run() and compile_plan (graph, gates, cluster connection and its version check, progress) and
+# the plan and task types it schedules; storage only names errors there. Not interrupt.py: only
+# the command line (toolkit.console) installs it.
+ENGINE = (
+    "toolkit/engine/__init__.py",
+    "toolkit/engine/cluster.py",
+    "toolkit/engine/graph.py",
+    "toolkit/engine/listing.py",
+    "toolkit/engine/progress.py",
+    "toolkit/engine/run.py",
+    "toolkit/engine/ship.py",
+    "toolkit/engine/versions.py",
+    "toolkit/plan.py",
+    "toolkit/tasks.py",
+)
+# build() of a plain Zarr store: plan from the listing, read + decode level 0, the kernels,
+# encode + write, level and root metadata, through the engine (repo sources go to repo.py).
+PYRAMID_BUILD = (
+    "toolkit/pyramid/build.py",
+    "toolkit/pyramid/levels.py",
+    "toolkit/pyramid/metadata.py",
+    "toolkit/pyramid/plan.py",
+    "toolkit/pyramid/records.py",
+    "toolkit/pyramid/shards.py",
+    "toolkit/pyramid/source.py",
+    "toolkit/cf.py",
+    "toolkit/kernels.py",
+    *STORAGE,
+    *ENGINE,
+)
+# What `import toolkit.cli` loads (timed by pyramid_build's command-line rows and its
+# "imports (toolkit.cli)" row), beyond the build itself.
+CLI_IMPORTS = (
+    "toolkit/__init__.py",
+    "toolkit/cli.py",
+    "toolkit/console.py",
+    "toolkit/engine/interrupt.py",
+    "toolkit/pyramid/__init__.py",
+    "toolkit/pyramid/cli.py",
+    "toolkit/pyramid/origin.py",
+    "toolkit/pyramid/read.py",
+    "toolkit/pyramid/verify.py",
+    "toolkit/archive/__init__.py",
+    "toolkit/archive/cli.py",
+    "toolkit/virtual/__init__.py",
+    "toolkit/virtual/cli.py",
+    "toolkit/virtual/clock.py",
+    "toolkit/virtual/grib/__init__.py",
+    "toolkit/virtual/grib/cli.py",
+)
+GRIB = (
+    "toolkit/virtual/grib/decode.py",
+    "toolkit/virtual/grib/errors.py",
+    "toolkit/virtual/grib/fetch.py",
+    "toolkit/virtual/grib/index.py",
+    "toolkit/virtual/grib/message.py",
+    "toolkit/virtual/sources/noaa.py",
+)
+# The write loop (`toolkit.virtual.write.run`): discovery, .idx + header check, catalog match,
+# refs, the template and its layout, the Icechunk session and commit.
+VIRTUAL_WRITE = (
+    "toolkit/icechunk.py",
+    "toolkit/transaction.py",
+    "toolkit/plan.py",
+    "toolkit/tasks.py",
+    "toolkit/virtual/cf.py",
+    "toolkit/virtual/dataset.py",
+    "toolkit/virtual/datasets/common.py",
+    "toolkit/virtual/filetable.py",
+    "toolkit/virtual/layout.py",
+    "toolkit/virtual/read.py",
+    "toolkit/virtual/refs.py",
+    "toolkit/virtual/source.py",
+    "toolkit/virtual/template.py",
+    "toolkit/virtual/write.py",
+    *GRIB,
+    *STORAGE,
+)
+BACKFILL = (
+    "toolkit/virtual/backfill.py",
+    "toolkit/virtual/inflight.py",
+    "toolkit/virtual/lease.py",
+    *ENGINE,
+)
+UPDATE = (
+    "toolkit/virtual/update.py",
+    "toolkit/virtual/clock.py",
+    "toolkit/virtual/inflight.py",
+    "toolkit/virtual/lease.py",
+    "toolkit/virtual/skips.py",
+    "toolkit/virtual/status.py",
+)
+# The simulator's GRIB2 archive and the sim-gfs dataset: the benchmarks' input.
+SIMULATOR = ("toolkit/examples/datasets.py", "toolkit/examples/simulate.py")
+
+
+def _u(*groups: Sequence[str]) -> tuple[str, ...]:
+    """The groups' paths, each once, in order."""
+    return tuple(dict.fromkeys(p for g in groups for p in g))
+
+
+MEASURES: dict[str, Measures] = {
+    "archive_bench": Measures(
+        "archive_bench",
+        # Trie + lookup/lookup_many, partition(), and partition_store (read_arrays' listing,
+        # propose, diff, the manifest write) on a memory store.
+        (
+            "toolkit/archive/diff.py",
+            "toolkit/archive/hierarchy.py",
+            "toolkit/archive/ids.py",
+            "toolkit/archive/keys.py",
+            "toolkit/archive/manifests.py",
+            "toolkit/archive/model.py",
+            "toolkit/archive/partition.py",
+            "toolkit/archive/resolve.py",
+            "toolkit/archive/service.py",
+            *STORAGE,
+        ),
+    ),
+    "engine_overhead": Measures("engine_overhead", ENGINE),
+    "grib_bench": Measures(
+        "grib_bench",
+        # scan/parse_index, the GFS catalog match, header checks, locate(), decode; the real
+        # inventories and GRIB2 files it reads.
+        _u(GRIB, STORAGE, ("tests/data/idx/", "tests/data/grib/")),
+    ),
+    "pyramid_build": Measures(
+        "pyramid_build",
+        _u(PYRAMID_BUILD, CLI_IMPORTS, ("toolkit/examples/synthetic.py",)),
+    ),
+    "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),
+    "pyramid_kernels": Measures("pyramid_kernels", ("toolkit/kernels.py",)),
+    "virtual_backfill_contention": Measures(
+        "virtual_backfill", _u(VIRTUAL_WRITE, BACKFILL, SIMULATOR)
+    ),
+    "virtual_backfill_refs": Measures("virtual_backfill", _u(VIRTUAL_WRITE, BACKFILL, SIMULATOR)),
+    "virtual_plan": Measures(
+        "virtual_plan",
+        # The HRRR template, the columnar file table, its digest and stripes; the per-file
+        # objects peer (file_tasks + stable).
+        (
+            "toolkit/tasks.py",
+            "toolkit/virtual/cf.py",
+            "toolkit/virtual/dataset.py",
+            "toolkit/virtual/datasets/common.py",
+            "toolkit/virtual/datasets/hrrr.py",
+            "toolkit/virtual/filetable.py",
+            "toolkit/virtual/grib/errors.py",
+            "toolkit/virtual/grib/index.py",  # the catalog's Windows
+            "toolkit/virtual/refs.py",
+            "toolkit/virtual/source.py",
+            "toolkit/virtual/sources/noaa.py",
+            "toolkit/virtual/template.py",
+        ),
+    ),
+    "virtual_pyramid": Measures(
+        "virtual_pyramid",
+        # update() with the in-fire level build, backfill, grib_forecast over GFS-Wave, and
+        # build() of a repo source.
+        _u(
+            VIRTUAL_WRITE,
+            BACKFILL,
+            UPDATE,
+            SIMULATOR,
+            ("toolkit/virtual/define.py", "toolkit/pyramid/repo.py"),
+            PYRAMID_BUILD,
+            ("tests/data/grib/",),
+        ),
+    ),
+    "virtual_resplit": Measures(
+        "virtual_resplit",
+        ("toolkit/icechunk.py", "toolkit/virtual/splits.py", *STORAGE),
+    ),
+    "virtual_throughput": Measures(
+        "virtual_throughput",
+        # the padded archive appends the real GFS f007 inventory's records to each index
+        _u(
+            VIRTUAL_WRITE,
+            BACKFILL,
+            SIMULATOR,
+            ("tests/data/idx/gfs.t00z.pgrb2.0p25.f007.idx",),
+        ),
+    ),
+    "virtual_tick": Measures("virtual_tick", _u(VIRTUAL_WRITE, UPDATE, SIMULATOR)),
+}
+
+
+# ------------------------------------------------------------------ the decision (no git here)
+
+Commit = tuple[str, str, tuple[str, ...]]  # sha, subject, the measured paths it touched
+# (base commit, paths) -> the commits after base on those paths, newest first; None when base
+# is not in the history.
+Log = Callable[[str, Sequence[str]], Sequence[Commit] | None]
+
+_SHA = re.compile(r"[0-9a-f]{7,40}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: Literal["fresh", "stale", "unknown", "unrecorded"]
+    base: str | None  # the commit measured at (`+dirty` dropped); None when none is recorded
+    commits: tuple[Commit, ...] = ()  # the later commits on the paths, not listed
+
+
+def measured_at(recorded: object) -> str | None:
+    """The commit a recorded `commit` value stands for: `+dirty` dropped (the run counts as at
+    the commit under the changes); None for anything that is not a commit id ("unknown")."""
+    if not isinstance(recorded, str):
+        return None
+    sha = recorded.strip().lower().removesuffix("+dirty")
+    return sha if _SHA.fullmatch(sha) else None
+
+
+def recorded_commit(doc: Mapping[str, Any], markdown: str = "") -> str | None:
+    """The `commit` a result's JSON records, or else the one its markdown table's header names
+    (archive_bench writes it only there)."""
+    if "commit" in doc:
+        return doc["commit"] if isinstance(doc["commit"], str) else None
+    found = re.search(r"\bcommit ([0-9a-f]{7,40}(?:\+dirty)?)\b", markdown)
+    return found.group(1) if found else None
+
+
+def is_listed(sha: str, known: Mapping[str, str]) -> bool:
+    """Whether `sha` is one of `known`'s commits: abbreviations of different lengths of the
+    same commit match (one is a prefix of the other)."""
+    sha = sha.lower()
+    return any(sha.startswith(k.lower()) or k.lower().startswith(sha) for k in known)
+
+
+def stale(
+    result_commit: object, paths: Sequence[str], known: Mapping[str, str], log: Log
+) -> Verdict:
+    """Whether a result recorded at `result_commit` is older than the code at `paths`."""
+    base = measured_at(result_commit)
+    if base is None:
+        return Verdict("unrecorded", None)
+    later = log(base, paths)
+    if later is None:
+        return Verdict("unknown", base)
+    left = tuple(c for c in later if not is_listed(c[0], known))
+    return Verdict("stale" if left else "fresh", base, left)
