@@ -169,6 +169,7 @@ MEASURES: dict[str, Measures] = {
         _u(PYRAMID_BUILD, CLI_IMPORTS, ("toolkit/examples/synthetic.py",)),
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),
+    "pyramid_scale": Measures("pyramid_scale", _u(PYRAMID_BUILD, ("toolkit/pyramid/read.py",))),
     "pyramid_kernels": Measures("pyramid_kernels", ("toolkit/kernels.py",)),
     "virtual_backfill_contention": Measures(
         "virtual_backfill", _u(VIRTUAL_WRITE, BACKFILL, SIMULATOR)

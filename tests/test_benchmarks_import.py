@@ -20,5 +20,8 @@ def test_there_are_benchmarks() -> None:
 
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_benchmark_module_imports(name: str) -> None:
+    from benchmarks.measures import MEASURES
+
     module = importlib.import_module(f"benchmarks.{name}")
-    assert callable(getattr(module, "main", None)), f"benchmarks/{name}.py has no main()"
+    if name in {m.benchmark for m in MEASURES.values()}:  # one that writes results runs
+        assert callable(getattr(module, "main", None)), f"benchmarks/{name}.py has no main()"
