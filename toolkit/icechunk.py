@@ -346,11 +346,9 @@ def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
         st, config=config.repository_config(), authorize_virtual_chunk_access=credentials
     )
     repo.save_config()
-    if store.is_local:
-        return repo
-    # the caller's retry budget applies from here on, without being persisted
+    # the runtime settings (no preload, the caller's retry budget) from here on, not persisted
     return ic.Repository.open(
-        st, config=_retries(store), authorize_virtual_chunk_access=credentials
+        st, config=_runtime(store), authorize_virtual_chunk_access=credentials
     )
 
 
@@ -394,7 +392,7 @@ def open_repo(
     containers = dict(cfg.virtual_chunk_containers or {})
     repo = ic.Repository.open(
         st,
-        config=_retries(store),
+        config=_runtime(store),
         authorize_virtual_chunk_access=reader_credentials(containers, credentials, containers),
     )
     with _OPEN_LOCK:
@@ -404,21 +402,31 @@ def open_repo(
     return repo
 
 
-def _retries(store: storage.Store) -> ic.RepositoryConfig | None:
-    """Icechunk's retries bounded by the store's time budget (`storage.retry_seconds`), as
-    obstore's are: many tries, short backoff, the whole operation cut at the budget. Applied
-    when opening, not persisted: the budget is the caller's, not the repo's."""
-    if store.is_local:
-        return None
-    budget_ms = int(storage.retry_seconds(store.options) * 1000)
-    return ic.RepositoryConfig(
-        storage=ic.StorageSettings(
-            retries=ic.StorageRetriesSettings(
-                max_tries=max(10, budget_ms // 200), initial_backoff_ms=100, max_backoff_ms=2000
-            ),
-            timeouts=ic.StorageTimeoutSettings(operation_timeout_ms=budget_ms),
-        )
+def _runtime(store: storage.Store) -> ic.RepositoryConfig:
+    """The runtime settings every handle opens with (merged over the persisted config, never
+    saved: they are this caller's, not the repo's).
+
+    - No manifest preload. Icechunk fetches, at every session's creation, the manifests of
+      arrays with coordinate-like names; a repo split along init_time holds one such manifest
+      per split for `init_time` and `valid_time`, so each session of a 10^8-ref archive waited
+      on thousands of GETs before its first read (an update tick took 18 s, not 0.2).
+      Coordinates are read on demand like every other array.
+    - Icechunk's retries bounded by the store's time budget (`storage.retry_seconds`), as
+      obstore's are: many tries, short backoff, the whole operation cut at the budget.
+    """
+    cfg = ic.RepositoryConfig(
+        manifest=ic.ManifestConfig(preload=ic.ManifestPreloadConfig(max_total_refs=0))
     )
+    if store.is_local:
+        return cfg
+    budget_ms = int(storage.retry_seconds(store.options) * 1000)
+    cfg.storage = ic.StorageSettings(
+        retries=ic.StorageRetriesSettings(
+            max_tries=max(10, budget_ms // 200), initial_backoff_ms=100, max_backoff_ms=2000
+        ),
+        timeouts=ic.StorageTimeoutSettings(operation_timeout_ms=budget_ms),
+    )
+    return cfg
 
 
 _UNREACHABLE = ("dispatch failure", "connection refused", "connect", "timed out", "timeout")

@@ -18,6 +18,7 @@ from toolkit.virtual.refs import (
     SourceFileCoord,
     VirtualRef,
     canon,
+    canon_all,
     chunk_index,
     chunk_key,
 )
@@ -112,6 +113,30 @@ def test_geometry_from_xarray_template_and_committed_extent():
 def test_repeated_labels_refused():
     with pytest.raises(ValueError, match="'lead_time' repeats"):
         Geometry.build("init_time", [], {"lead_time": [LEADS[0], LEADS[0]]})
+    with pytest.raises(ValueError, match=r"'init_time' repeats label .*2024-01-01T06"):
+        Geometry.build("init_time", [], {"init_time": INITS[[0, 1, 2, 1]]})  # an array
+
+
+UNITS = ["ns", "us", "s", "m", "h", "D"]
+
+
+@given(
+    ints=st.lists(st.integers(-(10**5), 10**5) | st.just(np.iinfo(np.int64).min), max_size=30),
+    unit=st.sampled_from(UNITS),
+    kind=st.sampled_from(["datetime64", "timedelta64", "int64", "int16", "float32", "float64"]),
+)
+def test_canon_all_is_canon_of_each(ints, unit, kind):
+    """The vectorised path answers exactly as `canon` element by element (NaT included), for
+    arrays of any unit and numeric dtype; a list takes the element path."""
+    if kind in ("datetime64", "timedelta64"):
+        values = np.array(ints, dtype="int64").view(f"{kind}[{unit}]")  # int64 min: NaT
+    else:
+        values = np.array(ints, dtype="int64").astype(kind)
+    got = canon_all(values)
+    want = [canon(v) for v in values]
+    assert got == want or (np.isnan(np.array(got, float)) == np.isnan(np.array(want, float))).all()
+    assert [type(g) for g in got] == [type(w) for w in want]
+    assert canon_all(list(values)) == want or kind.startswith("float")
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,29 @@ def test_manifest_split_and_report(local):
     assert report.bytes_per_ref > 0
 
 
+def test_handles_open_without_manifest_preload_and_keep_the_persisted_splitting(local):
+    """Every session of a toolkit handle starts without Icechunk's manifest preload (on a repo
+    split along init_time it fetched every split of the coordinate arrays first: 18 s per
+    update tick at 10^8 refs), while the repo's own splitting still applies to commits and the
+    runtime setting is never saved into the repo's config."""
+    store, src, created = local
+    opened = R.open_repo(store, fresh=True)
+    for repo in (created, opened):
+        assert repo.config.manifest.preload.max_total_refs == 0
+        assert repo.config.manifest.splitting is not None
+    s = R.writable(opened)
+    make_array(s, n=6)
+    R.set_virtual_refs(s, "v", refs_for(f"{src.as_uri()}/f.bin", range(4)))
+    R.commit(s, "refs")
+    assert R.manifest_report(opened).per_array["v"]["manifests"] == 2  # still split every 2
+    import icechunk
+
+    persisted = icechunk.Repository.fetch_config(
+        icechunk.local_filesystem_storage(str(store.local_path))
+    )
+    assert persisted.manifest.preload is None  # the repo's readers keep Icechunk's default
+
+
 def test_split_config_validation():
     with pytest.raises(ValueError, match=r"'all arrays'.*>= 1"):
         R.manifest_append_dim_split("t", 0)
