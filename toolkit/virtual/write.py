@@ -216,7 +216,7 @@ def process_virtual_refs(
         tick = time.monotonic()
         if on_tick is not None:
             on_tick()
-        available = discover(job.dataset.source, pending)
+        available = discover(job.dataset.source, pending, job.download_concurrency)
         held = withheld(job.dataset, [a[0] for a in available], pending)
         available = [a for a in available if a[0].key not in held]
         if held_back is not None:
