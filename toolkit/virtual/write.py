@@ -135,9 +135,11 @@ def virtual_config(dataset: Dataset) -> R.VirtualConfig:
 # ----------------------------------------------------------------------------- the filter
 
 
-def probe_key(job: Job, geom: Any, c: SourceFileCoord) -> ChunkKey | None:
+def probe_key(
+    job: Job, geom: Any, c: SourceFileCoord, memo: dict[Any, Any] | None = None
+) -> ChunkKey | None:
     var, loc = probe(job.dataset, c)  # type: ignore[arg-type]
-    return chunk_key(geom, var, loc)
+    return chunk_key(geom, var, loc, memo)
 
 
 def filter_already_present(
@@ -263,10 +265,11 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
     extent = committed_extent(session, t)
     geom = t.geometry(extent)
     by_var: dict[str, list[tuple[tuple[int, ...], str, int, int, Any]]] = {}
+    memo: dict[Any, Any] = {}  # a batch's refs share most labels: each canonicalised once
     for c, refs in batch:
         cells = set()
         for r in refs:
-            ck = chunk_key(geom, r.variable, r.loc)
+            ck = chunk_key(geom, r.variable, r.loc, memo)
             if ck is None:
                 raise ValueError(
                     f"{c.get_url()}: ref {r.variable} at {r.loc} is outside "
@@ -276,7 +279,7 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
             by_var.setdefault(r.variable, []).append(
                 (ck.index, r.location, r.offset, r.length, r.last_modified)
             )
-        p = probe_key(job, geom, c)
+        p = probe_key(job, geom, c, memo)
         if p is None or p.key not in cells:
             raise AssertionError(
                 f"{c.get_url()}: its refs do not cover the probed cell "
