@@ -27,7 +27,7 @@ from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
 from toolkit.virtual.read import discover, fetch, refs_from
 from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_key
-from toolkit.virtual.source import expected_cells, with_modified
+from toolkit.virtual.source import expected_cells
 from toolkit.virtual.template import Template
 
 log = logging.getLogger(__name__)
@@ -186,12 +186,12 @@ def refs_or_skip(job: Job, c: SourceFileCoord, got: Any, modified: Any = None) -
     if isinstance(got, Skipped):
         return got
     try:
-        refs = refs_from(job.dataset.source, c, got)  # type: ignore[arg-type]
+        refs = refs_from(job.dataset.source, c, got, modified)  # type: ignore[arg-type]
     except Exception as err:
         return _skip(c, err)
     if not refs:
         return Skipped(c.get_url(), "file contributed no refs")
-    return with_modified(refs, c.get_url(), modified)
+    return refs
 
 
 def process_virtual_refs(
