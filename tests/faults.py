@@ -78,8 +78,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -201,6 +200,13 @@ class FaultProxy:
                 req.upstream = None  # type: ignore[attr-defined]
             return resp, data
         raise AssertionError("unreachable")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog is 5: clients opening 128 connections at once (two
+    # processes' pools of 64) had SYNs dropped and waited 1-3 s for the retransmit
+    request_queue_size = 1024
 
 
 def request_kind(method: str, path: str, range_: str | None = None) -> str:
