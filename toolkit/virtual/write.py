@@ -26,7 +26,7 @@ from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
 from toolkit.virtual.read import discover, fetch, refs_from
-from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_key
+from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_cell, chunk_key
 from toolkit.virtual.source import expected_cells
 from toolkit.virtual.template import Template
 
@@ -269,18 +269,18 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
     for c, refs in batch:
         cells = set()
         for r in refs:
-            ck = chunk_key(geom, r.variable, r.loc, memo)
-            if ck is None:
+            index = chunk_cell(geom, r.variable, r.loc, memo)
+            if index is None:
                 raise ValueError(
                     f"{c.get_url()}: ref {r.variable} at {r.loc} is outside "
                     f"the store's extent ({extent} {t.append_dim} positions)"
                 )
-            cells.add(ck.key)
+            cells.add((r.variable, index))
             by_var.setdefault(r.variable, []).append(
-                (ck.index, r.location, r.offset, r.length, r.last_modified)
+                (index, r.location, r.offset, r.length, r.last_modified)
             )
         p = probe_key(job, geom, c, memo)
-        if p is None or p.key not in cells:
+        if p is None or (p.variable, p.index) not in cells:
             raise AssertionError(
                 f"{c.get_url()}: its refs do not cover the probed cell "
                 f"{p.key if p else None}; the filter would never see it ingested"
