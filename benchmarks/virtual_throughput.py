@@ -22,7 +22,7 @@ Rows (`mode`), per archive and latency (0 = local disk); `workers` is processes:
                  returned to the client, one set_virtual_refs + commit there.
   in_process     toolkit's write loop, `run()`: filter, listing, .idx + header check, catalog
                  match, one commit.
-  sync_backfill  the gated plan (setup, ingest, commit, finalize) in process, 2 workers
+  sync_backfill  the gated plan (setup, ingest, commit, finalize) in process, 2 stripes
                  (local disk only).
   cluster        the same plan on an already running cluster of N single-thread worker
                  processes (started and warmed before the clock starts), N workers; on local
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> None:
             for ms in (0, *LATENCIES):
                 measure(name, ms, "floor", 1, floor)
                 measure(name, ms, "in_process", 1, ours_run)
-            measure(name, 0, "sync_backfill", 2,
+            measure(name, 0, "sync_backfill", 1,
                     lambda j: ours_backfill(j, inits, 2, executor="sync"))  # fmt: skip
         for n in PROCESSES:
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
