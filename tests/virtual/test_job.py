@@ -168,3 +168,21 @@ def test_write_refs_canonicalises_each_label_once_a_batch(tmp_path, monkeypatch)
             ck = chunk_key(geom, r.variable, r.loc)
             got = R.chunk_refs(session, r.variable)[ck.index]
             assert got == (r.location, r.offset, r.length)
+
+
+def test_the_filter_canonicalises_each_label_once(tmp_path, monkeypatch):
+    """The filter probes every file of a region (a backfill's done-set and gates: twice a
+    stage): 12 files share 4 init times and 3 leads, each made canonical once, and the filter
+    finds what it finds without the memo."""
+    from toolkit.virtual import refs as refs_module
+
+    _, files, ds = setup(tmp_path, publish=5)
+    run(ds)
+    coords = ds.files()
+    want = [c.key for c in filter_already_present(ds, coords)]
+    assert len(want) == len(files) - 5
+    real = refs_module.canon
+    calls = []
+    monkeypatch.setattr(refs_module, "canon", lambda x: calls.append(x) or real(x))
+    assert [c.key for c in filter_already_present(ds, coords)] == want
+    assert len(calls) <= 4 + 3 + 2, len(calls)  # init times, leads, a level or two
