@@ -9,6 +9,10 @@ Clients talk to the proxy as their S3 endpoint; it forwards each request to the 
 - `lost`: forwarded, then the connection closed before the response (the server applied it,
   the client cannot know: a retried conditional write then meets its own first attempt).
 
+`latency` adds a fixed wait to every forwarded request (a distant object store's round trip,
+for benchmarks), on top of any fault. Every request is counted by kind (`seen`: LIST, GET
+.idx, GET range, GET, PUT, ...; `reset()` starts a new count).
+
 Faults are drawn from a seeded generator, so a failing run replays. `hold(match)` makes the
 proxy stop at the first request whose method and path match until `release()`, and tells the
 test it got there (`held.wait()`): a process can be killed with that request in flight.
@@ -39,10 +43,15 @@ class FaultProxy:
         delay: float = 0.3,
         seed: int = 0,
         expires: Callable[[str], float | None] | None = None,
+        latency: float = 0.0,
+        keep_alive: bool = False,
     ) -> None:
         target = urlparse(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.rate, self.kinds, self.delay = rate, kinds, delay
+        self.latency = latency  # seconds every forwarded request waits first
+        self.seen: Counter[str] = Counter()  # requests by kind (`request_kind`)
+        self.keep_alive = keep_alive  # one upstream connection per client connection
         self.rng = random.Random(seed)
         self.expires = expires  # access key -> when it stops being accepted (epoch seconds)
         self.expired: Counter[str] = Counter()  # refused as expired, per access key
@@ -58,6 +67,8 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body leave as written
+            upstream: http.client.HTTPConnection | None = None
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -67,8 +78,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -107,9 +117,16 @@ class FaultProxy:
         _refuse(req, 400, "ExpiredToken", "The provided token has expired.")
         return True
 
-    def _pick(self) -> str | None:
+    def reset(self) -> Counter[str]:
+        """The requests seen by kind since the last reset; the count starts again."""
+        with self.lock:
+            seen, self.seen = self.seen, Counter()
+        return seen
+
+    def _pick(self, kind: str) -> str | None:
         with self.lock:
             self.requests += 1
+            self.seen[kind] += 1
             if self.rng.random() >= self.rate:
                 return None
             kind = self.rng.choice(self.kinds)
@@ -128,7 +145,7 @@ class FaultProxy:
                 return
         if self.expires is not None and self._expired(req):
             return
-        kind = self._pick()
+        kind = self._pick(request_kind(req.command, req.path, req.headers.get("Range")))
         if kind == "503":
             payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
             req.send_response(503)
@@ -142,12 +159,10 @@ class FaultProxy:
             return
         if kind == "slow":
             time.sleep(self.delay)
-        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        if self.latency:
+            time.sleep(self.latency)
         headers = {k: v for k, v in req.headers.items() if k.lower() != "connection"}
-        conn.request(req.command, req.path, body=body or None, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        conn.close()
+        resp, data = self._forward(req, body, headers)
         if kind == "lost":
             _abort(req)
             return
@@ -159,6 +174,51 @@ class FaultProxy:
         req.end_headers()
         if req.command != "HEAD":
             req.wfile.write(data)
+
+    def _forward(
+        self, req: BaseHTTPRequestHandler, body: bytes, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """The server's response: on a new connection, or (`keep_alive`) on this client
+        connection's own, made again once if the server closed it in between."""
+        kept = getattr(req, "upstream", None) if self.keep_alive else None
+        for attempt in (0, 1):
+            conn = kept or http.client.HTTPConnection(*self.upstream, timeout=60)
+            try:
+                conn.request(req.command, req.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                if kept is None or attempt:
+                    raise
+                kept = None  # a stale kept connection: once more on a new one
+                continue
+            if self.keep_alive and not resp.will_close:
+                req.upstream = conn  # type: ignore[attr-defined]
+            else:
+                conn.close()
+                req.upstream = None  # type: ignore[attr-defined]
+            return resp, data
+        raise AssertionError("unreachable")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog is 5: clients opening 128 connections at once (two
+    # processes' pools of 64) had SYNs dropped and waited 1-3 s for the retransmit
+    request_queue_size = 1024
+
+
+def request_kind(method: str, path: str, range_: str | None = None) -> str:
+    """What an S3 request does: LIST, GET .idx, GET range, GET, or its method."""
+    target = urlparse(path)
+    if method == "GET" and "list-type=" in target.query:
+        return "LIST"
+    if method == "GET" and range_:
+        return "GET range"
+    if method == "GET" and target.path.endswith(".idx"):
+        return "GET .idx"
+    return method
 
 
 def _access_key(req: BaseHTTPRequestHandler) -> str | None:

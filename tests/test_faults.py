@@ -228,3 +228,59 @@ def test_a_long_build_survives_its_credentials_expiring(seaweed_endpoint: str) -
         proxy.expires = stale.expires
         with pytest.raises(Exception, match=r"(?i)expired"):
             build(held, levels=3, executor="sync")
+
+
+def test_latency_delays_every_request_and_each_is_counted_by_kind(seaweed_endpoint: str) -> None:
+    """The benchmarks' object store at a distance: every request waits `latency` before it is
+    forwarded, on connections kept to the server, and is counted as LIST, GET .idx, GET range,
+    GET or its method; a server that closed a kept connection gets a new one."""
+    import time
+
+    bucket = make_bucket(seaweed_endpoint)
+    with FaultProxy(seaweed_endpoint, latency=0.2, keep_alive=True) as proxy:
+        store = storage.open_store(f"s3://{bucket}/p", **s3_options(proxy.url))
+        t0 = time.perf_counter()
+        storage.put(store, "a.idx", b"1:0:d=2025080100:TMP:2 m above ground:anl:\n")
+        storage.put(store, "a", b"GRIB" + bytes(12))
+        assert storage.get(store, "a.idx").data.startswith(b"1:0:")
+        assert storage.get_range(store, "a", 0, 4) == b"GRIB"
+        assert storage.get(store, "a").data[:4] == b"GRIB"
+        assert {i.key for i in storage.list_objects(store, "")} == {"a", "a.idx"}
+        took = time.perf_counter() - t0
+        assert took >= 6 * 0.2, took
+        assert proxy.reset() == {"PUT": 2, "GET .idx": 1, "GET range": 1, "GET": 1, "LIST": 1}
+        assert proxy.reset() == {}  # counted afresh
+
+
+def test_a_kept_connection_the_server_closed_is_made_again() -> None:
+    """`keep_alive`: a server that closes its side between two requests (without saying so)
+    costs the second request a new connection, not an error."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Upstream(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+            self.close_connection = True  # closed, though the response said keep-alive
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{server.server_address[1]}", keep_alive=True) as p:
+            import http.client
+
+            conn = http.client.HTTPConnection("127.0.0.1", int(p.url.rsplit(":", 1)[1]))
+            for _ in range(3):  # one client connection: the proxy reuses its upstream one
+                conn.request("GET", "/b/k")
+                assert conn.getresponse().read() == b"ok"
+            assert p.reset() == {"GET": 3}
+    finally:
+        server.shutdown()

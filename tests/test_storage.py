@@ -245,3 +245,18 @@ def test_a_zarr_view_serves_the_storage_functions(tmp_path) -> None:
     assert pickle.loads(pickle.dumps(head)) == head  # a gate observes it on any worker
     with pytest.raises(ValueError, match="read-only"):
         head.zarr(read_only=False)
+
+
+@pytest.mark.parametrize("root", ["plain", "with space", "ünï#%"])
+def test_a_local_object_url_is_what_pathlib_makes_of_it(tmp_path, root) -> None:
+    """Local object URLs are made without pathlib for plain keys (a backfill makes one per file,
+    20,000 of them); every key, plain or not, gets the URL `Path.as_uri` gives."""
+    from pathlib import Path
+
+    store = storage.open_store(str(tmp_path / root))
+    keys = ["gfs.20250801/00/atmos/gfs.t00z.pgrb2.0p25.f000", "a", "a.idx", "a/b/c", "~x-y_z",
+            "a//b", "a/./b", "./a", "a/../b", "..", ".", "a/", "a b", "a%20b", "a#b", "a?b",
+            "é", "a:b", "/lead"]  # fmt: skip
+    for key in keys:
+        want = (Path(storage.file_path(store.url)) / key.lstrip("/")).as_uri()
+        assert store.object_url(key) == want, key

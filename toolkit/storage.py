@@ -19,6 +19,7 @@ provider, which refreshes. Explicit secret options are refused when pickling.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -365,6 +366,9 @@ class Store:
         local store, as its own URL is, so that the two agree on every letter."""
         key = key.lstrip("/")
         if self.is_local:
+            base = _local_base(self.url)
+            if base is not None and _PLAIN_KEY.fullmatch(key) and not _ODD_SEGMENT.search(key):
+                return f"{base}/{key}"  # what as_uri makes of it, without a Path per key
             return (self.local_path / key).as_uri()
         return f"{self.url.rstrip('/')}/{key}"
 
@@ -408,6 +412,19 @@ def _normalise_url(url: str) -> str:
     if url.startswith("file://"):
         return file_path(url).resolve().as_uri()
     return url
+
+
+# A key `Path.as_uri` leaves as it is: letters quote() keeps, no empty, "." or ".." segment
+# (pathlib drops or keeps those its own way). Any other key goes through pathlib.
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.~/-]*[A-Za-z0-9_.~-]")
+_ODD_SEGMENT = re.compile(r"(^|/)\.{0,2}(/|$)")
+
+
+@functools.lru_cache(maxsize=64)
+def _local_base(url: str) -> str | None:
+    """A local store's directory as `as_uri` spells it (None for the root: it ends in "/")."""
+    base = file_path(url).as_uri()
+    return None if base.endswith("/") else base
 
 
 def file_path(url: str) -> Path:

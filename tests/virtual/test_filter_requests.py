@@ -73,3 +73,40 @@ def test_filter_sends_no_request_to_the_source(s3_endpoint, recorder, tmp_path):
     file_refs(ds.dataset.source, *found[0][:2])
     hits = to_bucket(recorder.stop(), bucket)
     assert any(h.startswith("GET") for h in hits) and len(hits) >= 3, hits
+
+
+def test_discovery_lists_directories_at_once_each_once(tmp_path, monkeypatch):
+    """Files of four init times sit in four directories: their listings overlap (a round
+    trip each, not one after another) and each directory is listed once; what is found is
+    what one listing at a time finds, data object and index both required."""
+    import threading
+    import time
+
+    archive, files, ds = sim(
+        storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
+    )
+    storage.delete(archive.store, archive.index_key(files[1]))  # listed without its index
+    coords = ds.files()
+    serial = discover(ds.dataset.source, coords, concurrency=1)
+    plain = storage.list_objects
+    calls: list[str] = []
+    flying = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def slow_listing(store, prefix=""):
+        with lock:
+            calls.append(prefix)
+            flying[0] += 1
+            flying[1] = max(flying)
+        time.sleep(0.05)
+        with lock:
+            flying[0] -= 1
+        return plain(store, prefix)
+
+    monkeypatch.setattr(storage, "list_objects", slow_listing)
+    found = discover(ds.dataset.source, coords, concurrency=8)
+    dirs = {c.get_url().rsplit("/", 1)[0] for c in coords}
+    assert len(dirs) == 4 and len(calls) == len(set(calls)) == 4
+    assert flying[1] == 4  # all four at once
+    assert found == serial and len(found) == len(coords) - 1
+    assert archive.data_url(files[1]) not in {c.get_url() for c, *_ in found}

@@ -138,3 +138,51 @@ def test_refresh_metadata_commits_only_on_real_drift(tmp_path):
     )
     with pytest.raises(MetadataDrift, match="run a backfill"):
         refresh(ds)
+
+
+def test_write_refs_canonicalises_each_label_once_a_batch(tmp_path, monkeypatch):
+    """A batch's refs share their labels (12 files, 4 init times, 3 leads, a few levels): each
+    label is made canonical once, not once per ref, and every ref lands in its own cell, as
+    keyed one at a time."""
+    from toolkit.virtual import refs as refs_module
+    from toolkit.virtual.refs import chunk_key
+    from toolkit.virtual.write import process_virtual_refs, write_refs
+
+    _, _, ds = setup(tmp_path)
+    (batch,) = process_virtual_refs(ds, ds.files())
+    n_refs = sum(len(r) for _, r in batch)
+    real = refs_module.canon
+    calls = []
+    write_refs(ds, R.writable(ds.repo.open(fresh=True)), batch)  # the template's geometry made
+    session = R.writable(ds.repo.open(fresh=True))
+    monkeypatch.setattr(refs_module, "canon", lambda x: calls.append(x) or real(x))
+    assert write_refs(ds, session, batch) == n_refs
+    labels = {(d, real(v)) for _, refs in batch for r in refs for d, v in r.out_loc}
+    assert n_refs > 3 * len(labels) and len(calls) <= len(labels), (len(calls), len(labels))
+    monkeypatch.setattr(refs_module, "canon", real)
+    R.commit(session, "batch")
+    geom = ds.template.geometry(len(ds.template.coords[ds.template.append_dim]))
+    session = R.readonly(ds.repo.open(fresh=True))
+    for _, refs in batch:
+        for r in refs:
+            ck = chunk_key(geom, r.variable, r.loc)
+            got = R.chunk_refs(session, r.variable)[ck.index]
+            assert got == (r.location, r.offset, r.length)
+
+
+def test_the_filter_canonicalises_each_label_once(tmp_path, monkeypatch):
+    """The filter probes every file of a region (a backfill's done-set and gates: twice a
+    stage): 12 files share 4 init times and 3 leads, each made canonical once, and the filter
+    finds what it finds without the memo."""
+    from toolkit.virtual import refs as refs_module
+
+    _, files, ds = setup(tmp_path, publish=5)
+    run(ds)
+    coords = ds.files()
+    want = [c.key for c in filter_already_present(ds, coords)]
+    assert len(want) == len(files) - 5
+    real = refs_module.canon
+    calls = []
+    monkeypatch.setattr(refs_module, "canon", lambda x: calls.append(x) or real(x))
+    assert [c.key for c in filter_already_present(ds, coords)] == want
+    assert len(calls) <= 4 + 3 + 2, len(calls)  # init times, leads, a level or two

@@ -19,6 +19,7 @@ from toolkit.virtual.refs import (
     VirtualRef,
     canon,
     canon_all,
+    chunk_cell,
     chunk_index,
     chunk_key,
 )
@@ -206,3 +207,5 @@ def test_a_memo_shared_across_cells_answers_as_chunk_key_alone(cells) -> None:
     for i, j, k in cells:
         loc = _spellings(i, j)[k]
         assert chunk_key(g, "t2m", loc, memo) == chunk_key(g, "t2m", loc)
+        ck = chunk_key(g, "t2m", loc)  # the write loop keys by index alone: the same cell
+        assert chunk_cell(g, "t2m", loc, memo) == (None if ck is None else ck.index)

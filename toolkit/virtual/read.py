@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import posixpath
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from toolkit import storage
@@ -30,6 +31,8 @@ __all__ = [
     "without_index",
 ]
 
+LIST_CONCURRENCY = 16  # directory listings in flight at once (a write loop passes its own)
+
 # (coord, size, last_modified): a file the source lists now
 Available = tuple[SourceFileCoord, int, _dt.datetime | None]
 
@@ -40,10 +43,13 @@ def list_available(
     store: storage.Store,
     location_prefix: str,
     require_index: bool,
+    concurrency: int = LIST_CONCURRENCY,
 ) -> list[Available]:
     """Pending files `store` lists now, with the listing's size and own `last_modified`.
 
-    One listing per distinct directory. Passing the listing's last_modified on to the refs lets
+    One listing per distinct directory, `concurrency` of them at a time (a backfill's files
+    sit in one directory per init time: listed one after another, a 50 ms round trip made
+    20,000 files' 834 listings cost 42 s before the first GET). Passing the listing's last_modified on to the refs lets
     Icechunk refuse a ref whose object was re-uploaded, instead of reading the wrong bytes.
     """
     prefix = location_prefix.rstrip("/") + "/"
@@ -54,9 +60,11 @@ def list_available(
             raise ValueError(f"{url} is not under the source prefix {prefix}")
         keys[c] = url[len(prefix) :]
     listed: dict[str, storage.ObjectInfo] = {}
-    for d in sorted({posixpath.dirname(k) for k in keys.values()}):
-        for info in storage.list_objects(store, d):
-            listed[info.key] = info
+    dirs = sorted({posixpath.dirname(k) for k in keys.values()})
+    with ThreadPoolExecutor(max(1, min(concurrency, len(dirs)))) as pool:
+        for infos in pool.map(lambda d: storage.list_objects(store, d), dirs):
+            for info in infos:
+                listed[info.key] = info
     return [
         (c, listed[k].size, listed[k].last_modified)
         for c, k in keys.items()
@@ -64,10 +72,16 @@ def list_available(
     ]
 
 
-def discover(source: GribSource, pending: Sequence[SourceFileCoord]) -> list[Available]:
+def discover(
+    source: GribSource, pending: Sequence[SourceFileCoord], concurrency: int = LIST_CONCURRENCY
+) -> list[Available]:
     """The pending files ready now: data object and `.idx` both listed."""
     return list_available(
-        pending, store=source.store, location_prefix=source.store.url, require_index=True
+        pending,
+        store=source.store,
+        location_prefix=source.store.url,
+        require_index=True,
+        concurrency=concurrency,
     )
 
 
@@ -112,9 +126,13 @@ def _last_offset(index: bytes) -> int | None:
         return None  # the full parse says what is wrong
 
 
-def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef]:
+def refs_from(
+    source: GribSource, c: GribCoord, got: Fetched, modified: _dt.datetime | None = None
+) -> list[VirtualRef]:
     """The CPU half of `file_refs`: parse and validate the index, prove it against the data
-    file's header (stale check), check its init time, match the catalog, make the refs."""
+    file's header (stale check), check its init time, match the catalog, make the refs, each
+    stamped with the listing's `modified` (made so, not copied after: a copy per ref was 5%
+    of a write loop's time on local disk)."""
     url = c.get_url()
     try:
         text = got.index.decode("utf-8")
@@ -139,7 +157,7 @@ def refs_from(source: GribSource, c: GribCoord, got: Fetched) -> list[VirtualRef
         loc = dict(base)
         if fld.level is not None:
             loc["level"] = fld.level
-        refs.append(VirtualRef.make(fld.variable.name, loc, url, rec.offset, rec.length))
+        refs.append(VirtualRef.make(fld.variable.name, loc, url, rec.offset, rec.length, modified))
     return refs
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "VirtualRef",
     "canon",
     "canon_all",
+    "chunk_cell",
     "chunk_index",
     "chunk_key",
 ]
@@ -265,7 +266,22 @@ def chunk_key(
     out_loc: Mapping[str, Any],
     memo: dict[tuple[str, Any], int | None] | None = None,
 ) -> ChunkKey | None:
-    """The one chunk a ref at `out_loc` of `variable` fills, or None when a label is not present.
+    """The one chunk a ref at `out_loc` of `variable` fills, or None when a label is not
+    present: `chunk_cell`'s index with its zarr key."""
+    index = chunk_cell(geometry, variable, out_loc, memo)
+    if index is None:
+        return None
+    return ChunkKey(variable, index, geometry.arrays[variable].encode(index))
+
+
+def chunk_cell(
+    geometry: Geometry,
+    variable: str,
+    out_loc: Mapping[str, Any],
+    memo: dict[tuple[str, Any], int | None] | None = None,
+) -> tuple[int, ...] | None:
+    """The index of the one chunk a ref at `out_loc` of `variable` fills, or None when a label
+    is not present (no key text made: a write keys 160,000 refs of 20,000 files by index).
 
     A ref is one whole chunk: every pinned dim must have chunk size 1, every dim it leaves open
     must be a single chunk. Anything else raises, naming the variable and dim. `memo`: a dict
@@ -314,5 +330,4 @@ def chunk_key(
                     f"split into chunks of {chunk}; one ref must be exactly one chunk"
                 )
             positions.append(0)
-    index = chunk_index(positions, array.chunks)
-    return ChunkKey(variable, index, array.encode(index))
+    return chunk_index(positions, array.chunks)
