@@ -95,6 +95,7 @@ MALFORMED = [
     (("blobs.0.id", "B-TAS"), "blobs[0].id"),
     (("blobs.0.id", "tås"), "blobs[0].id"),
     (("blobs.0.prefixes", []), "blobs[0].prefixes"),
+    (("blobs.0.bucket.count", None), "blobs[0].bucket.count"),  # absent or an integer, not null
     (("blobs.0.prefixes", ["cordex/a.zarr/tas", "cordex/a.zarr/x"]), "blobs[0].bucket"),
     (("blobs.0.prefixes.0", ""), "blobs[0].prefixes[0]"),
     (("blobs.0.prefixes.0", "cordex/a.zarr/tas/"), "blobs[0].prefixes[0]"),

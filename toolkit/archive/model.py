@@ -668,6 +668,8 @@ def _blob(
             _only(b, {"width", "encoding", "separator", "count"}, "bucket.", scope)
             if "width" not in b:
                 raise ManifestError("bucket.width", "is required", scope)
+            if "count" in b:  # absent when unknown; written only as an integer
+                _int(b["count"], "bucket.count", 0)
             bucket = Bucket(
                 b["width"], b.get("encoding", "default"), b.get("separator", "/"), b.get("count")
             )
