@@ -65,6 +65,7 @@ PYRAMID_BUILD = (
     "toolkit/pyramid/source.py",
     "toolkit/cf.py",
     "toolkit/kernels.py",
+    "toolkit/engine/codecs.py",
     *STORAGE,
     *ENGINE,
 )

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from toolkit import storage
-from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.engine import Gate, ListedKeys, Plan, Stage, codecs, run
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata, records
 from toolkit.pyramid.levels import level0_bytes, no_positions, plan_source, var_sources
@@ -190,7 +190,47 @@ def build(
 
     An Icechunk repo as `source` (a virtual dataset's) gets its levels inside it, landed on
     main in one move (`toolkit.pyramid.repo`); `select` {dim: [values]} and `latest` restrict
-    the positions built, `credentials` is how its GRIB sources are read."""
+    the positions built, `credentials` is how its GRIB sources are read.
+
+    The arrays it opens in this process (planning, and the run itself in process or on the
+    embedded cluster's threads) use zarr's fused codec pipeline (`toolkit.engine.codecs`)."""
+    with codecs.fused():
+        return _build(
+            source,
+            variables,
+            method,
+            band_dim,
+            levels,
+            cluster,
+            executor,
+            progress,
+            rebuild_from,
+            max_shard,
+            force_method,
+            select,
+            latest,
+            credentials,
+            **options,
+        )
+
+
+def _build(
+    source: str | storage.Store,
+    variables: list[str] | None,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    cluster: Any,
+    executor: str,
+    progress: Callable[[str, int, int], None] | None,
+    rebuild_from: str | int | None,
+    max_shard: int,
+    force_method: bool,
+    select: Mapping[str, Sequence[str]] | None,
+    latest: bool,
+    credentials: Literal["anonymous", "env"],
+    **options: Any,
+) -> Report:
     from toolkit.pyramid.repo import build_repo, open_repo_source
 
     ref = open_repo_source(source, credentials, **options)
