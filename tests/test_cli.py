@@ -17,8 +17,17 @@ runner = CliRunner()
 
 
 def test_version_and_help() -> None:
+    import importlib.metadata as md
+    import tomllib
+
+    import toolkit
+
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("toolkit ")
+    name = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert name["name"] == toolkit.DISTRIBUTION != "toolkit"  # the index's `toolkit` is another's
+    assert f"{md.version(toolkit.DISTRIBUTION)} ({toolkit.DISTRIBUTION})" in result.output
+    assert name["scripts"] == {"toolkit": "toolkit.cli:main"}
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
     for command in ("demo", "pyramid", "virtual", "grib", "archive", "--cluster"):

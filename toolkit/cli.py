@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar
 import click
 import typer
 
+from toolkit import DISTRIBUTION
 from toolkit.archive.cli import app as archive_app
 from toolkit.console import OneLineErrors, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
@@ -62,7 +63,7 @@ state = State()
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"toolkit {_dist_version('toolkit')}")
+        out.print(f"toolkit {_dist_version(DISTRIBUTION)} ({DISTRIBUTION})")
         raise typer.Exit(0)
 
 

@@ -77,6 +77,22 @@ def modified_checkout(where: Path) -> Path:
     return root
 
 
+def test_the_shipped_zip_carries_the_distribution_under_its_own_name(tmp_path: Path) -> None:
+    """A worker that imports the shipped code finds its version under the name pip knows,
+    `zarr-toolkit` (`toolkit` on the index is someone else's)."""
+    import importlib.metadata as md
+    import io
+    import zipfile
+
+    import toolkit
+
+    zipfile.ZipFile(io.BytesIO(payload()[0])).extractall(tmp_path)
+    (found,) = md.distributions(path=[str(tmp_path)])
+    assert found.metadata["Name"] == toolkit.DISTRIBUTION == "zarr-toolkit"
+    assert found.version == md.version(toolkit.DISTRIBUTION)
+    assert (tmp_path / "toolkit" / "engine" / "ship.py").is_file()
+
+
 def test_the_digest_is_of_the_sources_a_process_finds(tmp_path: Path) -> None:
     digest = _identity()[1]
     assert payload()[1] == MINE == digest(str(ROOT / "toolkit"))  # one algorithm for both

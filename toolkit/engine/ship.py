@@ -58,10 +58,11 @@ def payload() -> tuple[bytes, str]:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for name, path in sources(root):
             z.writestr(name, Path(path).read_bytes())
-        v = version("toolkit")
+        v = version(toolkit.DISTRIBUTION)
+        dist = toolkit.DISTRIBUTION.replace("-", "_")  # a dist-info folder's spelling of it
         z.writestr(
-            f"toolkit-{v}.dist-info/METADATA",
-            f"Metadata-Version: 2.1\nName: toolkit\nVersion: {v}\n",
+            f"{dist}-{v}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {toolkit.DISTRIBUTION}\nVersion: {v}\n",
         )
     return buf.getvalue(), digest(root)
 
