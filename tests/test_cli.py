@@ -191,3 +191,33 @@ def test_the_console_script_keeps_exit_codes_and_output_when_it_skips_teardown(
     usage = toolkit("pyramid", "build", str(tmp_path / "nope.zarr"))
     assert usage.returncode == 2 and usage.stderr.startswith("error: ")
     assert toolkit("--version").stdout.strip().startswith("toolkit ")
+
+
+def _commands(group: object, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    """Every command under `group` (lazily loaded ones too), with the words that reach it."""
+    ctx = type(group).context_class(group)  # type: ignore[attr-defined]
+    found = [(path, group)]
+    if hasattr(group, "list_commands"):  # a group (typer's own click, or click's)
+        for name in group.list_commands(ctx):
+            found += _commands(group.get_command(ctx, name), (*path, name))
+    return found
+
+
+def test_every_help_reads_at_80_columns() -> None:
+    """No line wider than the terminal, no flag name or word cut with "…", a plain flag shown
+    without a value, and every flag named whole."""
+    import typer
+
+    commands = _commands(typer.main.get_command(app))
+    assert len(commands) > 30  # the whole tree, lazily loaded groups included
+    for words, command in commands:
+        result = runner.invoke(app, [*words, "--help"], terminal_width=80)
+        assert result.exit_code == 0, words
+        text = result.output
+        wide = [line for line in text.splitlines() if len(line) > 80]
+        assert not wide, (words, wide)
+        assert "…" not in text and "<bool>" not in text, (words, text)
+        for param in command.params:  # type: ignore[attr-defined]
+            for flag in [*param.opts, *param.secondary_opts]:
+                if flag.startswith("-") and not getattr(param, "hidden", False):
+                    assert flag in text, (words, flag)

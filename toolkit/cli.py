@@ -19,7 +19,7 @@ import typer
 
 from toolkit import DISTRIBUTION
 from toolkit.archive.cli import app as archive_app
-from toolkit.console import OneLineErrors, flags, out
+from toolkit.console import PLAIN_HELP, OneLineErrors, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
@@ -47,6 +47,7 @@ app = typer.Typer(
     help="Dask-distributed array processing for Zarr v3 and Icechunk on object storage.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
 app.add_typer(pyramid_app, name="pyramid")
 app.add_typer(virtual_app, name="virtual")

@@ -312,8 +312,16 @@ def spread_storage(command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+# Help as click writes it: wrapped to the terminal, flag names whole and plain flags without a
+# value. Rich's help panels cut long flag names and words with "…" at 80 columns.
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None}
+
+
 class Typer(typer.Typer):
     """A job's command group: a command's `Storage` parameter is the storage flags."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**PLAIN_HELP, **kwargs})
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
         register = super().command(*args, **kwargs)

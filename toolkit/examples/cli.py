@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import typer
 
 from toolkit.console import (
+    PLAIN_HELP,
     PerformanceReport,
     Ship,
     exit_codes,
@@ -22,7 +23,7 @@ from toolkit.console import (
 )
 from toolkit.console import err_console as console
 
-app = typer.Typer(add_completion=False)  # the root command has them
+app = typer.Typer(add_completion=False, **PLAIN_HELP)  # the root command has them
 
 NEEDS = ("eccodes", "matplotlib")  # the `examples` extra: the simulator's GRIB2, the pictures
 

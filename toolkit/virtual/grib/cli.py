@@ -13,9 +13,11 @@ from urllib.parse import urlparse
 
 import typer
 
-from toolkit.console import RETRY_SECONDS, RetrySeconds
+from toolkit.console import PLAIN_HELP, RETRY_SECONDS, RetrySeconds
 
-app = typer.Typer(help="Inspect GRIB2 files and their wgrib2 indexes.", no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect GRIB2 files and their wgrib2 indexes.", no_args_is_help=True, **PLAIN_HELP
+)
 
 
 @dataclass
