@@ -156,6 +156,30 @@ def session(
     )
 
 
+AsJson = Annotated[
+    bool,
+    typer.Option("--json", help="One JSON object on stdout instead of the tables, for scripts."),
+]
+
+
+def emit_json(doc: Any) -> None:
+    """One JSON object on one line of stdout (what `--json` promises; nothing else goes there).
+    Times and other values JSON lacks are written as their ISO / str spelling."""
+    import sys
+
+    def spell(value: Any) -> Any:
+        iso = getattr(value, "isoformat", None)
+        return iso() if callable(iso) else str(value)
+
+    sys.stdout.write(json.dumps(doc, default=spell) + "\n")
+    sys.stdout.flush()
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """A run's report as `--json` writes it: the stage table and the notes."""
+    return {**report.as_dict(), "notes": [storage.redact(n) for n in report.notes]}
+
+
 def print_report(report: Report, json_path: Path | None = None) -> None:
     """The per-stage table (tasks, graph nodes, skipped, written, seconds, gate), optionally
     also as JSON."""

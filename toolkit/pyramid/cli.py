@@ -7,6 +7,7 @@ context.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 import typer
@@ -16,6 +17,7 @@ from rich.table import Table
 from toolkit.console import (
     STORAGE,
     WAIT_FOR_WORKERS,
+    AsJson,
     PerformanceReport,
     Ship,
     Storage,
@@ -23,10 +25,12 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
     WriteStorage,
+    emit_json,
     exit_codes,
     out,
     print_report,
     progress_bars,
+    report_json,
     session,
 )
 from toolkit.console import err_console as console
@@ -135,6 +139,7 @@ def plan_cmd(
     select: Select = None,
     latest: Latest = False,
     stores: Storage = STORAGE,
+    as_json: AsJson = False,
 ) -> None:
     """Tasks per level after pruning, and the gate targets (reads metadata and listings only)."""
     from toolkit.pyramid import plan
@@ -153,6 +158,30 @@ def plan_cmd(
             latest=latest,
             **opts,
         )
+    if as_json:
+        emit_json(
+            {
+                "digest": p.digest,
+                "method": p.method,
+                "method_from": p.method_from,
+                "variables": list(p.variables),
+                "levels": [
+                    {
+                        "group": lvl.group,
+                        "shape": list(lvl.shape),
+                        "shard": list(lvl.vars[0].shards[-2:]),
+                        "naive": naive,
+                        "tasks": len(lvl.tasks),
+                        "pruned": naive - len(lvl.tasks),
+                        "targets": len(lvl.targets),
+                    }
+                    for lvl, naive in zip(p.levels, p.naive, strict=True)
+                ],
+                "reading": list(p.reading),
+                "notes": list(p.notes),
+            }
+        )
+        return
     table = Table(
         title=f"pyramid plan {p.digest} ({p.method}: {p.method_from}; {', '.join(p.variables)})"
     )
@@ -201,6 +230,7 @@ def build_cmd(
     stores: WriteStorage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    as_json: AsJson = False,
 ) -> None:
     """Build every level (resuming what exists), gate by gate, then add the root metadata."""
     from toolkit.pyramid import build
@@ -227,6 +257,9 @@ def build_cmd(
                 latest=latest,
                 **opts,
             )
+    if as_json:
+        emit_json(report_json(report))
+        return
     print_report(report)
     if executor == "auto" and report.executor == "sync":
         console.print(
@@ -263,6 +296,7 @@ def verify_cmd(
     stores: Storage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    as_json: AsJson = False,
 ) -> None:
     """Check the pyramid; exit 0 only if every check passes, 1 otherwise."""
     from toolkit.pyramid import verify
@@ -282,9 +316,30 @@ def verify_cmd(
             latest=latest,
             **opts,
         )
-    for f in result.failures:
-        console.print(f"[red]FAIL[/red] {escape(str(f))}")
+    failures = [dataclasses.asdict(f) for f in result.failures]
+    if as_json:
+        emit_json({"ok": result.ok, "checked": result.checked, "failures": failures})
+    else:
+        _print_verified(result.checked, failures)
     if not result.ok:
-        console.print(f"[red]{len(result.failures)} check(s) failed[/red]")
         raise typer.Exit(1)
-    out.print(f"[green]pyramid verified[/green] {result.checked}")
+
+
+def _print_verified(checked: dict[str, int], failures: list[dict[str, str]]) -> None:
+    """The checks run (graph tasks each) on stdout, every failure as a row on stderr (level,
+    shard, check, detail), and the verdict."""
+    table = Table(title="pyramid verify")
+    for col in ("checks", "tasks"):
+        table.add_column(col, justify="left" if col == "checks" else "right")
+    for stage, tasks in checked.items():
+        table.add_row(stage.removeprefix("verify-"), str(tasks))
+    out.print(table)
+    if failures:
+        rows = Table(title=f"{len(failures)} check(s) failed", title_style="red")
+        for col in ("level", "shard", "check", "detail"):
+            rows.add_column(col, overflow="fold")
+        for f in failures:
+            rows.add_row(*(escape(f[c]) for c in ("level", "shard", "check", "detail")))
+        console.print(rows)
+        return
+    out.print("[green]pyramid verified[/green]: every check passed")
