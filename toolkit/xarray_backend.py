@@ -30,6 +30,10 @@ DECODERS = (
     "decode_coords",
 )
 BASE = ("1x", ".", "", "/")  # the names of level 0: the store's root
+WANT = (
+    "engine 'toolkit' opens a Zarr v3 store (a pyramid built by `toolkit pyramid build`) "
+    "or an Icechunk repo (a virtual dataset's): check the path"
+)
 
 
 class ToolkitBackendEntrypoint(BackendEntrypoint):
@@ -192,13 +196,17 @@ def _open(
             f"engine 'toolkit' opens a path or URL, not {type(filename_or_obj).__name__}"
         )
     options = dict(store_options or {})
+    named = filename_or_obj.url if isinstance(filename_or_obj, storage.Store) else filename_or_obj
+    local = None if isinstance(filename_or_obj, storage.Store) else storage.local_path_of(named)
+    if local is not None:
+        named = str(local.resolve())  # as the user wrote it, not percent-encoded
+        if not local.is_dir():
+            what = "is not a directory" if local.exists() else "does not exist"
+            raise PlanError(f"{named}: {what}; {WANT}")
     ref = open_repo_source(filename_or_obj, credentials, **options)
     if ref is not None:
         return None, ref
     store = open_source(filename_or_obj, **options)
     if not storage.exists(store, "zarr.json"):
-        raise PlanError(
-            f"{store.url}: neither a Zarr v3 store (no zarr.json at the root) nor an Icechunk "
-            "repo; pass a pyramid built by `toolkit pyramid build` or a virtual dataset's repo"
-        )
+        raise PlanError(f"{named}: holds no zarr.json at its root and no Icechunk repo; {WANT}")
     return store, None
