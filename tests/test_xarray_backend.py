@@ -154,3 +154,11 @@ def test_neither_a_pyramid_nor_a_repo_is_one_line(tmp_path, what: str) -> None:
         assert "Icechunk repo" in said and "Zarr v3" in said
     assert not Engine().guess_can_open(path)
     assert what != "missing" or not path.exists()  # a reader's open creates nothing
+
+
+def test_a_group_the_pyramid_lacks_is_one_line_naming_its_levels(pyramid: Path) -> None:
+    with pytest.raises(PlanError) as err:
+        xr.open_dataset(pyramid, engine=Engine, group="16x")
+    said = str(err.value)
+    assert "\n" not in said and "données t2m.zarr" in said
+    assert "no group '16x'" in said and "1x, 2x, 4x" in said

@@ -85,16 +85,32 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         kwargs = _zarr_kwargs(drop_variables, decoders)
         level = _level(group)
         source, ref = _open(filename_or_obj, credentials, store_options)
-        if ref is not None:
-            from toolkit.virtual.reader import open_dataset
+        try:
+            if ref is not None:
+                from toolkit.virtual.reader import open_dataset
 
-            return open_dataset(
-                ref.store, branch=branch, snapshot=snapshot, credentials=credentials,
-                group=level, **kwargs,
-            )  # fmt: skip
-        from toolkit.pyramid.read import open_level
+                return open_dataset(
+                    ref.store, branch=branch, snapshot=snapshot, credentials=credentials,
+                    group=level, **kwargs,
+                )  # fmt: skip
+            from toolkit.pyramid.read import open_level
 
-        return open_level(source, level or ".", **kwargs)
+            return open_level(source, level or ".", **kwargs)
+        except (KeyError, FileNotFoundError) as err:
+            if level is None:
+                raise
+            from toolkit.pyramid.plan import PlanError
+
+            try:
+                has = self.open_datatree(filename_or_obj, branch=branch, snapshot=snapshot,
+                                         credentials=credentials, store_options=store_options)  # fmt: skip
+                names = ", ".join(n.name for n in has.children.values() if n.name) or "none"
+            except PlanError:  # a Zarr store that is no pyramid: it has no levels
+                names = "none"
+            raise PlanError(
+                f"{_named(filename_or_obj)}: no group {level!r}; pass group= one of its "
+                f"levels ({names})"
+            ) from err
 
     def open_datatree(  # type: ignore[override]
         self,
@@ -157,6 +173,17 @@ def _local_dir(filename_or_obj: Any) -> Path | None:
     return path if path.is_dir() else None
 
 
+def _named(filename_or_obj: Any) -> str:
+    """The location as the user wrote it (a local path resolved, not percent-encoded)."""
+    from toolkit import storage
+
+    if isinstance(filename_or_obj, storage.Store):
+        return filename_or_obj.url
+    text = os.fspath(filename_or_obj)
+    local = storage.local_path_of(text)
+    return str(local.resolve()) if local is not None else text
+
+
 def _level(group: str | None) -> str | None:
     """The zarr group of a level (None: level 0, the root)."""
     if group is None:
@@ -196,13 +223,11 @@ def _open(
             f"engine 'toolkit' opens a path or URL, not {type(filename_or_obj).__name__}"
         )
     options = dict(store_options or {})
-    named = filename_or_obj.url if isinstance(filename_or_obj, storage.Store) else filename_or_obj
+    named = _named(filename_or_obj)
     local = None if isinstance(filename_or_obj, storage.Store) else storage.local_path_of(named)
-    if local is not None:
-        named = str(local.resolve())  # as the user wrote it, not percent-encoded
-        if not local.is_dir():
-            what = "is not a directory" if local.exists() else "does not exist"
-            raise PlanError(f"{named}: {what}; {WANT}")
+    if local is not None and not local.is_dir():
+        what = "is not a directory" if local.exists() else "does not exist"
+        raise PlanError(f"{named}: {what}; {WANT}")
     ref = open_repo_source(filename_or_obj, credentials, **options)
     if ref is not None:
         return None, ref
