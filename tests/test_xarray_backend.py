@@ -162,3 +162,18 @@ def test_a_group_the_pyramid_lacks_is_one_line_naming_its_levels(pyramid: Path) 
     said = str(err.value)
     assert "\n" not in said and "données t2m.zarr" in said
     assert "no group '16x'" in said and "1x, 2x, 4x" in said
+
+
+def test_a_pyramid_on_s3_opens_with_store_options(s3_endpoint: str) -> None:
+    from tests.conftest import make_bucket, s3_options
+
+    url = f"s3://{make_bucket(s3_endpoint)}/t2m.zarr"
+    store = storage.open_store(url, **s3_options(s3_endpoint))
+    synthetic.write_store(store, shape=(40, 40), shards=(16, 16), bands=1)
+    build(store, levels=1, executor="sync")
+    options = s3_options(s3_endpoint)
+    tree = xr.open_datatree(url, engine=Engine, store_options=options)
+    assert [n.path for n in tree.subtree] == ["/", "/1x", "/2x"]
+    got = xr.open_dataset(url, engine=Engine, group="2x", store_options=options)
+    xr.testing.assert_identical(got.load(), open_level(store, "2x").load())
+    assert not Engine().guess_can_open(url)  # remote: never probed by a guess
