@@ -1,0 +1,237 @@
+"""xarray's engine "toolkit": `xr.open_datatree(path, engine="toolkit")` for a pyramid,
+`xr.open_dataset(path, engine="toolkit")` for one level or a virtual GRIB repo.
+
+xarray alone cannot open either: `engine="zarr"` refuses a pyramid's tree (every level reuses
+level 0's dimension names, see `toolkit.pyramid.read`), and a virtual repo's chunks are read
+only once its virtual chunk containers are authorized (`toolkit.virtual.reader`). This engine
+delegates to those two readers. xarray loads every installed engine on each `open_dataset`
+call, so this module imports nothing but xarray's base class at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from xarray.backends import BackendEntrypoint
+
+__all__ = ["ToolkitBackendEntrypoint"]
+
+# xarray's CF decoding options, forwarded to `xr.open_zarr` when the caller sets them
+DECODERS = (
+    "mask_and_scale",
+    "decode_times",
+    "decode_timedelta",
+    "use_cftime",
+    "concat_characters",
+    "decode_coords",
+)
+BASE = ("1x", ".", "", "/")  # the names of level 0: the store's root
+WANT = (
+    "engine 'toolkit' opens a Zarr v3 store (a pyramid built by `toolkit pyramid build`) "
+    "or an Icechunk repo (a virtual dataset's): check the path"
+)
+
+
+class ToolkitBackendEntrypoint(BackendEntrypoint):
+    """Open toolkit's outputs with xarray: a pyramid store (every level) or a virtual
+    GRIB Icechunk repo (a path or URL; its pyramid levels too, when it has some)."""
+
+    description = "toolkit's pyramids (every level) and virtual GRIB Icechunk repos"
+    url = "docs/xarray.md"
+    open_dataset_parameters: ClassVar[tuple[str, ...]] = (
+        "filename_or_obj",
+        "drop_variables",
+        "group",
+        "branch",
+        "snapshot",
+        "credentials",
+        "store_options",
+        *DECODERS,
+    )
+    supports_groups: ClassVar[bool] = True
+
+    def guess_can_open(self, filename_or_obj: Any) -> bool:
+        """A local pyramid (a root zarr.json with a multiscales layout) or a local Icechunk
+        repo; remote URLs are never probed here (xarray guesses for every open)."""
+        root = _local_dir(filename_or_obj)
+        if root is None:
+            return False
+        if (root / "repo").is_file() and (root / "snapshots").is_dir():
+            return True
+        try:
+            attrs = json.loads((root / "zarr.json").read_text()).get("attributes", {})
+        except (OSError, ValueError, AttributeError):
+            return False
+        return bool(attrs.get("multiscales", {}).get("layout"))
+
+    def open_dataset(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        branch: str = "main",
+        snapshot: str | None = None,
+        credentials: Literal["anonymous", "env"] = "anonymous",
+        store_options: Mapping[str, Any] | None = None,
+        **decoders: Any,
+    ) -> Any:
+        """One pyramid level (`group="4x"`; None or "1x" is level 0), or a repo's dataset
+        at `branch` (or `snapshot`), lazily: xarray applies `chunks` to what this returns."""
+        kwargs = _zarr_kwargs(drop_variables, decoders)
+        level = _level(group)
+        source, ref = _open(filename_or_obj, credentials, store_options)
+        try:
+            if ref is not None:
+                from toolkit.virtual.reader import open_dataset
+
+                return open_dataset(
+                    ref.store, branch=branch, snapshot=snapshot, credentials=credentials,
+                    group=level, **kwargs,
+                )  # fmt: skip
+            from toolkit.pyramid.read import open_level
+
+            return open_level(source, level or ".", **kwargs)
+        except (KeyError, FileNotFoundError) as err:
+            if level is None:
+                raise
+            from toolkit.pyramid.plan import PlanError
+
+            try:
+                has = self.open_datatree(filename_or_obj, branch=branch, snapshot=snapshot,
+                                         credentials=credentials, store_options=store_options)  # fmt: skip
+                names = ", ".join(n.name for n in has.children.values() if n.name) or "none"
+            except PlanError:  # a Zarr store that is no pyramid: it has no levels
+                names = "none"
+            raise PlanError(
+                f"{_named(filename_or_obj)}: no group {level!r}; pass group= one of its "
+                f"levels ({names})"
+            ) from err
+
+    def open_datatree(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        branch: str = "main",
+        snapshot: str | None = None,
+        credentials: Literal["anonymous", "env"] = "anonymous",
+        store_options: Mapping[str, Any] | None = None,
+        **decoders: Any,
+    ) -> Any:
+        """The pyramid as `toolkit.pyramid.open_datatree` builds it: an empty root (the
+        root's attributes) and one child per level, `1x` for level 0. A repo without levels
+        is a one-node tree; a repo's levels are read from one snapshot."""
+        import xarray as xr
+
+        kwargs = _zarr_kwargs(drop_variables, decoders)
+        source, ref = _open(filename_or_obj, credentials, store_options)
+        if ref is None:
+            from toolkit.pyramid.read import open_datatree
+
+            return open_datatree(source, **kwargs)
+        from toolkit import icechunk as R
+        from toolkit.virtual.reader import open_dataset
+
+        if snapshot is None:  # pinned: a commit landing meanwhile cannot mix two snapshots
+            snapshot = R.snapshot_of(R.open_repo(ref.store, credentials, fresh=True), branch)
+        base = open_dataset(ref.store, snapshot=snapshot, credentials=credentials, **kwargs)
+        layout = base.attrs.get("multiscales", {}).get("layout") or []
+        if not layout:
+            return xr.DataTree(base)
+        tree = {"/": xr.Dataset(attrs=base.attrs)}
+        for item in layout:
+            asset = item["asset"]
+            tree[f"/{BASE[0] if asset in BASE else asset}"] = (
+                base
+                if asset in BASE
+                else open_dataset(
+                    ref.store, snapshot=snapshot, credentials=credentials, group=asset, **kwargs
+                )
+            )
+        return xr.DataTree.from_dict(tree)
+
+    def open_groups_as_dict(  # type: ignore[override]
+        self, filename_or_obj: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        """`xr.open_groups`: the tree's nodes by path."""
+        tree = self.open_datatree(filename_or_obj, **kwargs)
+        return {node.path: node.to_dataset() for node in tree.subtree}
+
+
+def _local_dir(filename_or_obj: Any) -> Path | None:
+    if not isinstance(filename_or_obj, str | os.PathLike):
+        return None
+    text = os.fspath(filename_or_obj)
+    if not isinstance(text, str) or ("://" in text and not text.startswith("file://")):
+        return None
+    path = Path(text.removeprefix("file://")).expanduser()
+    return path if path.is_dir() else None
+
+
+def _named(filename_or_obj: Any) -> str:
+    """The location as the user wrote it (a local path resolved, not percent-encoded)."""
+    from toolkit import storage
+
+    if isinstance(filename_or_obj, storage.Store):
+        return filename_or_obj.url
+    text = os.fspath(filename_or_obj)
+    local = storage.local_path_of(text)
+    return str(local.resolve()) if local is not None else text
+
+
+def _level(group: str | None) -> str | None:
+    """The zarr group of a level (None: level 0, the root)."""
+    if group is None:
+        return None
+    name = group.strip("/")
+    return None if name in BASE else name
+
+
+def _zarr_kwargs(drop_variables: Any, decoders: Mapping[str, Any]) -> dict[str, Any]:
+    """What `xr.open_zarr` is given: lazily indexed arrays (`chunks=None`: xarray chunks
+    the result itself when the caller asked), the variables dropped, the decoders set."""
+    unknown = sorted(set(decoders) - set(DECODERS))
+    if unknown:
+        raise TypeError(f"engine 'toolkit' takes no argument {', '.join(map(repr, unknown))}")
+    kwargs: dict[str, Any] = {"chunks": None, **decoders}
+    if drop_variables is not None:
+        kwargs["drop_variables"] = drop_variables
+    return kwargs
+
+
+def _open(
+    filename_or_obj: Any,
+    credentials: Literal["anonymous", "env"],
+    store_options: Mapping[str, Any] | None,
+) -> tuple[Any, Any]:
+    """(the Zarr store, None) for a pyramid, (None, the repo) for an Icechunk repo; anything
+    else is refused in one line naming the path and what it wants."""
+    from toolkit import storage
+    from toolkit.pyramid.plan import PlanError
+    from toolkit.pyramid.repo import open_repo_source
+    from toolkit.pyramid.source import open_source
+
+    if isinstance(filename_or_obj, os.PathLike):
+        filename_or_obj = os.fspath(filename_or_obj)
+    if not isinstance(filename_or_obj, str | storage.Store):
+        raise TypeError(
+            f"engine 'toolkit' opens a path or URL, not {type(filename_or_obj).__name__}"
+        )
+    options = dict(store_options or {})
+    named = _named(filename_or_obj)
+    local = None if isinstance(filename_or_obj, storage.Store) else storage.local_path_of(named)
+    if local is not None and not local.is_dir():
+        what = "is not a directory" if local.exists() else "does not exist"
+        raise PlanError(f"{named}: {what}; {WANT}")
+    ref = open_repo_source(filename_or_obj, credentials, **options)
+    if ref is not None:
+        return None, ref
+    store = open_source(filename_or_obj, **options)
+    if not storage.exists(store, "zarr.json"):
+        raise PlanError(f"{named}: holds no zarr.json at its root and no Icechunk repo; {WANT}")
+    return store, None
