@@ -50,6 +50,17 @@ def test_the_entry_point_names_the_engine() -> None:
     assert getattr(import_module(module), name) is Engine
 
 
+def test_the_installed_package_registers_the_engine_by_name(pyramid: Path) -> None:
+    """What users type: `engine="toolkit"`, found through the installed entry point."""
+    assert xr.backends.list_engines()["toolkit"].__class__ is Engine
+    tree = xr.open_datatree(pyramid, engine="toolkit")
+    assert [n.path for n in tree.subtree] == ["/", "/1x", "/2x", "/4x"]
+    xr.testing.assert_identical(
+        xr.open_dataset(pyramid, engine="toolkit", group="2x").load(),
+        xr.open_dataset(pyramid, engine=Engine, group="2x").load(),
+    )
+
+
 def test_importing_the_engine_loads_no_toolkit_job_nor_dask() -> None:
     import subprocess
     import sys
