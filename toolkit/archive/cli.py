@@ -326,6 +326,7 @@ def diff(
     force: Force = False,
     hot_always: HotAlways = None,
     stores: Storage = STORAGE,
+    as_json: Json = False,
 ) -> None:
     """What partitioning SCOPE now would change against its stored manifest (writes nothing)."""
     from toolkit.archive.service import partition_store
@@ -345,6 +346,9 @@ def diff(
             exclude=exclude or (),
             hot_always=hot_always or (),
         )
+    if as_json:  # one object: the outcome `partition --dry-run --json` lists per scope
+        _echo(json.dumps(out.to_dict()))
+        return
     if out.note:
         typer.echo(f"note: {out.note}", err=True)
     _echo(out.diff.describe())
@@ -546,6 +550,7 @@ def mark(
     ] = False,
     stores: Storage = STORAGE,
     break_lock: BreakLock = False,
+    as_json: Json = False,
 ) -> None:
     """Record that BLOB of SCOPE moved to STATE: the tape system's hook.
 
@@ -586,7 +591,10 @@ def mark(
             scope,
             lambda s: s.mark(blob, state, now, bytes=size, objects=objects, force=force),
         )
-    if before == state:
+    if as_json:
+        _echo(json.dumps({"scope": scope, "blob": blob, "before": before, "state": state,
+                          "written": before != state}))  # fmt: skip
+    elif before == state:
         _echo(f"{scope} {blob}: already {before}, nothing written")
     else:
         _echo(f"{scope} {blob}: {before} -> {state}")
@@ -664,6 +672,7 @@ def _edit(
     stores: StorageOptions,
     break_lock: bool,
     change: Any,
+    as_json: bool = False,
 ) -> None:
     """Apply `change(manifest, prefix)` to SCOPE's manifest, scope and prefix through the key
     rule first (a refused one writes nothing): `pin add` and `pin remove`."""
@@ -679,6 +688,10 @@ def _edit(
             raise _fail(1, f"no manifest for scope {scope!r}: partition it first")
         new = change(stored.manifest, prefix)
         ms.write(new, stored)
+    if as_json:
+        _echo(json.dumps({"scope": scope, "prefix": prefix, "epoch_before": stored.manifest.epoch,
+                          "epoch": new.epoch}))  # fmt: skip
+        return
     _echo(f"{scope}: epoch {stored.manifest.epoch} -> {new.epoch}")
 
 
@@ -699,6 +712,7 @@ def pin_add(
     manifests: Manifests = "manifests",
     stores: Storage = STORAGE,
     break_lock: BreakLock = False,
+    as_json: Json = False,
 ) -> None:
     """Pin PREFIX hot in SCOPE's manifest (a conditional write; epoch + 1).
 
@@ -714,7 +728,7 @@ def pin_add(
     def pin(m: Any, p: str) -> Any:
         return m.with_pin(Pin(p, who, why, until), today=today, force=force)
 
-    _edit(scope, prefix, manifests, stores, break_lock, pin)
+    _edit(scope, prefix, manifests, stores, break_lock, pin, as_json)
 
 
 @pin_app.command("remove")
@@ -724,9 +738,10 @@ def pin_remove(
     manifests: Manifests = "manifests",
     stores: Storage = STORAGE,
     break_lock: BreakLock = False,
+    as_json: Json = False,
 ) -> None:
     """Remove the pin on PREFIX (a conditional write; epoch + 1)."""
-    _edit(scope, prefix, manifests, stores, break_lock, lambda m, p: m.without_pin(p))
+    _edit(scope, prefix, manifests, stores, break_lock, lambda m, p: m.without_pin(p), as_json)
 
 
 @app.command()

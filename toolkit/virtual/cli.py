@@ -19,6 +19,7 @@ import typer
 from toolkit.console import (
     STORAGE,
     WAIT_FOR_WORKERS,
+    AsJson,
     PerformanceReport,
     RepoStorage,
     Ship,
@@ -219,11 +220,21 @@ def _label(text: str | None, option: str = "--start") -> Any:
 
 
 @app.command("datasets")
-def datasets() -> None:
+def datasets(as_json: AsJson = False) -> None:
     """List the datasets this build knows: name, what it is, where it reads from."""
-    from toolkit.console import out
+    from toolkit.console import emit_json, out
     from toolkit.virtual.datasets import DATASETS, HOMES
 
+    if as_json:
+        emit_json(
+            {
+                "datasets": [
+                    {"name": n, "source": HOMES[n], "about": (b.__doc__ or "").strip()}
+                    for n, b in sorted(DATASETS.items())
+                ]
+            }
+        )
+        return
     width = max(map(len, DATASETS))
     for name, build in sorted(DATASETS.items()):
         doc = (build.__doc__ or "").strip().splitlines()[0]
@@ -274,9 +285,17 @@ def backfill(
     replica: Replicas = None,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    as_json: AsJson = False,
 ) -> None:
     """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
-    from toolkit.console import err_console, print_report, progress_bars, session
+    from toolkit.console import (
+        emit_json,
+        err_console,
+        print_report,
+        progress_bars,
+        report_json,
+        session,
+    )
     from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
 
@@ -299,9 +318,17 @@ def backfill(
                 allow_empty_positions=allow_empty_positions,
                 rebase=rebase,
             )
-    print_report(report)
+    if not as_json:
+        print_report(report)
     ingest = report.stage("commit")  # what is on the branch, and why the rest is not
     out = ingest.result
+    if as_json:
+        doc = report_json(report)
+        if out is not None:
+            doc |= {"on_branch": ingest.gate_have, "committed": len(out.ingested),
+                    "refs": out.refs, "absent": dict(ingest.excused),
+                    "empty_positions": list(out.empty_positions)}  # fmt: skip
+        emit_json(doc)
     if out is not None:
         absent = dict(ingest.excused)
 
@@ -559,6 +586,7 @@ def inspect(
     repo: RepoArg,
     commits: Annotated[int, typer.Option(min=1, help="How many recent commits to show.")] = 10,
     stores: RepoStorage = STORAGE,
+    as_json: AsJson = False,
 ) -> None:
     """Branches, recent commits with rebase attempts, and the manifest report."""
     from datetime import UTC, datetime
@@ -571,6 +599,9 @@ def inspect(
 
     with _errors(repo):
         r = _existing_repo(repo, stores)
+        if as_json:
+            _inspect_json(r, _open(repo, stores), commits)
+            return
         out.print(f"branches: {', '.join(R.branches(r))}")
         flying = in_flight(r, _open(repo, stores))
         out.print(f"backfills in flight: {len(flying) or 'none'}")
@@ -606,6 +637,35 @@ def inspect(
         out.print(mt)
 
 
+def _inspect_json(r: Any, store: Any, commits: int) -> None:
+    """`inspect --json`: what the tables show, as one object."""
+    from datetime import UTC, datetime
+
+    from toolkit import icechunk as R
+    from toolkit.console import emit_json
+    from toolkit.virtual.inflight import in_flight
+
+    now = datetime.now(UTC)
+    rep = R.manifest_report(r)
+    emit_json(
+        {
+            "branches": list(R.branches(r)),
+            "in_flight": [f.line(now) for f in in_flight(r, store)],
+            "containers": list(R.container_prefixes(r)),
+            "commits": [
+                {
+                    "snapshot": c.id,
+                    "written": c.written_at.isoformat(timespec="seconds"),
+                    "message": c.message,
+                    "rebase_attempts": c.rebase_attempts,
+                }
+                for c in R.history(r, "main", limit=commits)
+            ],
+            "manifests": rep.as_dict(),
+        }
+    )
+
+
 @app.command()
 def abort(
     repo: RepoArg,
@@ -614,17 +674,23 @@ def abort(
         typer.Option(help="The backfill branch (backfill-<hex>); default: the only one."),
     ] = None,
     stores: RepoStorage = STORAGE,
+    as_json: AsJson = False,
 ) -> None:
     """Drop an in-flight backfill: delete its temp branch and marker. Main is untouched."""
     from toolkit import icechunk as R
-    from toolkit.console import out
+    from toolkit.console import emit_json, out
     from toolkit.virtual.inflight import abort as drop
 
     with _errors(repo):
         r = _existing_repo(repo, stores)
-        for name in drop(r, branch, _open(repo, stores)):
+        dropped = list(drop(r, branch, _open(repo, stores)))
+        main = R.snapshot_of(r, "main")
+        if as_json:
+            emit_json({"deleted": dropped, "main": main})
+            return
+        for name in dropped:
             out.print(f"deleted branch {name}", highlight=False)
-        out.print(f"main unchanged at {R.snapshot_of(r, 'main')}", highlight=False)
+        out.print(f"main unchanged at {main}", highlight=False)
 
 
 @app.command()
@@ -760,17 +826,21 @@ def split_apply(
         float, typer.Option(min=0, help="Seconds to wait for a running update to finish.")
     ] = 0.0,
     stores: RepoStorage = STORAGE,
+    as_json: AsJson = False,
 ) -> None:
     """Record the split in the repo's config (later commits follow it) and rewrite main's
     manifests under it in one commit, holding the repo's update lease."""
     from toolkit import icechunk as R
-    from toolkit.console import out
+    from toolkit.console import emit_json, out
     from toolkit.virtual.resplit import apply_split
 
     with _errors(repo):
         _existing_repo(repo, stores)
         done = apply_split(R.RepoRef(_open(repo, stores, must_exist=True)), split,
                            lease_wait=lease_wait)  # fmt: skip
+        if as_json:
+            emit_json({"split": split, **done})
+            return
         b, a = done["before"], done["after"]
         out.print(
             f"{repo}: manifests split every {split} {done['append_dim']} in commit "
@@ -810,11 +880,12 @@ def expire(
         typer.Option(min=0, help="Seconds to wait for a running update to finish."),
     ] = 0.0,
     stores: RepoStorage = STORAGE,
+    as_json: AsJson = False,
 ) -> None:
     """Expire old snapshots and collect garbage with Icechunk's own expiry, holding the repo's
     update lease (no fire commits meanwhile); replicas first."""
     from toolkit import icechunk as R
-    from toolkit.console import out
+    from toolkit.console import emit_json, out
     from toolkit.virtual.update import expire as run_expire
 
     keep = _duration(older_than, "--older-than")
@@ -822,7 +893,12 @@ def expire(
         _existing_repo(repo, stores)
         urls = [*(replica or []), repo]
         refs = [R.RepoRef(_open(u, stores, must_exist=True)) for u in urls]
-        for url, done in run_expire(refs, keep, lease_wait=lease_wait):
+        expired = list(run_expire(refs, keep, lease_wait=lease_wait))
+        if as_json:
+            emit_json({"expired": [{"repo": url, "snapshots": d.snapshots, "objects": d.objects,
+                                    "bytes": d.bytes} for url, d in expired]})  # fmt: skip
+            return
+        for url, done in expired:
             out.print(
                 f"{url}: {done.snapshots} snapshot(s) expired, {done.objects} object(s) "
                 f"deleted ({done.bytes:,} bytes)",
@@ -869,6 +945,7 @@ def validate(
     anonymous: Anonymous = False,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
+    as_json: AsJson = False,
 ) -> None:
     """Completeness per append-dim position, data currency, replicas, then decode health.
 
@@ -900,7 +977,7 @@ def validate(
             cluster=where,
             executor=executor,
         )
-        _report_validation(found)
+        _report_validation(found, as_json=as_json)
 
 
 def _tiers(text: str | None) -> tuple[float, ...] | None:
@@ -919,10 +996,10 @@ def _run_validation(ds: Any, **kwargs: Any) -> Any:
         return run_validate(ds, progress=bars, **kwargs)
 
 
-def _report_validation(found: Any, to: Any = None) -> None:
-    """Print what each check saw (on `to`, default stdout), then every failure; raise (exit 1)
-    if any."""
-    from toolkit.console import err_console
+def _report_validation(found: Any, to: Any = None, as_json: bool = False) -> None:
+    """Print what each check saw (on `to`, default stdout; one JSON object with `as_json`),
+    then every failure; raise (exit 1) if any."""
+    from toolkit.console import emit_json, err_console
     from toolkit.console import out as stdout
 
     out = to or stdout
@@ -930,6 +1007,25 @@ def _report_validation(found: Any, to: Any = None) -> None:
     from toolkit.virtual.validate import ValidationFailed
 
     comp = found.completeness
+    bad = [s for s in found.samples if s.finished and not s.ok]
+    if as_json:
+        emit_json(
+            {
+                "ok": found.ok,
+                "completeness": {
+                    "positions": len(comp.positions),
+                    "expected_files": comp.expected_files,
+                    "missing_files": len(comp.missing_files),
+                    "skipped_positions": [label_text(p) for p in comp.skipped_positions],
+                },
+                "samples": len(found.samples),
+                "samples_failed": len(bad),
+                "failures": [str(line) for line in found.failures],
+            }
+        )
+        if not found.ok:
+            raise ValidationFailed(f"{len(found.failures)} validation failure(s)")
+        return
     skipped = ", ".join(label_text(p) for p in comp.skipped_positions)
     out.print(
         f"completeness: {len(comp.positions)} position(s) checked, {comp.expected_files} "
@@ -938,7 +1034,6 @@ def _report_validation(found: Any, to: Any = None) -> None:
         + (f" ({skipped})" if skipped else ""),
         highlight=False,
     )
-    bad = [s for s in found.samples if s.finished and not s.ok]
     out.print(f"decode health: {len(found.samples)} sample(s), {len(bad)} failed", highlight=False)
     for line in found.failures:
         err_console.print(f"FAIL {line}", highlight=False, markup=False, soft_wrap=True)
