@@ -19,7 +19,7 @@ import typer
 
 from toolkit import DISTRIBUTION
 from toolkit.archive.cli import app as archive_app
-from toolkit.console import PLAIN_HELP, OneLineErrors, flags, out
+from toolkit.console import PLAIN_HELP, OneLineErrors, configure_logging, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual.cli import app as virtual_app
 from toolkit.virtual.grib.cli import app as grib_app
@@ -102,9 +102,27 @@ def _main(
             "--debug", help="Print full tracebacks (also TOOLKIT_DEBUG=1), not one line per error."
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Warnings and errors only: no progress bars, links or hints."
+        ),
+    ] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            help="Log what the toolkit.* loggers say: -v their INFO lines, -vv DEBUG too.",
+        ),
+    ] = 0,
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
+    if quiet and verbose:
+        raise typer.BadParameter("--quiet and --verbose contradict each other: give one")
+    configure_logging(quiet, verbose)
     ctx.obj = {"pyramid_levels": _pyramid_levels}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import os
 import sys
 import traceback
@@ -42,10 +43,51 @@ class Flags:
     """What the root command was told, set afresh by every invocation (`toolkit --debug`)."""
 
     debug = False
+    quiet = False  # warnings and errors only: no progress bars, no hints
+    verbose = 0  # 1: the toolkit.* loggers' INFO lines; 2: DEBUG
     started: float | None = None  # when the `toolkit` process started (its console script)
 
 
 flags = Flags()
+
+
+class _Stderr(logging.Handler):
+    """Log lines of the toolkit.* loggers on whatever sys.stderr is when they are emitted (a
+    test runner swaps it), one line each: `level: message (logger)`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = f"{record.levelname.lower()}: {record.getMessage()} ({record.name})"
+            sys.stderr.write(storage.redact(line) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+_HANDLER = _Stderr()
+
+
+def configure_logging(quiet: bool = False, verbose: int = 0) -> int:
+    """The level of the `toolkit` logger for this command: WARNING by default, ERROR with
+    --quiet, INFO with -v, DEBUG with -vv. One handler, however often the CLI is invoked in a
+    process; records do not also reach the root logger (no line twice). Returns the level."""
+    flags.quiet, flags.verbose = quiet, verbose
+    level = (
+        logging.ERROR
+        if quiet
+        else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    )
+    log = logging.getLogger("toolkit")
+    if _HANDLER not in log.handlers:
+        log.addHandler(_HANDLER)
+    log.setLevel(level)
+    log.propagate = False
+    return level
+
+
+def hint(text: str) -> None:
+    """A line that helps but reports nothing (stderr, dim); --quiet drops it."""
+    if not flags.quiet:
+        err_console.print(f"[dim]{text}[/dim]")
 
 
 def debugging() -> bool:
@@ -122,9 +164,19 @@ def _code(
 
 @contextmanager
 def progress_bars() -> Iterator[ProgressFn]:
-    """A rich progress bar per stage on stderr, counting tasks (the engine's progress callback)."""
+    """A rich progress bar per stage on stderr, counting tasks (the engine's progress callback);
+    none with --quiet."""
+    if flags.quiet:
+        yield None  # type: ignore[misc]
+        return
     with progress_bar(err_console) as update:
         yield update
+
+
+def _announce(line: str) -> None:
+    """What the session says as it connects (the dashboard link): kept from --quiet runs."""
+    if not flags.quiet:
+        err_console.print(escape(storage.redact(line)), highlight=False)
 
 
 def session(
@@ -140,6 +192,9 @@ def session(
     scheduler given by --cluster / TOOLKIT_CLUSTER that the `executor` will use is reached at
     once, and given `wait_for_workers` seconds to have a worker, before anything is written."""
     address = root_cluster(ctx, cluster)
+    logging.getLogger("toolkit.console").info(
+        "executor %s, cluster %s", executor or "dask", address or "embedded (started when needed)"
+    )
     if performance_report is not None and executor == "sync":
         raise BadOption(
             f"--performance-report {performance_report}: distributed's report needs a cluster, "
@@ -149,7 +204,7 @@ def session(
         address,
         eager=address is not None and executor not in (None, "sync"),
         wait_for_workers=wait_for_workers,
-        announce=lambda line: err_console.print(escape(storage.redact(line)), highlight=False),
+        announce=_announce,
         performance_report=performance_report,
         ship=ship,
         quiet=not debugging(),

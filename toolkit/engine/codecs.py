@@ -15,7 +15,10 @@ own configuration.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
 
 BATCHED = "zarr.core.codec_pipeline.BatchedCodecPipeline"  # zarr's default
 FUSED = "zarr.core.codec_pipeline.FusedCodecPipeline"
@@ -45,7 +48,9 @@ def fused() -> Iterator[str]:
     current = zarr.config.get("codec_pipeline.path")
     path = chosen(current, fused_available())
     if path is None:
+        log.debug("zarr codec pipeline left as it is: %s", current)
         yield current
         return
+    log.info("zarr codec pipeline for this run: %s", path.rsplit(".", 1)[-1])
     with zarr.config.set({"codec_pipeline.path": path}):
         yield path

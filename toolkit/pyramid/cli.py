@@ -27,6 +27,7 @@ from toolkit.console import (
     WriteStorage,
     emit_json,
     exit_codes,
+    hint,
     out,
     print_report,
     progress_bars,
@@ -262,9 +263,8 @@ def build_cmd(
         return
     print_report(report)
     if executor == "auto" and report.executor == "sync":
-        console.print(
-            "[dim]small build: ran in this process; --executor dask runs it on a cluster "
-            "with its dashboard[/dim]"
+        hint(
+            "small build: ran in this process; --executor dask runs it on a cluster with its dashboard"
         )
 
 
