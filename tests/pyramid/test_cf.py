@@ -371,7 +371,8 @@ def _probabilities(tmp_path, dim):
         p[b][rng.random((H, W)) < 0.2] = np.nan
     ds = xr.Dataset({"prob": ((dim, "y", "x"), p)}, coords={**_coords(), dim: [0, 1, 2]})
     path = tmp_path / f"{dim}.zarr"
-    ds.to_zarr(path, zarr_format=3, mode="w", encoding={"prob": {"chunks": (3, 32, 32)}})
+    enc = {"prob": {"chunks": (3, 32, 32)}}
+    ds.to_zarr(path, zarr_format=3, mode="w", encoding=enc, consolidated=False)
     return path, p
 
 

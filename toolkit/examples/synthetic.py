@@ -7,6 +7,7 @@ whose bands are invalid at different pixels, or categorical labels with many tie
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -120,5 +121,7 @@ def write_store(
     )
     arr[...] = values  # all-fill shards are skipped by zarr: the ocean is absent
     if consolidated:
-        zarr.consolidate_metadata(zstore)
+        with warnings.catch_warnings():  # zarr notes consolidation is not in the v3 spec yet
+            warnings.simplefilter("ignore", UserWarning)
+            zarr.consolidate_metadata(zstore)
     return {"values": values, "fill": fill, "name": name, "dims": dims}
