@@ -24,6 +24,19 @@ def _split(url: str) -> tuple[str, str]:
     return head, tail
 
 
+def _samples(trie: Trie, keys: list[str]) -> list[dict[str, Any]]:
+    """One key per blob the keys resolve to (the first listed), then one key kept hot: what
+    the resolver answers for each, with the key."""
+    picked: dict[str | None, dict[str, Any]] = {}
+    hot: list[dict[str, Any]] = []
+    for key, answer in zip(keys, trie.lookup_many(keys), strict=True):
+        if answer.kind == "blob":
+            picked.setdefault(answer.blob, {"key": key, **answer.to_dict()})
+        elif answer.kind == "hot" and not hot:
+            hot.append({"key": key, **answer.to_dict()})
+    return [*picked.values(), *hot]
+
+
 def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
     """Partition the Zarr stores under `root` (or `stores`), write manifests to root/manifests."""
     root = pathlib.Path(root)
@@ -41,11 +54,7 @@ def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     for d, scope in targets:
         keys = storage.list_keys(d, scope)
-        picks = [k for k in keys if not k.endswith(("zarr.json", ".zarray", ".zattrs", ".zgroup"))][
-            :2
-        ]
-        picks += [k for k in keys if k.endswith(("zarr.json", ".zarray"))][:1]
-        samples += [{"key": k, **trie.lookup(k).to_dict()} for k in picks]
+        samples += _samples(trie, keys)
     samples.append({"key": "not/managed/object", **trie.lookup("not/managed/object").to_dict()})
     return {
         "manifests": manifests.url,

@@ -77,7 +77,8 @@ def run_demo(
     say: Callable[[str], None] = print,
 ) -> Demo:
     """Foundation plan; a pyramid built and verified; a virtual GRIB dataset backfilled and
-    updated; then every store partitioned for archive. Writes `report.html` into the workdir."""
+    updated; then the Zarr stores among them partitioned for archive. Writes `report.html`
+    into the workdir."""
     from toolkit.engine import dashboard
     from toolkit.examples import demo_report as page
     from toolkit.examples.archive_demo import demo as archive_demo
@@ -111,7 +112,25 @@ def run_demo(
         say(f"archive: scope {scope['scope']!r} epoch {scope['epoch']}: blobs {scope['blobs']}")
     for r in summary["resolved"]:
         say(f"archive: {r['key']} -> {r.get('kind')} {r.get('blob') or ''}")
-    sections = (
+    sections = _sections(root, foundation, pyramid, virtual, summary)
+    html = page.write(
+        page.Page(str(root), link, time.perf_counter() - started, sections), root / "report.html"
+    )
+    return Demo([foundation, *pyramid, *virtual.reports], html)
+
+
+def _sections(
+    root: Path, foundation: Report, pyramid: list[Report], virtual: Any, summary: dict[str, Any]
+) -> tuple[Any, ...]:
+    """The report page's sections, one per job, each saying what it did and where."""
+    import xarray as xr
+
+    from toolkit.examples import demo_report as page
+
+    pyramid_store = root / "pyramid-demo.zarr"
+    with xr.open_zarr(str(pyramid_store)) as level0:
+        grid = page.shape_text(level0["field"].dims, level0["field"].shape)
+    return (
         page.Section(
             "foundation",
             "A three-level tile plan: each level's tiles hash the tiles below; "
@@ -120,23 +139,22 @@ def run_demo(
         ),
         page.Section(
             "pyramid",
-            f"A sparse 720x1440 global field, its exact mean pyramid, verified: "
-            f"{root / 'pyramid-demo.zarr'} (xr.open_zarr(path, group='2x')).",
+            f"A sparse global field of {grid}, its exact mean pyramid, verified: {pyramid_store}.",
             reports=tuple(pyramid),
-            pictures=page.pyramid_pictures(root / "pyramid-demo.zarr", "field"),
+            pictures=page.pyramid_pictures(pyramid_store, "field"),
+            opens=(page.open_datatree(pyramid_store),),
         ),
         page.Section(
             "virtual",
             f"A simulated GFS archive as an Icechunk dataset of GRIB byte ranges, decoded at "
-            f"read time: backfilled, then updated while files publish: {virtual.repo} "
-            f"(toolkit.virtual.open_dataset(path)).",
+            f"read time: backfilled, then updated while files publish: {virtual.repo}.",
             reports=tuple(virtual.reports),
             pictures=page.virtual_maps(virtual.repo, "temperature_2m", virtual.backfilled),
+            opens=(page.open_dataset(virtual.repo),),
         ),
         page.Section(
             "archive",
-            f"Every store above partitioned into archive blobs; manifests in "
-            f"{summary['manifests']}.",
+            _archive_summary(root, virtual, summary),
             tables=(
                 (
                     "blobs",
@@ -149,10 +167,20 @@ def run_demo(
                 ),
                 (
                     "keys resolved",
-                    ("key", "kind", "blob"),
+                    ("key", "scope", "blob"),
                     tuple(
-                        (r["key"], r.get("kind", ""), r.get("blob") or "")
+                        (r["key"], r["scope"], r["blob"])
                         for r in summary["resolved"]
+                        if r["kind"] == "blob"
+                    ),
+                ),
+                (
+                    "keys in no blob",
+                    ("key", "kind", "why"),
+                    tuple(
+                        (r["key"], r["kind"], r.get("reason", ""))
+                        for r in summary["resolved"]
+                        if r["kind"] != "blob"
                     ),
                 ),
             ),
@@ -163,7 +191,22 @@ def run_demo(
             ),
         ),
     )
-    html = page.write(
-        page.Page(str(root), link, time.perf_counter() - started, sections), root / "report.html"
+
+
+def _archive_summary(root: Path, virtual: Any, summary: dict[str, Any]) -> str:
+    """What was partitioned, by name, and which of the demo's outputs were not (and why)."""
+    scopes = [s["scope"] for s in summary["scopes"]]
+    n = len(scopes)
+    done = (
+        f"{n} Zarr store{'' if n == 1 else 's'} partitioned into archive blobs: {', '.join(scopes)}"
+        if scopes
+        else "No Zarr store found to partition"
     )
-    return Demo([foundation, *pyramid, *virtual.reports], html)
+    others = {
+        "foundation": "plain tile objects",
+        str(virtual.repo.relative_to(root)): "an Icechunk repository",
+        str((virtual.repo.parent / "virtual-source").relative_to(root)): "GRIB files",
+    }
+    skipped = [f"{k} ({why})" for k, why in others.items() if k not in scopes]
+    rest = f"; not partitioned, not Zarr stores: {', '.join(skipped)}" if skipped else ""
+    return f"{done}{rest}. Manifests in {summary['manifests']}."

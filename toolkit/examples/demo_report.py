@@ -22,22 +22,27 @@ from toolkit.plan import Report
 
 @dataclass(frozen=True)
 class Picture:
-    """One embedded image; `level` names the pyramid level it shows, if it shows one."""
+    """One embedded image; `title` is its caption (printed once, under the image, never inside
+    it), `alt` what it shows for readers who cannot see it; `level` names the pyramid level it
+    shows, if it shows one."""
 
     title: str
     png: bytes
     level: str | None = None
+    alt: str = "picture"
 
 
 @dataclass(frozen=True)
 class Section:
-    """One job's part of the page: its plans' stage tables, its pictures, extra tables."""
+    """One job's part of the page: its plans' stage tables, its pictures, extra tables, and
+    how to open what it wrote with xarray (`opens`: one Python expression per output)."""
 
     job: str
     summary: str
     reports: tuple[Report, ...] = ()
     pictures: tuple[Picture, ...] = ()
     tables: tuple[tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]], ...] = ()
+    opens: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,22 @@ class Page:
     dashboard: str | None
     seconds: float
     sections: tuple[Section, ...] = field(default_factory=tuple)
+
+
+def open_datatree(store: str | pathlib.Path) -> str:
+    """How to open a pyramid (every level a node) with xarray."""
+    return f'xr.open_datatree("{store}", engine="toolkit")'
+
+
+def open_dataset(repo: str | pathlib.Path) -> str:
+    """How to open a virtual (Icechunk) dataset with xarray."""
+    return f'xr.open_dataset("{repo}", engine="toolkit")'
+
+
+def shape_text(dims: Sequence[str], shape: Sequence[int]) -> str:
+    """A grid's size as the page writes it everywhere: numpy's shape order, with the dims named,
+    e.g. `720 x 1440 (lat x lon)` (720 rows of latitude, 1440 columns of longitude)."""
+    return f"{' x '.join(map(str, shape))} ({' x '.join(dims)})"
 
 
 def _png(fig: Any) -> bytes:
@@ -60,29 +81,39 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _field_image(
-    title: str, data: Any, x: Any, y: Any, label: str, limits: tuple[float, float]
-) -> bytes:
-    """A lat/lon field as an image, NaN transparent; axis extent from the coordinates, colour
-    limits shared by the pictures meant to be compared."""
+def _label(name: str, attrs: Any) -> str:
+    """An axis or colour-bar label from CF metadata: `long_name` or `standard_name` or the
+    name, then `[units]` when the attributes give units."""
+    text = attrs.get("long_name") or attrs.get("standard_name") or name
+    units = attrs.get("units")
+    return f"{text} [{units}]" if units not in (None, "") else str(text)
+
+
+def field_figure(da: Any, limits: tuple[float, float] | None = None) -> Any:
+    """A 2-D field (an xarray DataArray, its last two dims y then x) as a matplotlib `Figure`:
+    NaN transparent; the axes span the coordinates and are labelled with their names and units
+    (e.g. `longitude [degrees_east]`); the colour bar carries the variable's name and CF `units`.
+    `limits` are colour limits shared by pictures meant to be compared. No title: the page
+    prints the caption under the image."""
+    values = np.asarray(da.values, dtype="float64")
+    ydim, xdim = da.dims[-2:]
+    x, y = da[xdim], da[ydim]
+    xs, ys = np.asarray(x.values, dtype="float64"), np.asarray(y.values, dtype="float64")
     fig = _figure(4.2, 2.5)
     ax = fig.add_subplot()
-    values = np.asarray(data, dtype="float64")
-    xs, ys = np.asarray(x, dtype="float64"), np.asarray(y, dtype="float64")
     extent = (xs.min(), xs.max(), ys.min(), ys.max())
     origin = "upper" if ys.size > 1 and ys[0] > ys[-1] else "lower"
+    lo, hi = limits if limits is not None else _limits(values)
     im = ax.imshow(
-        values,
-        extent=extent,
-        origin=origin,
-        aspect="auto",
-        cmap="viridis",
-        vmin=limits[0],
-        vmax=limits[1],
+        values, extent=extent, origin=origin, aspect="auto", cmap="viridis", vmin=lo, vmax=hi
     )
-    fig.colorbar(im, ax=ax, label=label, shrink=0.85)
-    ax.set_title(title, fontsize=9)
-    return _png(fig)
+    ax.set_xlabel(_label(str(xdim), x.attrs), fontsize=8)
+    ax.set_ylabel(_label(str(ydim), y.attrs), fontsize=8)
+    ax.tick_params(labelsize=7)
+    bar = fig.colorbar(im, ax=ax, shrink=0.85)
+    bar.set_label(_label(str(da.name or "value"), da.attrs), fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    return fig
 
 
 def pyramid_pictures(path: str | pathlib.Path, variable: str) -> tuple[Picture, ...]:
@@ -101,10 +132,9 @@ def pyramid_pictures(path: str | pathlib.Path, variable: str) -> tuple[Picture, 
     pictures = []
     for name, ds in levels:
         da = ds[variable]
-        ydim, xdim = da.dims[-2:]
-        title = f"{name}: {da.shape[-1]}x{da.shape[-2]}"
-        png = _field_image(title, da.values, ds[xdim].values, ds[ydim].values, variable, limits)
-        pictures.append(Picture(title, png, level=name))
+        title = f"{name}: {variable}, {shape_text(da.dims, da.shape)}"
+        png = _png(field_figure(da, limits))
+        pictures.append(Picture(title, png, level=name, alt=f"pyramid map ({name})"))
     return tuple(pictures)
 
 
@@ -127,20 +157,24 @@ def virtual_maps(
         present = np.flatnonzero(np.isfinite(first).any(dim=first.dims[-2:]).values)
         if not present.size:
             raise ValueError(f"{repo}: {variable} has no decoded field {when}")
-        fields.append((when, first.isel(init_time=int(present[-1])), ds))
-    limits = _limits(*(f.values for _, f, _ in fields))
+        fields.append((when, first.isel(init_time=int(present[-1]))))
+    limits = _limits(*(f.values for _, f in fields))
     pictures = []
-    for when, newest, ds in fields:
+    for when, newest in fields:
         init = np.datetime_as_string(newest["init_time"].values, unit="h")
-        ydim, xdim = newest.dims[-2:]
-        title = f"{variable}, init {init}, lead 0 ({when})"
-        png = _field_image(title, newest.values, ds[xdim].values, ds[ydim].values, variable, limits)
-        pictures.append(Picture(title, png))
+        shape = shape_text(newest.dims, newest.shape)
+        title = f"{variable}, init {init}, lead 0, {shape} ({when})"
+        alt = f"map of {variable} {when.replace('the update', 'updating')}"
+        pictures.append(Picture(title, _png(field_figure(newest, limits)), alt=alt))
     return tuple(pictures)
 
 
-def blob_chart(scopes: Sequence[dict[str, Any]]) -> Picture:
-    """Bytes per archive blob, one bar each, grouped by scope."""
+BLOB_CHART = "archive blobs by size"
+
+
+def blob_figure(scopes: Sequence[dict[str, Any]]) -> Any:
+    """Bytes per archive blob, one bar each, grouped by scope, as a matplotlib `Figure` (no
+    title: the page prints the caption under the image)."""
     labels = [f"{s['scope']}/{b['id']}" for s in scopes for b in s["blobs"]]
     sizes = [b["bytes"] / 1024 for s in scopes for b in s["blobs"]]
     fig = _figure(6.5, 0.3 * max(len(labels), 3) + 0.8)
@@ -148,9 +182,14 @@ def blob_chart(scopes: Sequence[dict[str, Any]]) -> Picture:
     ax.barh(range(len(labels)), sizes, color="#4c72b0")
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("KiB")
-    ax.set_title("archive blobs by size", fontsize=9)
-    return Picture("archive blobs by size", _png(fig))
+    ax.set_xlabel("size [KiB]")
+    ax.set_ylabel("scope/blob")
+    return fig
+
+
+def blob_chart(scopes: Sequence[dict[str, Any]]) -> Picture:
+    """`blob_figure` as a picture of the page."""
+    return Picture(BLOB_CHART, _png(blob_figure(scopes)), alt="bar chart of blob sizes")
 
 
 _STYLE = """
@@ -206,7 +245,7 @@ def _picture(p: Picture) -> str:
     data = base64.b64encode(p.png).decode("ascii")
     level = f' data-level="{html.escape(p.level)}"' if p.level is not None else ""
     return (
-        f'<figure><img{level} alt="{html.escape(p.title)}" src="data:image/png;base64,{data}">'
+        f'<figure><img{level} alt="{html.escape(p.alt)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{html.escape(p.title)}</figcaption></figure>"
     )
 
@@ -225,6 +264,13 @@ def render(page: Page) -> str:
         f"<p>Stores under <code>{e(page.workdir)}</code>. Dask dashboard: {dash}. "
         f"Total {page.seconds:.1f} s.</p>",
     ]
+    opens = [(s.job, o) for s in page.sections for o in s.opens]
+    if opens:
+        parts.append(
+            '<p class="open">Open the outputs with xarray (<code>import xarray as xr</code>): '
+            + "; ".join(f"{e(job)}: <code>{e(o)}</code>" for job, o in opens)
+            + ".</p>"
+        )
     for section in page.sections:
         parts.append(f"<h2>{e(section.job)}</h2><p>{e(section.summary)}</p>")
         parts += [_stage_table(r) for r in section.reports]
