@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean notebooks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,3 +27,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+notebooks: $(STAMP)  # executes every notebook in place with this venv's kernel, saving outputs
+	$(BIN)/python -m pip install -q -e ".[notebooks]"
+	$(BIN)/python -m tests.notebooks
