@@ -259,7 +259,7 @@ def cube_dimensions(ds: Any, crs: Any) -> dict[str, dict[str, Any]]:
             entry["step"] = _step(ok) if ok.size > 1 else None
         else:
             entry = {"type": "other", "values": [_plain(v) for v in values]}
-            if np.issubdtype(values.dtype, np.number):
+            if np.issubdtype(values.dtype, np.number) and values.dtype.kind != "m":
                 entry["extent"] = [_plain(values.min()), _plain(values.max())]
             if "units" in attrs:
                 entry["unit"] = str(attrs["units"])
