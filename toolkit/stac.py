@@ -358,9 +358,7 @@ def write_entry(
         id=ident,
         title=title,
         description=about,
-        extent=pystac.Extent(
-            pystac.SpatialExtent([bbox]), pystac.TemporalExtent([[start, end]])
-        ),
+        extent=pystac.Extent(pystac.SpatialExtent([bbox]), pystac.TemporalExtent([[start, end]])),
         license=_license(found.attrs),
         keywords=list(keywords or []),
         summaries=pystac.Summaries(dict(summaries or {})) if summaries else None,

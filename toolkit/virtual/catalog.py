@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from toolkit import storage
 
-__all__ = ["OPEN_KWARGS", "OPENER", "stac"]
+__all__ = ["OPENER", "OPEN_KWARGS", "stac"]
 
 OPENER = "toolkit.virtual.open_dataset"
 OPEN_KWARGS: dict[str, Any] = {"consolidated": False}  # an Icechunk session has no consolidated
