@@ -48,7 +48,7 @@ def stac(source: str | storage.Store, output_dir: str | Path, **options: Any) ->
     store = open_source(source, **options)
     if open_repo_source(store) is not None:
         raise PlanError(
-            f"{store.url}: an Icechunk repo; its STAC entry is written by "
+            f"{href_of(store)}: an Icechunk repo; its STAC entry is written by "
             "`toolkit virtual stac` (this command describes a Zarr store)"
         )
     names = levels(store)

@@ -42,7 +42,9 @@ def stac(
     from toolkit.virtual.reader import open_dataset
 
     store = storage.open_store(repo, must_exist=True, **(store_options or {}))
-    ds = open_dataset(store, branch=branch, credentials=credentials, **OPEN_KWARGS)
+    # chunks=None: coordinates load through zarr, not dask's threaded scheduler, whose
+    # non-daemon pool would keep the `toolkit` process waiting (toolkit.cli.main joins threads)
+    ds = open_dataset(store, branch=branch, credentials=credentials, chunks=None, **OPEN_KWARGS)
     href = str(store.local_path) if store.is_local else store.url
     kwargs = dict(OPEN_KWARGS)
     if branch != "main":
