@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Entry", "LevelAsset", "StacAsset", "describe", "write_entry"]
+__all__ = ["Entry", "StacAsset", "describe", "write_entry"]
 
 ZARR_MEDIA_TYPE = "application/vnd+zarr"  # what Pangeo's and most STAC catalogues use for Zarr
 # No media type is registered for Icechunk: a repo is a Zarr hierarchy behind Icechunk's own
@@ -47,9 +47,6 @@ class StacAsset:
     roles: tuple[str, ...] = ("data",)
     storage_options: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-LevelAsset = StacAsset  # a pyramid level is one more asset of the same store
 
 
 @dataclass(frozen=True)
