@@ -7,11 +7,13 @@ root metadata, `verify(source)` proves the result. `open_level` / `open_datatree
 
 The source may also be an Icechunk repo (a virtual GRIB dataset's): its levels are then written
 into the repo and land on main with level 0 (`toolkit.pyramid.repo`), and
-`toolkit.pyramid.export` copies them out to a plain Zarr store.
+`toolkit.pyramid.export` copies them out to a plain Zarr store. `stac(source, output_dir)`
+writes its STAC catalogue entry (`toolkit.pyramid.catalog`).
 """
 
 from toolkit.pyramid.build import build, plan
+from toolkit.pyramid.catalog import stac
 from toolkit.pyramid.read import open_datatree, open_level
 from toolkit.pyramid.verify import VerifyResult, verify
 
-__all__ = ["VerifyResult", "build", "open_datatree", "open_level", "plan", "verify"]
+__all__ = ["VerifyResult", "build", "open_datatree", "open_level", "plan", "stac", "verify"]

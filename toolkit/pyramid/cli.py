@@ -1,4 +1,4 @@
-"""`toolkit pyramid plan|build|verify`.
+"""`toolkit pyramid plan|build|verify|stac`.
 
 Exit codes: 0 success, 1 a failed gate or check, 2 bad usage or an unreachable store. The
 shared plumbing comes from `toolkit.console`; the global `--cluster` is read from the root
@@ -8,6 +8,7 @@ context.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -343,3 +344,31 @@ def _print_verified(checked: dict[str, int], failures: list[dict[str, str]]) -> 
         console.print(rows)
         return
     out.print("[green]pyramid verified[/green]: every check passed")
+
+
+@app.command("stac")
+def stac_cmd(
+    source: Source,
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Folder for collection.json and its item (rewritten)."),
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout: the paths and extents.")
+    ] = False,
+    stores: Storage = STORAGE,
+) -> None:
+    """Write the built pyramid's STAC Collection + Item (datacube and xarray-assets
+    extensions; one asset per level) to --output, self-contained. See docs/stac.md."""
+    import json
+    import sys
+
+    from toolkit.pyramid import stac
+
+    with _exit_codes():
+        entry = stac(source, output, **_options(source, stores))
+    if as_json:
+        sys.stdout.write(json.dumps(entry.as_dict()) + "\n")
+        return
+    out.print(f"wrote {escape(str(entry.collection))}", highlight=False, soft_wrap=True)
+    out.print(f"bbox {entry.bbox}, interval {entry.interval}", highlight=False, soft_wrap=True)

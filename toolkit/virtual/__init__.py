@@ -1,14 +1,15 @@
 """Virtual GRIB2 datasets: Icechunk repos of byte-range references, decoded at read time.
 
-`toolkit.virtual.open_dataset(repo)` opens one with xarray in one line. It is imported on first
-use, so the pure modules stay light to import.
+`toolkit.virtual.open_dataset(repo)` opens one with xarray in one line, and
+`toolkit.virtual.stac(repo, output_dir)` writes its STAC catalogue entry. Both are imported on
+first use, so the pure modules stay light to import.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["open_dataset"]
+__all__ = ["open_dataset", "stac"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from toolkit.virtual.reader import open_dataset
 
         return open_dataset
+    if name == "stac":
+        from toolkit.virtual.catalog import stac
+
+        return stac
     raise AttributeError(f"module 'toolkit.virtual' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`toolkit virtual backfill|update|inspect|validate`.
+"""`toolkit virtual backfill|update|inspect|validate|stac`.
 
 Datasets come from `toolkit.virtual.datasets.DATASETS`; a real one reads its own NOAA bucket
 anonymously unless `--source` names a mirror or a local copy.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -450,6 +451,14 @@ def update(
             "each commit, and landed on main with it; validation then checks every level.",
         ),
     ] = None,
+    stac: Annotated[
+        Path | None,
+        typer.Option(
+            "--stac",
+            help="After the commits: rewrite the dataset's STAC entry in this folder with "
+            "main's new extents, as `toolkit virtual stac` (a failure there is a warning).",
+        ),
+    ] = None,
 ) -> None:
     """One operational fire: refresh metadata, commit whole files to main as they publish,
     then validate what the window holds. Exit 0 only when every check passes."""
@@ -472,6 +481,7 @@ def update(
                 "less the time kept for the last commit and validation) has passed: one sweep "
                 "only"
             )
+        _stac_dir(stac)
         hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
         report = run_update(
             ds,
@@ -486,6 +496,8 @@ def update(
             expire_older_than=keep,
         )
         result = report.stage("update").result
+        if stac is not None:
+            _refresh_stac(repo, stores, stac)
         if result.took_over:
             err_console.print(f"warning: {result.took_over}", highlight=False, markup=False)
         if as_json:
@@ -537,6 +549,21 @@ def update(
             )
         _said(ds, as_json, passed=found.ok, failures=list(found.failures))
         _report_validation(found, err_console if as_json else None)
+
+
+def _refresh_stac(repo: str, stores: StorageOptions, output: Path) -> None:
+    """`update --stac`: the entry follows main; failing to write it does not fail the fire
+    (its data landed), it is one warning line and validation still runs."""
+    from toolkit.console import err_console
+
+    try:
+        entry = _write_stac(repo, stores, output)
+    except Exception as err:
+        err_console.print(
+            f"warning: STAC entry not refreshed in {output}: {err}", highlight=False, markup=False
+        )
+        return
+    err_console.print(f"stac: {entry.collection} rewritten", highlight=False, markup=False)
 
 
 def _said(ds: Any, as_json: bool, passed: bool, failures: list[str], checked: bool = True) -> None:
@@ -1040,3 +1067,50 @@ def _report_validation(found: Any, to: Any = None, as_json: bool = False) -> Non
     if not found.ok:
         raise ValidationFailed(f"{len(found.failures)} validation failure(s)")
     out.print("validation passed", highlight=False)
+
+
+StacDir = Annotated[
+    Path,
+    typer.Option("--output", "-o", help="Folder for collection.json and its item (rewritten)."),
+]
+
+
+def _stac_dir(path: Path | None) -> None:
+    """--stac / --output must be a folder (or not exist yet): checked before any work."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise ValueError(f"{path}: is not a directory; give a folder for the STAC entry")
+
+
+def _write_stac(repo: str, stores: StorageOptions, output: Path) -> Any:
+    from toolkit.virtual.catalog import stac as write
+
+    _existing_repo(repo, stores)  # a path that is no repo: named, and nothing made there
+    return write(_open(repo, stores, must_exist=True), output)
+
+
+@app.command("stac")
+def stac_cmd(
+    repo: RepoArg,
+    output: StacDir,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout: the paths and extents.")
+    ] = False,
+    stores: RepoStorage = STORAGE,
+) -> None:
+    """Write the virtual dataset's STAC Collection + Item (datacube and xarray-assets
+    extensions, main's extents) to --output, self-contained. See docs/stac.md."""
+    import json
+    import sys
+
+    from rich.markup import escape
+
+    from toolkit.console import out
+
+    with _errors(repo):
+        _stac_dir(output)
+        entry = _write_stac(repo, stores, output)
+    if as_json:
+        sys.stdout.write(json.dumps(entry.as_dict()) + "\n")
+        return
+    out.print(f"wrote {escape(str(entry.collection))}", highlight=False, soft_wrap=True)
+    out.print(f"bbox {entry.bbox}, interval {entry.interval}", highlight=False, soft_wrap=True)
