@@ -17,7 +17,7 @@ PY_CHECK := import sys; assert sys.version_info >= (3, 12); print(sys.executable
 PY ?= $(shell for p in $(PY_CANDIDATES); do $$p -c '$(PY_CHECK)' 2>/dev/null && break; done)
 
 # in a recipe that runs $(PY): one line and exit 2 when there is none (no make backtrace)
-need_py = $(if $(shell $(PY) -c '$(PY_CHECK)' 2>/dev/null),,$(error $(if $(filter command line environment,$(origin PY)),PY=$(PY) is not a Python >= 3.12,no Python >= 3.12 on PATH (tried $(PY_CANDIDATES))); name one: make PY=/usr/bin/python3.13 test))
+need_py = $(if $(and $(PY),$(shell $(PY) -c '$(PY_CHECK)' 2>/dev/null)),,$(error $(if $(filter command line environment,$(origin PY)),PY=$(PY) is not a Python >= 3.12,no Python >= 3.12 on PATH (tried $(PY_CANDIDATES))); name one with `make PY=/usr/bin/python3.13 test`))
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -26,7 +26,7 @@ LOCK := requirements
 UV_VERSION := 0.13.9
 UV_VENV := .venv-lock
 
-.PHONY: demo test lint bench lock clean
+.PHONY: demo test lint bench lock clean print-py
 
 # the venv itself; only made when missing, so an existing .venv never needs $(PY)
 $(BIN)/python:
