@@ -57,15 +57,19 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks
 
 # Regenerate the lock files from pyproject.toml (needs the package index; run it after editing
-# the dependencies, then commit requirements/). Each file comes from:
-#   uv pip compile pyproject.toml --python-version 3.12 --python-platform x86_64-unknown-linux-gnu --annotation-style line \
+# the dependencies, then commit requirements/). uv (pinned, in its own .venv-lock) runs, e.g.
+#   uv pip compile pyproject.toml -q --python-version 3.12 --python-platform x86_64-unknown-linux-gnu \
+#       --custom-compile-command "make lock" --annotation-style line \
 #       --extra examples --extra test -o requirements/test.txt
-#   ... the same, --extra examples                  -c requirements/test.txt -o requirements/demo.txt
-#   ... the same, no extra                          -c requirements/test.txt -o requirements/core.txt
-#   ... the same, --extra examples --extra test --extra bench -c requirements/test.txt -o requirements/bench.txt
-#   ... the same, --extra examples --extra notebooks -c requirements/test.txt -o requirements/notebooks.txt
-# `make lock` keeps the pins that still satisfy pyproject.toml; `make lock UPGRADE=1` moves every
-# pin to the newest release allowed. No hashes: pip refuses --require-hashes beside `-e .`.
+# and then the same with, in place of the last line:
+#   --extra examples                           -c requirements/test.txt -o requirements/demo.txt
+#   (no extra)                                 -c requirements/test.txt -o requirements/core.txt
+#   --extra examples --extra test --extra bench -c requirements/test.txt -o requirements/bench.txt
+#   --extra examples --extra notebooks         -c requirements/test.txt -o requirements/notebooks.txt
+# uv resolves against PyPI (it does not read pip.conf); pip installs the pins from whatever index
+# pip is configured with. `make lock` keeps the pins that still satisfy pyproject.toml;
+# `make lock UPGRADE=1` moves every pin to the newest release allowed. No hashes: pip's
+# hash-checking mode refuses the `pip install --no-deps -e .` that follows.
 COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml -q --python-version 3.12 \
 	--python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --annotation-style line $(if $(UPGRADE),--upgrade)
 lock:
