@@ -68,8 +68,9 @@ bench: $(VENV)/.installed-bench
 #   --extra examples --extra notebooks         -c requirements/test.txt -o requirements/notebooks.txt
 # uv resolves against PyPI (it does not read pip.conf); pip installs the pins from whatever index
 # pip is configured with. `make lock` keeps the pins that still satisfy pyproject.toml;
-# `make lock UPGRADE=1` moves every pin to the newest release allowed. No hashes: pip's
-# hash-checking mode refuses the `pip install --no-deps -e .` that follows.
+# `make lock UPGRADE=1` moves every pin to the newest release allowed. No hashes, by choice:
+# pip's hash-checking mode refuses an editable `-e .` in the same command, and the pins alone are
+# what the workers' version check compares.
 COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml -q --python-version 3.12 \
 	--python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --annotation-style line $(if $(UPGRADE),--upgrade)
 lock:
