@@ -154,8 +154,8 @@ def test_virtual_entry(repo: Path, tmp_path: Path) -> None:
     assert asset.media_type == "application/vnd.zarr+icechunk"
     assert asset.extra_fields["toolkit:opener"] == "toolkit.virtual.open_dataset"
     kwargs = asset.extra_fields["xarray:open_kwargs"]
-    # the toolkit reader opens it with the entry's open kwargs (no xarray engine for a repo yet)
-    opened = toolkit.virtual.open_dataset(asset.href, **kwargs)
+    assert kwargs == {"engine": "toolkit"}  # xarray alone opens it, through toolkit's engine
+    opened = xr.open_dataset(asset.href, **kwargs)
     assert set(opened.variables) == set(data.variables)
     xr.testing.assert_identical(opened["temperature_2m"].load(), data["temperature_2m"].load())
 

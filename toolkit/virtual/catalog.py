@@ -1,11 +1,8 @@
 """A virtual dataset's STAC entry: its Icechunk repo as the data asset.
 
-No xarray engine opens an Icechunk repo from a location string yet, so the asset names the
-toolkit reader as its opener: `toolkit.virtual.open_dataset(href, **open_kwargs)` (the kwargs go
-on to `xr.open_zarr`). When an xarray engine "toolkit" exists, `OPEN_KWARGS` becomes
-`{"engine": "toolkit"}` and `xr.open_dataset(href, **open_kwargs)` opens it: that constant and
-the description below are the only things to change.
-"""
+`xr.open_dataset(href, **open_kwargs)` opens it through toolkit's xarray engine ("toolkit",
+installed with the package): plain xarray cannot authorize a repo's virtual chunk containers
+from a location string. The asset also names the toolkit reader (`toolkit:opener`)."""
 
 from __future__ import annotations
 
@@ -17,12 +14,11 @@ from toolkit import storage
 __all__ = ["OPENER", "OPEN_KWARGS", "stac"]
 
 OPENER = "toolkit.virtual.open_dataset"
-OPEN_KWARGS: dict[str, Any] = {"consolidated": False}  # an Icechunk session has no consolidated
+OPEN_KWARGS: dict[str, Any] = {"engine": "toolkit"}  # toolkit.xarray_backend
 DESCRIPTION = (
     "An Icechunk repo of byte-range references into the source GRIB2 files, decoded at read "
-    "time. Open it with the toolkit reader: `toolkit.virtual.open_dataset(href, "
-    "**xarray:open_kwargs)` (pip install toolkit); plain xarray cannot open an Icechunk repo "
-    "from its location."
+    "time. Open it with `xr.open_dataset(href, **xarray:open_kwargs)` (engine 'toolkit': pip "
+    "install zarr-toolkit), or `toolkit.virtual.open_dataset(href)`."
 )
 
 
@@ -44,7 +40,7 @@ def stac(
     store = storage.open_store(repo, must_exist=True, **(store_options or {}))
     # chunks=None: coordinates load through zarr, not dask's threaded scheduler, whose
     # non-daemon pool would keep the `toolkit` process waiting (toolkit.cli.main joins threads)
-    ds = open_dataset(store, branch=branch, credentials=credentials, chunks=None, **OPEN_KWARGS)
+    ds = open_dataset(store, branch=branch, credentials=credentials, chunks=None)
     href = str(store.local_path) if store.is_local else store.url
     kwargs = dict(OPEN_KWARGS)
     if branch != "main":
