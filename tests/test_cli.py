@@ -193,6 +193,23 @@ def test_the_console_script_keeps_exit_codes_and_output_when_it_skips_teardown(
     assert toolkit("--version").stdout.strip().startswith("toolkit ")
 
 
+def test_the_console_script_ends_with_an_idle_thread_pool_alive() -> None:
+    """A library the command used may leave a thread pool behind (zarr's codec pool, dask's
+    threaded scheduler): its idle workers are told to stop as at interpreter exit, not waited
+    for forever."""
+    code = (
+        "import concurrent.futures, sys\n"
+        "from toolkit.cli import main\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+        "pool.submit(print, 'pool used', flush=True).result()\n"
+        "sys.argv = ['toolkit', '--version']\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("pool used\ntoolkit ")
+
+
 def _commands(group: object, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
     """Every command under `group` (lazily loaded ones too), with the words that reach it."""
     ctx = type(group).context_class(group)  # type: ignore[attr-defined]

@@ -132,7 +132,10 @@ def main() -> None:
     Once the command has ended, its threads have finished and every atexit handler has run,
     the process exits without the interpreter tearing down its modules: numba's and LLVM's
     teardown alone takes 0.3-0.4 s (benchmarks/results/pyramid_build.md), and a command has
-    nothing left to finalize by then.
+    nothing left to finalize by then. The threads end as at interpreter exit
+    (`threading._shutdown`): thread pools (zarr's codec pool, dask's threaded scheduler) are
+    told to stop first, then every non-daemon thread is joined; joining an idle pool's workers
+    without telling them would wait forever.
     """
     import psutil
 
@@ -142,9 +145,7 @@ def main() -> None:
         code: int | str | None = 0
     except SystemExit as done:
         code = done.code
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter runs at exit
     atexit._run_exitfuncs()
     if isinstance(code, str):
         print(code, file=sys.stderr)
