@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 import typing
@@ -230,16 +231,27 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
+_SUBSECOND = re.compile(r"(T\d\d:\d\d:\d\d)\.\d+")
+
+
+def to_the_second(text: str) -> str:
+    """ISO times in `text` to the second (numpy spells a label to the nanosecond)."""
+    return _SUBSECOND.sub(r"\1", text)
+
+
 def report_json(report: Report) -> dict[str, Any]:
     """A run's report as `--json` writes it: the stage table and the notes."""
-    return {**report.as_dict(), "notes": [storage.redact(n) for n in report.notes]}
+    doc = report.as_dict()
+    doc["plan"] = to_the_second(doc["plan"])
+    return {**doc, "notes": [storage.redact(n) for n in report.notes]}
 
 
 def print_report(report: Report, json_path: Path | None = None) -> None:
     """The per-stage table (tasks, graph nodes, skipped, written, seconds, gate), optionally
     also as JSON."""
     table = Table(
-        title=f"{report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
+        title=f"{to_the_second(report.plan)} ({report.digest}, {report.executor}, "
+        f"{report.seconds:.2f} s)"
     )
     for col in ("stage", "tasks", "nodes", "skipped", "written", "seconds", "gate have/want"):
         table.add_column(col, justify="left" if col == "stage" else "right")

@@ -61,6 +61,8 @@ def test_validation_runs_once_past_the_deadline_and_names_what_its_bound_stopped
     res = fire(tmp_path, "2025-08-01T18:20", "--validation-seconds", "0")
     assert res.exit_code == 1, res.output
     assert "has passed: one sweep only" in res.output  # the poll deadline is long gone ...
+    assert "after the scheduled 2025-08-01T18:20:00," in res.output  # ISO to the second
+    assert ".000000000" not in res.output
     assert "completeness: 3 position(s) checked" in res.output  # ... completeness still ran
     assert "FAIL decode: not run, the validation time bound passed" in res.output
     # a sample whose node starts after the bound decodes nothing and says so

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -297,17 +298,44 @@ def _build(
         if edited and any(edited.values()):
             notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
             accepted = True
-    records.put(store, records.PLAN, p.to_json().encode())
-    records.put(store, records.PRINTS, json.dumps(p.prints, sort_keys=True).encode())
-    metadata.write_levels(src, p)
+
+    def setup() -> None:
+        records.put(store, records.PLAN, p.to_json().encode())
+        records.put(store, records.PRINTS, json.dumps(p.prints, sort_keys=True).encode())
+        metadata.write_levels(src, p)
+
+    again_while_unanswered(store, setup)
     report = run(
         pyramid_stages(src, p, start),
         cluster=cluster,
         executor=executor,  # type: ignore[arg-type]
         progress=progress,
     )
-    metadata.update_root(src, p, refresh=accepted)  # the backup follows an accepted level 0
+    # the backup follows an accepted level 0
+    again_while_unanswered(store, lambda: metadata.update_root(src, p, refresh=accepted))
     return replace(report, notes=(*report.notes, *notes))
+
+
+def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> None:
+    """Run an idempotent step of the client (the records and level metadata before the levels,
+    the root after them) again while the store does not answer, within its retry budget.
+
+    The store client resends a request that failed before it was sent, but not a write whose
+    connection was reset while it was sent (a server going away mid-request), and the engine's
+    task retries cover the levels' shards, not these steps. A server back within the budget
+    then costs only time, as it does for every other call."""
+    deadline = time.monotonic() + storage.retry_seconds(store.options)
+    pause = 0.05
+    while True:
+        try:
+            step()
+            return
+        except Exception as err:
+            named = err if isinstance(err, storage.StorageError) else storage.explain(err)
+            if not isinstance(named, storage.Unreachable) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # backing off to the store's own longest pause
+        pause = min(2 * pause, storage.MAX_BACKOFF.total_seconds())
 
 
 def _drop_stale(

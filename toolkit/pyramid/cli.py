@@ -8,6 +8,7 @@ context.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -317,18 +318,18 @@ def verify_cmd(
             latest=latest,
             **opts,
         )
-    failures = [dataclasses.asdict(f) for f in result.failures]
     if as_json:
+        failures = [dataclasses.asdict(f) for f in result.failures]
         emit_json({"ok": result.ok, "checked": result.checked, "failures": failures})
     else:
-        _print_verified(result.checked, failures)
+        _print_verified(result.checked, result.failures)
     if not result.ok:
         raise typer.Exit(1)
 
 
-def _print_verified(checked: dict[str, int], failures: list[dict[str, str]]) -> None:
-    """The checks run (graph tasks each) on stdout, every failure as a row on stderr (level,
-    shard, check, detail), and the verdict."""
+def _print_verified(checked: dict[str, int], failures: Sequence[Any]) -> None:
+    """The checks run (graph tasks each) on stdout as a table, then every failure as one line
+    on stderr (`FAIL [check] level L shard: detail`, whole for a log search), and the verdict."""
     table = Table(title="pyramid verify")
     for col in ("checks", "tasks"):
         table.add_column(col, justify="left" if col == "checks" else "right")
@@ -336,12 +337,9 @@ def _print_verified(checked: dict[str, int], failures: list[dict[str, str]]) -> 
         table.add_row(stage.removeprefix("verify-"), str(tasks))
     out.print(table)
     if failures:
-        rows = Table(title=f"{len(failures)} check(s) failed", title_style="red")
-        for col in ("level", "shard", "check", "detail"):
-            rows.add_column(col, overflow="fold")
         for f in failures:
-            rows.add_row(*(escape(f[c]) for c in ("level", "shard", "check", "detail")))
-        console.print(rows)
+            console.print(f"[red]FAIL[/red] {escape(str(f))}", soft_wrap=True)
+        console.print(f"[red]{len(failures)} check(s) failed[/red]")
         return
     out.print("[green]pyramid verified[/green]: every check passed")
 

@@ -99,6 +99,12 @@ def spatial_transform(src: Source, plan: PyramidPlan, factor: int) -> list[float
     return [dx * factor, 0.0, x0, 0.0, dy * factor, y0]
 
 
+# A small array written whole (a coordinate, the CRS variable) keeps its one chunk even when it
+# holds only the fill value (a CRS variable's 0): zarr would otherwise delete it, on S3 a batch
+# delete (POST) that the store client does not retry when a pooled connection was reset.
+WHOLE = {"write_empty_chunks": True}
+
+
 def _create(zstore: Any, name: str, **kw: Any) -> Any:
     return zarr.create_array(zstore, name=name, overwrite=True, **kw)
 
@@ -141,6 +147,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 attributes=dict(base.attrs),
                 dimension_names=base.metadata.dimension_names,
                 fill_value=base.fill_value,
+                config=WHOLE,
             )
             arr[...] = values
         for v in lvl.vars:
@@ -223,6 +230,7 @@ def _write_coord(
         chunks=values.shape,
         dimension_names=[dim],
         attributes=attrs,
+        config=WHOLE,
         **kw,
     )
     arr[:] = values

@@ -465,6 +465,7 @@ def update(
     import time
 
     from toolkit.console import err_console, print_report
+    from toolkit.virtual.completeness import label_text
     from toolkit.virtual.update import update as run_update
 
     keep = _duration(expire_older_than, "--expire-older-than")
@@ -477,7 +478,8 @@ def update(
         clock = FireClock(anchor, deadline, GRACE, reserve)
         if clock.poll_until <= time.time():
             err_console.print(
-                f"the poll deadline ({deadline:g} s after the scheduled {scheduled_at or fire}, "
+                f"the poll deadline ({deadline:g} s after the scheduled "
+                f"{scheduled_at or label_text(fire)}, "
                 "less the time kept for the last commit and validation) has passed: one sweep "
                 "only"
             )
