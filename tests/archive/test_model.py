@@ -79,7 +79,14 @@ def mutate(path: str, value: object) -> dict:
     return doc
 
 
-DELETE = object()
+class _Delete:
+    """The mutation that removes a field; one spelling in test ids, whatever the process."""
+
+    def __repr__(self) -> str:
+        return "<delete>"
+
+
+DELETE = _Delete()
 
 # (mutation, field the error must name); shared with test_schema.
 MALFORMED = [
