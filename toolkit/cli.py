@@ -30,7 +30,8 @@ class Toolkit(OneLineErrors):
     by name when it is run or listed, so the library, this CLI included, never imports them."""
 
     BY_NAME: ClassVar[dict[str, str]] = {
-        "demo": "toolkit.examples.cli"
+        "demo": "toolkit.examples.cli",
+        "serve": "toolkit.serve.cli",
     }  # command -> the module whose `command` it is
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -108,7 +108,7 @@ def crs_of(ds: Any) -> Any:
     return None
 
 
-def _axis(ds: Any, dim: str) -> str | None:
+def axis_of(ds: Any, dim: str) -> str | None:
     """'x', 'y' or None for a dimension, from its coordinate's CF attributes or its name."""
     attrs = ds[dim].attrs if dim in ds.variables else {}
     axis = str(attrs.get("axis", "")).lower()
@@ -207,7 +207,7 @@ def _duration(td: np.timedelta64) -> str:
     return f"PT{seconds}S"
 
 
-def _plain(v: Any) -> Any:
+def label_of(v: Any) -> Any:
     """A JSON value of one coordinate label."""
     if isinstance(v, np.timedelta64):
         return _duration(v)
@@ -225,7 +225,7 @@ def _step(values: np.ndarray) -> Any:
     d = np.diff(values)
     if np.issubdtype(d.dtype, np.floating):  # float coordinates: equal to rounding
         return round(float(d[0]), 9) if np.allclose(d, d[0], rtol=1e-6, atol=0) else None
-    return _plain(d[0]) if np.all(d == d[0]) else None
+    return label_of(d[0]) if np.all(d == d[0]) else None
 
 
 def _reference_system(crs: Any) -> Any:
@@ -242,7 +242,7 @@ def cube_dimensions(ds: Any, crs: Any) -> dict[str, dict[str, Any]]:
         has = dim in ds.coords
         attrs = ds[dim].attrs if has else {}
         entry: dict[str, Any] = {}
-        axis = _axis(ds, dim) if has else None
+        axis = axis_of(ds, dim) if has else None
         values = np.asarray(ds[dim].values) if has else np.arange(ds.sizes[dim])
         if axis is not None:
             v = values.astype("float64")
@@ -255,9 +255,9 @@ def cube_dimensions(ds: Any, crs: Any) -> dict[str, dict[str, Any]]:
             entry = {"type": "temporal", "extent": [_iso(ok.min()), _iso(ok.max())]}
             entry["step"] = _step(ok) if ok.size > 1 else None
         else:
-            entry = {"type": "other", "values": [_plain(v) for v in values]}
+            entry = {"type": "other", "values": [label_of(v) for v in values]}
             if np.issubdtype(values.dtype, np.number) and values.dtype.kind != "m":
-                entry["extent"] = [_plain(values.min()), _plain(values.max())]
+                entry["extent"] = [label_of(values.min()), label_of(values.max())]
             if "units" in attrs:
                 entry["unit"] = str(attrs["units"])
         if "long_name" in attrs:
@@ -300,8 +300,8 @@ def describe(ds: Any) -> Description:
     """Extents and datacube fields of an opened xarray Dataset (reads its coordinates only)."""
     crs = crs_of(ds)
     dims = [str(d) for d in ds.dims if str(d) in ds.coords]
-    xs = [d for d in dims if _axis(ds, d) == "x" and ds[d].ndim == 1]
-    ys = [d for d in dims if _axis(ds, d) == "y" and ds[d].ndim == 1]
+    xs = [d for d in dims if axis_of(ds, d) == "x" and ds[d].ndim == 1]
+    ys = [d for d in dims if axis_of(ds, d) == "y" and ds[d].ndim == 1]
     bbox = wgs84_bbox(ds, xs[0], ys[0], crs) if xs and ys else None
     span = time_range(ds)
     interval = (None, None) if span is None else (datetime_of(span[0]), datetime_of(span[1]))
