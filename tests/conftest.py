@@ -20,6 +20,18 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
+@pytest.fixture(autouse=True)
+def _cli_flags_per_test() -> Iterator[None]:
+    """`toolkit -q/-v/--debug` set process-wide flags for the one command (`console.flags`);
+    a test that ran the CLI in-process (CliRunner) must not hand them to the next test, which
+    would then print nothing (`-q`) or tracebacks (`--debug`)."""
+    yield
+    from toolkit.console import configure_logging, flags
+
+    flags.debug = False
+    configure_logging(False, 0)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 (enforces If-None-Match / If-Match)."""

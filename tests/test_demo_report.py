@@ -272,3 +272,20 @@ def test_the_page_says_how_to_open_each_output_with_xarray(
     text = " ".join(page.text.split())
     assert f'xr.open_datatree("{root / "pyramid-demo.zarr"}", engine="toolkit")' in text
     assert f'xr.open_dataset("{root / "virtual" / "virtual-repo"}", engine="toolkit")' in text
+
+
+def test_the_page_says_how_to_see_each_output_on_a_map(demo: tuple[Path, str, _Page]) -> None:
+    """The viewer's command for the pyramid and the virtual repo, each one runnable as shown
+    (the paths quoted for a shell) and accepted by `toolkit serve`'s arguments."""
+    import shlex
+
+    from toolkit.serve.cli import command
+
+    root, _, page = demo
+    text = " ".join(page.text.split())
+    for store, extra in ((root / "pyramid-demo.zarr", ""),
+                         (root / "virtual" / "virtual-repo", " --variable temperature_2m")):  # fmt: skip
+        line = f"toolkit serve {shlex.quote(str(store))}{extra}"
+        assert line in text
+        args = shlex.split(line)[2:]
+        assert command.make_context("serve", args).params["source"] == str(store)

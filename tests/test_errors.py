@@ -484,6 +484,37 @@ CASES: tuple[Case, ...] = (
         2,
         ("backfill-0123456789", "in flight: none"),
     ),
+    # ---------------------------------------------------------------- the map (toolkit serve)
+    Case(
+        "serve a path that does not exist",
+        ("serve", "missing.zarr"),
+        2,
+        ("missing.zarr", "does not exist", "check the path"),
+    ),
+    Case(
+        "serve a folder that is neither a store nor a repo",
+        ("serve", "src"),
+        2,
+        ("src", "holds no zarr.json", "no Icechunk repo", "toolkit pyramid build"),
+    ),
+    Case(
+        "serve a variable the data does not have",
+        ("serve", "repo", "--variable", "salinity"),
+        2,
+        ("repo", "no variable 'salinity'", "temperature_2m"),
+    ),
+    Case(
+        "serve with a colormap matplotlib does not know",
+        ("serve", "repo", "--colormap", "rainbowz"),
+        2,
+        ("unknown colormap 'rainbowz'", "viridis"),
+    ),
+    Case(
+        "serve with a colour range upside down",
+        ("serve", "repo", "--range", "300,250"),
+        2,
+        ("--range", "'300,250'", "MIN,MAX with MIN < MAX"),
+    ),
     # ---------------------------------------------------------------- GRIB
     Case(
         "a file that is not GRIB2",

@@ -26,8 +26,9 @@ from toolkit.virtual.grib.cli import app as grib_app
 
 
 class Toolkit(OneLineErrors):
-    """The root command. `demo` is the examples' (`toolkit.examples`, above the jobs): loaded
-    by name when it is run or listed, so the library, this CLI included, never imports them."""
+    """The root command. `demo` is the examples' (`toolkit.examples`, above the jobs) and
+    `serve` the web map's (`toolkit.serve`): each is loaded by name when it is run or listed,
+    so the library never imports the examples and no other command imports the web server."""
 
     BY_NAME: ClassVar[dict[str, str]] = {
         "demo": "toolkit.examples.cli",

@@ -76,3 +76,30 @@ def classes_pyramid(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     toolkit.pyramid.build(str(path), levels=2, executor="sync")
     return path
+
+
+FIRE = np.datetime64("2025-08-01T18", "ns")
+
+
+def forecast_repo(root: Path):
+    """A simulated GFS archive (real GRIB2 by ecCodes): its first two init times backfilled
+    into a virtual repo with temperature_2m levels 2x and 4x built inside; returns the
+    archive, its files and the job, so a test can publish the rest and run the fire."""
+    from tests.virtual.test_backfill import START, sim
+    from toolkit import storage
+    from toolkit.virtual.backfill import backfill
+
+    archive, files, job = sim(
+        storage.open_store(str(root / "src")), storage.open_store(str(root / "repo")), publish=6
+    )
+    backfill(job, start=START, workers=1, executor="sync")
+    toolkit.pyramid.build(str(root / "repo"), ["temperature_2m"], levels=2, executor="sync")
+    return archive, files, job
+
+
+@pytest.fixture(scope="session")
+def forecast(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repo of `forecast_repo`, read-only for the tests that share it."""
+    root = tmp_path_factory.mktemp("forecast")
+    forecast_repo(root)
+    return root / "repo"

@@ -36,7 +36,9 @@ def level_for(cells: dict[str, float], pixel: float) -> str:
     return max(pool, key=lambda name: cells.get(name, 0))
 
 
-def nearest(coord: np.ndarray, values: np.ndarray, step: float, wrap: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def nearest(
+    coord: np.ndarray, values: np.ndarray, step: float, wrap: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(index of the nearest centre, whether it is within half a step) by brute force."""
     v = np.asarray(values, dtype=np.float64).ravel()
     d = np.abs(v[:, None] - coord[None, :])
@@ -59,7 +61,9 @@ def expected_values(level, name: str, lon: np.ndarray, lat: np.ndarray, sel: dic
     return out
 
 
-def colour_ok(rgba: np.ndarray, values: np.ndarray, vmin: float, vmax: float, cmap: str = "viridis") -> np.ndarray:
+def colour_ok(
+    rgba: np.ndarray, values: np.ndarray, vmin: float, vmax: float, cmap: str = "viridis"
+) -> np.ndarray:
     """Per pixel: transparent where the value is NaN; else the colormap's colour of the value,
     within one step of its 256 (the quantization of any 8-bit colormap)."""
     lut = np.asarray(colormaps[cmap](np.linspace(0, 1, 256), bytes=True), dtype=np.int64)

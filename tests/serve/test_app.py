@@ -67,7 +67,11 @@ def test_meta_names_levels_selectors_and_a_legend_from_the_data(client, levels):
 @pytest.mark.parametrize(
     ("tms", "zxy", "level"),
     [
-        ("WebMercatorQuad", (0, 0, 0), "4x"),  # 1.41 deg pixels: 4x (1 deg) is the coarsest that fits
+        (
+            "WebMercatorQuad",
+            (0, 0, 0),
+            "4x",
+        ),  # 1.41 deg pixels: 4x (1 deg) is the coarsest that fits
         ("WebMercatorQuad", (1, 1, 0), "2x"),
         ("WebMercatorQuad", (2, 2, 1), "0"),
         ("WebMercatorQuad", (3, 4, 3), "0"),  # finer than level 0: level 0
@@ -75,9 +79,13 @@ def test_meta_names_levels_selectors_and_a_legend_from_the_data(client, levels):
         ("WorldCRS84Quad", (1, 2, 0), "0"),
     ],
 )
-def test_every_pixel_is_the_colour_of_the_nearest_cell_of_the_zooms_level(client, levels, tms, zxy, level):
+def test_every_pixel_is_the_colour_of_the_nearest_cell_of_the_zooms_level(
+    client, levels, tms, zxy, level
+):
     z, x, y = zxy
-    path = f"/tiles/{z}/{x}/{y}.png" if tms == "WebMercatorQuad" else f"/tiles/{tms}/{z}/{x}/{y}.png"
+    path = (
+        f"/tiles/{z}/{x}/{y}.png" if tms == "WebMercatorQuad" else f"/tiles/{tms}/{z}/{x}/{y}.png"
+    )
     r = client.get(path, params={"variable": "temperature"})
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
     centres = oracle.mercator_centres if tms == "WebMercatorQuad" else oracle.crs84_centres
@@ -91,14 +99,18 @@ def test_every_pixel_is_the_colour_of_the_nearest_cell_of_the_zooms_level(client
     assert np.isnan(want).any() and np.isfinite(want).any()  # the tile shows both
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     lat=st.floats(-84, 84),
     lon=st.floats(-180, 179.99),
     zoom=st.integers(0, 6),
     time=st.sampled_from([0, 1]),
 )
-def test_point_is_the_nearest_cell_of_the_level_the_zoom_reads(client, levels, lat, lon, zoom, time):
+def test_point_is_the_nearest_cell_of_the_level_the_zoom_reads(
+    client, levels, lat, lon, zoom, time
+):
     label = ["2025-08-01T00:00:00Z", LATEST][time]
     p = client.get("/point", params={"variable": "temperature", "lat": lat, "lon": lon,
                                      "zoom": zoom, "time": label}).json()  # fmt: skip
@@ -119,7 +131,9 @@ def test_point_is_the_nearest_cell_of_the_level_the_zoom_reads(client, levels, l
 def test_a_time_selects_its_tiles(client, levels):
     default = client.get("/tiles/2/2/1.png", params={"variable": "temperature"}).content
     latest = client.get("/tiles/2/2/1.png", params={"variable": "temperature", "time": LATEST})
-    first = client.get("/tiles/2/2/1.png", params={"variable": "temperature", "time": str(TIMES[0])[:19] + "Z"})
+    first = client.get(
+        "/tiles/2/2/1.png", params={"variable": "temperature", "time": str(TIMES[0])[:19] + "Z"}
+    )
     assert latest.content == default and first.content != default
     lon, lat = oracle.mercator_centres(2, 2, 1)
     want = oracle.expected_values(levels["0"], "temperature", lon, lat, {"time": 0})
@@ -128,7 +142,9 @@ def test_a_time_selects_its_tiles(client, levels):
 
 
 def test_a_given_range_paints_the_tiles(cf_pyramid, levels):
-    c = TestClient(create_app(Served(Source(str(cf_pyramid)), value_range=(250.0, 300.0), colormap="magma")))
+    c = TestClient(
+        create_app(Served(Source(str(cf_pyramid)), value_range=(250.0, 300.0), colormap="magma"))
+    )
     legend = c.get("/meta").json()["variables"]["temperature"]["legend"]
     assert (legend["vmin"], legend["vmax"], legend["colormap"]) == (250.0, 300.0, "magma")
     r = c.get("/tiles/1/0/0.png")
@@ -145,7 +161,9 @@ def test_classes_get_one_colour_each_and_a_legend_of_their_meanings(classes_pyra
     assert legend["kind"] == "classes"
     assert [(k["value"], k["meaning"]) for k in legend["classes"]] == list(CLASSES.items())
     tab10 = (np.asarray(colormaps["tab10"].colors)[:4] * 255).round().astype(int)
-    assert [k["color"] for k in legend["classes"]] == ["#{:02x}{:02x}{:02x}".format(*c) for c in tab10]
+    assert [k["color"] for k in legend["classes"]] == [
+        "#{:02x}{:02x}{:02x}".format(*c) for c in tab10
+    ]
     r = c.get("/tiles/1/1/0.png")
     assert r.headers["x-level"] == "2x"
     level = xr.open_zarr(classes_pyramid, group="2x", consolidated=False)

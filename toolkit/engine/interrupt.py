@@ -33,6 +33,13 @@ def interrupted() -> bool:
     return _active is not None and _active.signum is not None
 
 
+def ending_says(line: str) -> None:
+    """For a command that runs until interrupted (`toolkit serve`): the line its Ctrl-C
+    prints instead of "rerun to resume", which would be wrong there; the exit code stays."""
+    if _active is not None:
+        _active.line = line
+
+
 class Interrupts:
     """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt once; a second one prints
     `LINE`, kills the worker processes this process started and exits without cleanup (the
@@ -41,6 +48,7 @@ class Interrupts:
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
+        self.line = LINE  # what is said once the command unwound (`ending_says`)
         self.signum: int | None = None
         self._saved: dict[int, Any] = {}
 
@@ -87,7 +95,7 @@ class Interrupts:
         spec = sys.modules.get("distributed.deploy.spec")
         if spec is not None:
             atexit.unregister(spec.close_clusters)
-        self.say(LINE)
+        self.say(self.line)
         if last_word:
             sys.stderr.flush()
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)

@@ -143,6 +143,7 @@ def _sections(
             reports=tuple(pyramid),
             pictures=page.pyramid_pictures(pyramid_store, "field"),
             opens=(page.open_datatree(pyramid_store),),
+            views=(page.serve_command(pyramid_store),),
         ),
         page.Section(
             "virtual",
@@ -151,6 +152,7 @@ def _sections(
             reports=tuple(virtual.reports),
             pictures=page.virtual_maps(virtual.repo, "temperature_2m", virtual.backfilled),
             opens=(page.open_dataset(virtual.repo),),
+            views=(page.serve_command(virtual.repo, "temperature_2m"),),
         ),
         page.Section(
             "archive",

@@ -43,6 +43,7 @@ class Section:
     pictures: tuple[Picture, ...] = ()
     tables: tuple[tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]], ...] = ()
     opens: tuple[str, ...] = ()
+    views: tuple[str, ...] = ()  # shell commands that show an output on a map
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,14 @@ def open_datatree(store: str | pathlib.Path) -> str:
 def open_dataset(repo: str | pathlib.Path) -> str:
     """How to open a virtual (Icechunk) dataset with xarray."""
     return f'xr.open_dataset("{repo}", engine="toolkit")'
+
+
+def serve_command(store: str | pathlib.Path, variable: str | None = None) -> str:
+    """The command that shows an output on a web map (`toolkit serve`, docs/serve.md)."""
+    import shlex
+
+    flag = f" --variable {shlex.quote(variable)}" if variable else ""
+    return f"toolkit serve {shlex.quote(str(store))}{flag}"
 
 
 def shape_text(dims: Sequence[str], shape: Sequence[int]) -> str:
@@ -270,6 +279,14 @@ def render(page: Page) -> str:
             '<p class="open">Open the outputs with xarray (<code>import xarray as xr</code>): '
             + "; ".join(f"{e(job)}: <code>{e(o)}</code>" for job, o in opens)
             + ".</p>"
+        )
+    views = [(s.job, v) for s in page.sections for v in s.views]
+    if views:
+        parts.append(
+            '<p class="open">See them on a web map, each zoom read from its own level '
+            "(docs/serve.md): "
+            + "; ".join(f"{e(job)}: <code>{e(v)}</code>" for job, v in views)
+            + ", then open the address it prints.</p>"
         )
     for section in page.sections:
         parts.append(f"<h2>{e(section.job)}</h2><p>{e(section.summary)}</p>")

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from toolkit.serve import tiles
+from toolkit.serve import colors, tiles
 from toolkit.serve.view import SelectionError, Source, View, open_view, version_of
 
 __all__ = ["Served", "create_app"]
@@ -74,6 +74,8 @@ class Served:
         cached_tiles: int = 4096,
     ) -> None:
         self.source = source
+        if colormap is not None:
+            colors.lookup(colormap)  # an unknown name is refused before anything is served
         self.colormap, self.value_range, self.refresh = colormap, value_range, refresh
         self.tiles = LRU(cached_tiles)
         self._lock = threading.Lock()
@@ -90,7 +92,9 @@ class Served:
             known = version_of(self.source)
             if known[1] != self._view.version:
                 log.info("%s moved to %s", self.source.name, known[1])
-                self._view = open_view(self.source, self.colormap, self.value_range, known)
+                self._view = open_view(
+                    self.source, self.colormap, self.value_range, known, self._view.styles
+                )
             return self._view
 
 

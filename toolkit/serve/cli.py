@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 import typer
 
 from toolkit.console import PLAIN_HELP, STORAGE, Storage, exit_codes, out
-from toolkit.console import err_console as console
 
 app = typer.Typer(add_completion=False, **PLAIN_HELP)
 
@@ -22,7 +21,9 @@ def _range(text: str | None) -> tuple[float, float] | None:
     except ValueError:
         pair = None
     if pair is None or not pair[0] < pair[1]:
-        raise typer.BadParameter(f"{text!r}: want MIN,MAX with MIN < MAX, e.g. 250,310")
+        raise typer.BadParameter(
+            f"{text!r}: want MIN,MAX with MIN < MAX, e.g. 250,310", param_hint="'--range'"
+        )
     return pair
 
 
@@ -69,21 +70,20 @@ def serve(
     """Serve a web map of a pyramid or a virtual repo: XYZ tiles read from the level that
     matches each zoom, a legend from the CF metadata, selectors for the other dims, the value
     under the cursor. Read-only; Ctrl-C stops it. See docs/serve.md."""
+    from toolkit.engine import interrupt
     from toolkit.serve import serve as run
     from toolkit.serve.view import SelectionError
 
     def ready(url: str) -> None:
         out.print(f"serving {source} at {url} (Ctrl-C stops)", highlight=False, soft_wrap=True)
 
+    interrupt.ending_says("stopped")  # Ctrl-C is how a server ends: exit 130, nothing to resume
     options = stores.for_url(source)
     pair = _range(value_range)
     with exit_codes(usage_errors=(SelectionError, ImportError, ValueError, OSError)):
-        try:
-            run(source, variable=variable, host=host, port=port, credentials=credentials,
-                store_options=options, branch=branch, colormap=colormap, value_range=pair,
-                refresh=refresh, on_ready=ready)  # fmt: skip
-        except KeyboardInterrupt:
-            console.print("stopped")
+        run(source, variable=variable, host=host, port=port, credentials=credentials,
+            store_options=options, branch=branch, colormap=colormap, value_range=pair,
+            refresh=refresh, on_ready=ready)  # fmt: skip
 
 
 command = typer.main.get_command(app)  # the click command `toolkit.cli` adds as `serve`

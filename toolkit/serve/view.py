@@ -156,7 +156,7 @@ class View:
     bbox: list[float] | None
     colormap: str | None = None
     value_range: tuple[float, float] | None = None
-    _styles: dict[str, colors.Style] = field(default_factory=dict, repr=False)
+    styles: dict[str, colors.Style] = field(default_factory=dict, repr=False)  # by variable
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def variable(self, name: str | None) -> Variable:
@@ -177,14 +177,14 @@ class View:
         """The variable's colours, from its CF metadata or its coarsest level (computed once
         per version and variable)."""
         with self._lock:
-            if var.name in self._styles:
-                return self._styles[var.name]
+            if var.name in self.styles:
+                return self.styles[var.name]
         sample = None
         if self.value_range is None and "flag_values" not in var.attrs:
             sample = self._read(var, *var.holding(self.selection(var, {}))[-1], None)
         style = colors.style_of(var.attrs, sample, self.colormap, self.value_range)
         with self._lock:
-            return self._styles.setdefault(var.name, style)
+            return self.styles.setdefault(var.name, style)
 
     def _read(
         self, var: Variable, level: Level, at: Mapping[str, int], window: tuple[slice, slice] | None
@@ -325,8 +325,11 @@ def open_view(
     colormap: str | None = None,
     value_range: tuple[float, float] | None = None,
     known: tuple[str, str] | None = None,
+    styles: dict[str, colors.Style] | None = None,
 ) -> View:
-    """The dataset at its current version (or `known`, a (kind, version) just read)."""
+    """The dataset at its current version (or `known`, a (kind, version) just read).
+    `styles`: the colours already chosen per variable (a refresh keeps them: the same value
+    keeps its colour when a new snapshot lands)."""
     from toolkit.stac import wgs84_bbox
 
     kind, version = known or version_of(source)
@@ -368,4 +371,4 @@ def open_view(
     except Exception:  # a bbox only centres the first view
         bbox = None
     return View(source, kind, version, dict(tree.attrs) or dict(base.attrs), variables, bbox,
-                colormap, value_range)  # fmt: skip
+                colormap, value_range, {} if styles is None else styles)  # fmt: skip
