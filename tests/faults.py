@@ -40,7 +40,7 @@ class FaultProxy:
         *,
         rate: float = 0.0,
         kinds: tuple[str, ...] = ("503", "slow", "drop"),
-        delay: float = 0.3,
+        delay: float = 0.1,
         seed: int = 0,
         expires: Callable[[str], float | None] | None = None,
         latency: float = 0.0,
