@@ -171,6 +171,10 @@ MEASURES: dict[str, Measures] = {
     "pyramid_build": Measures(
         "pyramid_build",
         _u(PYRAMID_BUILD, CLI_IMPORTS, ("toolkit/examples/synthetic.py",)),
+        {
+            "03bf8e5": "toolkit/cli.py only names `serve` in BY_NAME: its module is imported when "
+            "`serve` is run or listed, never by `toolkit pyramid build` or `import toolkit.cli`"
+        },
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),
     "pyramid_scale": Measures("pyramid_scale", _u(PYRAMID_BUILD, ("toolkit/pyramid/read.py",))),
@@ -230,6 +234,28 @@ MEASURES: dict[str, Measures] = {
         SHIP_ONLY,
     ),
     "virtual_tick": Measures("virtual_tick", _u(VIRTUAL_WRITE, UPDATE, SIMULATOR)),
+    "serve_tiles": Measures(
+        "serve_tiles",
+        # The served tiles: the app, its levels, styles and PNGs, read through toolkit's xarray
+        # engine (a pyramid's levels, a repo's snapshot); the builds, refs and simulator behind
+        # the stores it serves (their times are reported, and they make what is read).
+        _u(
+            (
+                "toolkit/serve/",
+                "toolkit/xarray_backend.py",
+                "toolkit/pyramid/read.py",
+                "toolkit/pyramid/repo.py",
+                "toolkit/virtual/reader.py",
+                "toolkit/stac.py",
+                "toolkit/examples/synthetic.py",
+            ),
+            PYRAMID_BUILD,
+            VIRTUAL_WRITE,
+            BACKFILL,
+            SIMULATOR,
+        ),
+        SHIP_ONLY,
+    ),
 }
 
 
