@@ -173,7 +173,9 @@ MEASURES: dict[str, Measures] = {
         _u(PYRAMID_BUILD, CLI_IMPORTS, ("toolkit/examples/synthetic.py",)),
         {
             "03bf8e5": "toolkit/cli.py only names `serve` in BY_NAME: its module is imported when "
-            "`serve` is run or listed, never by `toolkit pyramid build` or `import toolkit.cli`"
+            "`serve` is run or listed, never by `toolkit pyramid build` or `import toolkit.cli`",
+            "9382b37": "toolkit/cli.py's docstring, and interrupt.py's `ending_says` (a line for "
+            "`serve` to print on Ctrl-C): nothing a pyramid build runs",
         },
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),

@@ -10,7 +10,7 @@ for the zoom, and reading level 0 to downsample per tile (what dynamic tilers do
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import morecantile
@@ -72,11 +72,23 @@ class Grid:
     x: Axis
     y: Axis
     crs: CRS
+    # transformers into this grid's CRS, by source CRS: building one costs ~25 ms, more than
+    # the rest of a tile; pyproj's are thread-safe, and they live as long as the grid
+    _into: dict[str, Transformer] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def cell(self) -> float:
         """The cell size along x, in the CRS's units: what a level is chosen by."""
         return self.x.size
+
+    def transformer(self, source: str) -> Transformer:
+        """From `source` (a CRS as pyproj reads it) into this grid's CRS, x/y ordered."""
+        t = self._into.get(source)
+        if t is None:
+            t = self._into[source] = Transformer.from_crs(
+                CRS.from_user_input(source), self.crs, always_xy=True
+            )
+        return t
 
 
 def _uniform(c: np.ndarray, rtol: float = 1e-6) -> bool:
@@ -112,15 +124,11 @@ def pixel_centres(tms: Any, z: int, x: int, y: int, n: int = TILE) -> tuple[np.n
     return np.meshgrid(px, py)
 
 
-def _transformer(tms: Any, crs: CRS) -> Transformer:
-    return Transformer.from_crs(CRS.from_user_input(tms.crs.root), crs, always_xy=True)
-
-
-def tile_pixel_size(tms: Any, z: int, x: int, y: int, crs: CRS) -> float:
-    """A tile pixel's width in the data CRS's units, across the tile's middle row."""
+def tile_pixel_size(tms: Any, z: int, x: int, y: int, grid: Grid) -> float:
+    """A tile pixel's width in the grid CRS's units, across the tile's middle row."""
     gx, gy = pixel_centres(tms, z, x, y)
     row = TILE // 2
-    dx, _ = _transformer(tms, crs).transform(gx[row], gy[row])
+    dx, _ = grid.transformer(tms.crs.root).transform(gx[row], gy[row])
     d = np.abs(np.diff(np.asarray(dx, dtype=np.float64)))
     d = d[np.isfinite(d)]
     return float(np.median(d)) if d.size else float("inf")
@@ -140,7 +148,7 @@ def tile_grid(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row index, column index, inside) of the level's cell under each tile pixel."""
     gx, gy = pixel_centres(tms, z, x, y)
-    dx, dy = _transformer(tms, grid.crs).transform(gx, gy)
+    dx, dy = grid.transformer(tms.crs.root).transform(gx, gy)
     ix, okx = grid.x.index(np.asarray(dx, dtype=np.float64))
     iy, oky = grid.y.index(np.asarray(dy, dtype=np.float64))
     return iy, ix, okx & oky
@@ -148,8 +156,9 @@ def tile_grid(
 
 def point_cells(lon: float, lat: float, grid: Grid) -> tuple[int, int] | None:
     """(row, column) of the level's cell nearest (lon, lat), or None outside the grid."""
-    t = Transformer.from_crs(CRS.from_epsg(4326), grid.crs, always_xy=True)
-    dx, dy = t.transform(np.array([lon], np.float64), np.array([lat], np.float64))
+    dx, dy = grid.transformer("EPSG:4326").transform(
+        np.array([lon], np.float64), np.array([lat], np.float64)
+    )
     ix, okx = grid.x.index(np.asarray(dx, dtype=np.float64))
     iy, oky = grid.y.index(np.asarray(dy, dtype=np.float64))
     return (int(iy[0]), int(ix[0])) if okx[0] and oky[0] else None

@@ -202,7 +202,7 @@ class View:
         """The level tile z/x/y is drawn from (of those holding the selection), and the
         selection's indexes in it."""
         held = var.holding(sel)
-        pixel = tiles.tile_pixel_size(tms, z, x, y, var.levels[0].grid.crs)
+        pixel = tiles.tile_pixel_size(tms, z, x, y, var.levels[0].grid)
         return held[tiles.choose_level([lv.grid.cell for lv, _ in held], pixel)]
 
     def tile(
