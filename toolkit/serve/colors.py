@@ -120,12 +120,13 @@ def paint(values: np.ndarray, style: Style, inside: np.ndarray | None = None) ->
         out[...] = OTHER_CLASS
         for i, (flag, _) in enumerate(style.classes):
             out[v == flag] = style.lut[i]
-    else:
-        t = (v - style.vmin) / ((style.vmax - style.vmin) or 1.0)
-        idx = np.clip(np.rint(np.where(ok, t, 0.0) * (len(style.lut) - 1)), 0, len(style.lut) - 1)
-        out = style.lut[idx.astype(np.intp)]
-    out[~ok] = 0
-    return out
+        out[~ok] = 0
+        return out
+    n = len(style.lut) - 1
+    t = np.where(ok, v - style.vmin, 0.0) * (n / ((style.vmax - style.vmin) or 1.0))
+    idx = np.clip(np.rint(t, out=t), 0, n, out=t).astype(np.intp)
+    idx[~ok] = n + 1  # the transparent row below
+    return np.take(np.vstack([style.lut, np.zeros((1, 4), np.uint8)]), idx, axis=0)
 
 
 def png(rgba: np.ndarray) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import morecantile
@@ -41,6 +42,10 @@ class Axis:
         c = self.centres
         return float(abs(c[-1] - c[0]) / (len(c) - 1)) if len(c) > 1 else 0.0
 
+    @cached_property
+    def _uniform(self) -> bool:
+        return len(self.centres) > 1 and _uniform(np.asarray(self.centres, dtype=np.float64))
+
     def index(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(index of the cell holding each value, whether it lies inside the axis)."""
         c = np.asarray(self.centres, dtype=np.float64)
@@ -52,7 +57,7 @@ class Axis:
         if self.wraps:  # into [west edge, west edge + 360)
             west = min(edge, edge + step * n)
             v = west + np.mod(v - west, 360.0)
-        if _uniform(c):
+        if self._uniform:
             f = np.floor((v - edge) / step)
             ok = np.isfinite(f) & (f >= 0) & (f < n)
             return np.where(ok, f, 0).astype(np.int64), ok
@@ -148,10 +153,35 @@ def tile_grid(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row index, column index, inside) of the level's cell under each tile pixel."""
     gx, gy = pixel_centres(tms, z, x, y)
-    dx, dy = grid.transformer(tms.crs.root).transform(gx, gy)
+    t = grid.transformer(tms.crs.root)
+    row, col = _separable(t, gx, gy)
+    if row is not None:  # one index per column and one per row, broadcast
+        ix, okx = grid.x.index(row)
+        iy, oky = grid.y.index(col)
+        shape = gx.shape
+        return (np.broadcast_to(iy[:, None], shape), np.broadcast_to(ix[None, :], shape),
+                oky[:, None] & okx[None, :])  # fmt: skip
+    dx, dy = t.transform(gx, gy)  # a projected grid: every pixel carried on its own
     ix, okx = grid.x.index(np.asarray(dx, dtype=np.float64))
     iy, oky = grid.y.index(np.asarray(dy, dtype=np.float64))
     return iy, ix, okx & oky
+
+
+def _separable(t: Transformer, gx: np.ndarray, gy: np.ndarray) -> tuple[Any, Any]:
+    """(target x of each column, target y of each row) when x depends on the column alone and
+    y on the row alone (Web Mercator or CRS84 into longitude/latitude): 512 points carried
+    instead of 65,536. Checked on the corners and one inner point; (None, None) if not."""
+    n = gx.shape[0]
+    rx, _ = t.transform(gx[n // 2], gy[n // 2])  # the middle row: x of each column
+    _, cy = t.transform(gx[:, n // 2], gy[:, n // 2])  # the middle column: y of each row
+    pick = (np.array([0, 0, n - 1, n - 1, n // 3]), np.array([0, n - 1, 0, n - 1, 2 * n // 3]))
+    px, py = t.transform(gx[pick], gy[pick])
+    ax, ay = np.asarray(rx)[pick[1]], np.asarray(cy)[pick[0]]
+    scale = max(float(np.nanmax(np.abs(np.diff(rx)))), 1e-12)
+    if not (np.allclose(px, ax, rtol=0, atol=1e-6 * scale, equal_nan=True)
+            and np.allclose(py, ay, rtol=0, atol=1e-6 * scale, equal_nan=True)):  # fmt: skip
+        return None, None
+    return np.asarray(rx, dtype=np.float64), np.asarray(cy, dtype=np.float64)
 
 
 def point_cells(lon: float, lat: float, grid: Grid) -> tuple[int, int] | None:
