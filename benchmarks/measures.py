@@ -243,7 +243,8 @@ MEASURES: dict[str, Measures] = {
         # the stores it serves (their times are reported, and they make what is read).
         _u(
             (
-                "toolkit/serve/",
+                "toolkit/__init__.py",  # `toolkit.serve(...)` starts the server
+                "toolkit/webmap/",
                 "toolkit/xarray_backend.py",
                 "toolkit/pyramid/read.py",
                 "toolkit/pyramid/repo.py",

@@ -6,7 +6,7 @@ and alone on a virtual (GRIB-backed) forecast that titiler cannot read.
    the "ocean", 1024x1024 shards of 256x256 chunks) is written once per run, and its pyramid
    built by `toolkit.pyramid.build` (timed apart: not part of any tile figure). Two real uvicorn
    servers run on 127.0.0.1, each in its own fresh process:
-   - toolkit: `toolkit.serve.serve(store)`, which draws each tile from the level its zoom needs
+   - toolkit: `toolkit.serve(store)`, which draws each tile from the level its zoom needs
      (X-Level names it) and caches tiles by (version, variable, selection, tile);
    - titiler-xarray: a FastAPI app of `titiler.xarray.factory.TilerFactory` (its Zarr reader,
      no middleware), given the same store's level 0 (`url=`): it reads level 0 and resamples
@@ -77,9 +77,9 @@ REFRESH = 0.5  # seconds between the toolkit server's looks at the repo's branch
 
 TOOLKIT_SERVER = """
 import sys
-from toolkit.serve import serve
+import toolkit
 lo, hi = (float(v) for v in sys.argv[3].split(","))
-serve(sys.argv[1], variable=sys.argv[2], port=0, colormap=sys.argv[4], value_range=(lo, hi),
+toolkit.serve(sys.argv[1], variable=sys.argv[2], port=0, colormap=sys.argv[4], value_range=(lo, hi),
       refresh=float(sys.argv[5]), on_ready=lambda url: print(url, flush=True))
 """
 
@@ -100,30 +100,6 @@ print(f"http://127.0.0.1:{sock.getsockname()[1]}/", flush=True)
 config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
 uvicorn.Server(config).run(sockets=[sock])
 """
-
-# The fixes suggested for toolkit/serve, applied in the server process of the "with the fixes"
-# rows only: (1) a listening socket that says IPPROTO_TCP, so asyncio sets TCP_NODELAY on each
-# connection it accepts (with proto 0 it does not, and a response's body waits for the client's
-# delayed ACK of its headers, ~40 ms, when requests follow each other on one connection);
-# (2) one pyproj Transformer per (tile matrix set, data CRS), not two new ones per tile.
-FIXES = """
-import functools, socket
-import toolkit.serve as S
-from pyproj import CRS, Transformer
-from toolkit.serve import tiles
-_bind = S.bind
-def bind(host, port):
-    s = _bind(host, port)
-    t = socket.socket(s.family, socket.SOCK_STREAM, socket.IPPROTO_TCP, fileno=s.detach())
-    t.set_inheritable(True)
-    return t
-S.bind = bind
-@functools.lru_cache(maxsize=16)
-def _between(src, dst):
-    return Transformer.from_crs(CRS.from_user_input(src), dst, always_xy=True)
-tiles._transformer = lambda tms, crs: _between(str(tms.crs.root), crs)
-"""
-
 
 # ------------------------------------------------------------------------------ the servers
 
@@ -383,34 +359,32 @@ def side_by_side(
 def back_to_back(
     store: Path, tiles: Tiles, first: tuple[int, int, int], titiler: dict[int, float]
 ) -> list[dict[str, Any]]:
-    """toolkit alone, each request right after the last on one connection (as a browser asks
-    for a map's tiles): as shipped, and with the fixes suggested for it (FIXES)."""
+    """toolkit alone, each request right after the last on one connection, as a browser asks
+    for a map's tiles (a server without TCP_NODELAY stalls ~40 ms per response there)."""
     lo, hi = VALUE_RANGE
-    times: dict[tuple[str, str, int], list[float]] = {}
+    times: dict[tuple[str, int], list[float]] = {}
     levels: dict[int, set[str]] = {}
-    for name, script in (("shipped", TOOLKIT_SERVER), ("fixed", FIXES + TOOLKIT_SERVER)):
-        srv = Server.start(name, script, str(store), VARIABLE, f"{lo},{hi}", COLORMAP, "2")
-        try:
-            srv.get(toolkit_path(*first, VARIABLE))
-            for phase in ("cold", "warm"):
-                for z in ZOOMS:
-                    for x, y in tiles[z]:
-                        r = srv.get(toolkit_path(z, x, y, VARIABLE))
-                        times.setdefault((name, phase, z), []).append(r.seconds)
-                        levels.setdefault(z, set()).add(r.headers["x-level"])
-        finally:
-            srv.close()
+    srv = Server.start("toolkit", TOOLKIT_SERVER, str(store), VARIABLE, f"{lo},{hi}", COLORMAP, "2")
+    try:
+        srv.get(toolkit_path(*first, VARIABLE))
+        for phase in ("cold", "warm"):
+            for z in ZOOMS:
+                for x, y in tiles[z]:
+                    r = srv.get(toolkit_path(z, x, y, VARIABLE))
+                    times.setdefault((phase, z), []).append(r.seconds)
+                    levels.setdefault(z, set()).add(r.headers["x-level"])
+    finally:
+        srv.close()
     rows = []
     for z in ZOOMS:
         row: dict[str, Any] = {"zoom": z, "tiles": len(tiles[z])}
         row["toolkit level"] = "/".join(sorted(levels.get(z, set())))
-        for name in ("shipped", "fixed"):
-            for phase in ("cold", "warm"):
-                t = times.get((name, phase, z), [])
-                row[f"{name} {phase} p50 ms"] = pct(t, 50)
-                row[f"{name} {phase} p95 ms"] = pct(t, 95)
-        fixed = pct(times.get(("fixed", "cold", z), []), 95)
-        row["fixed cold p95 / titiler cold p95"] = _ratio(fixed, titiler.get(z, 0.0))
+        for phase in ("cold", "warm"):
+            t = times.get((phase, z), [])
+            row[f"{phase} p50 ms"] = pct(t, 50)
+            row[f"{phase} p95 ms"] = pct(t, 95)
+        cold = pct(times.get(("cold", z), []), 95)
+        row["cold p95 / titiler cold p95"] = _ratio(cold, titiler.get(z, 0.0))
         rows.append(row)
     return rows
 
@@ -572,15 +546,12 @@ def main(shape: tuple[int, int] | None = None) -> None:
             "snapshot (X-Version) and to differ from the old one's: no stale tile is served.",
             vrows,
         ),
-        "toolkit alone, back to back on one connection: as shipped and with the suggested fixes": (
+        "toolkit alone, back to back on one connection": (
             "The same tiles, each request sent as soon as the last one's body is read (as a "
-            "browser asks for a map's tiles), toolkit alone, a fresh process each. 'shipped' is "
-            "`toolkit serve` as it is; 'fixed' runs the same code with two changes applied in its "
-            "process: its listening socket made with IPPROTO_TCP (asyncio then sets TCP_NODELAY on "
-            "each connection; with proto 0 it does not, so a response's body waits ~40 ms for "
-            "the client's delayed ACK of its headers) and one cached pyproj Transformer per "
-            "(tile matrix set, data CRS) instead of two built per tile (~25 ms each). The last "
-            "column compares the fixed cold p95 with titiler's cold p95 of the first table.",
+            "browser asks for a map's tiles), toolkit alone, a fresh process. A server whose "
+            "connections lack TCP_NODELAY stalls ~40 ms per response here (the client's delayed "
+            "ACK), which the interleaved table above hides. The last column compares the cold "
+            "p95 with titiler's cold p95 of the first table.",
             b2b,
         ),
         "Set-up (not in the tile figures)": ("Seconds.", setup),

@@ -279,7 +279,7 @@ def test_the_page_says_how_to_see_each_output_on_a_map(demo: tuple[Path, str, _P
     (the paths quoted for a shell) and accepted by `toolkit serve`'s arguments."""
     import shlex
 
-    from toolkit.serve.cli import command
+    from toolkit.webmap.cli import command
 
     root, _, page = demo
     text = " ".join(page.text.split())

@@ -27,12 +27,12 @@ from toolkit.virtual.grib.cli import app as grib_app
 
 class Toolkit(OneLineErrors):
     """The root command. `demo` is the examples' (`toolkit.examples`, above the jobs) and
-    `serve` the web map's (`toolkit.serve`): each is loaded by name when it is run or listed,
+    `serve` the web map's (`toolkit.webmap`): each is loaded by name when it is run or listed,
     so the library never imports the examples and no other command imports the web server."""
 
     BY_NAME: ClassVar[dict[str, str]] = {
         "demo": "toolkit.examples.cli",
-        "serve": "toolkit.serve.cli",
+        "serve": "toolkit.webmap.cli",
     }  # command -> the module whose `command` it is
 
     def list_commands(self, ctx: click.Context) -> list[str]:

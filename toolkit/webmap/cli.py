@@ -71,8 +71,8 @@ def serve(
     matches each zoom, a legend from the CF metadata, selectors for the other dims, the value
     under the cursor. Read-only; Ctrl-C stops it. See docs/serve.md."""
     from toolkit.engine import interrupt
-    from toolkit.serve import serve as run
-    from toolkit.serve.view import SelectionError
+    from toolkit.webmap import serve as run
+    from toolkit.webmap.view import SelectionError
 
     def ready(url: str) -> None:
         out.print(f"serving {source} at {url} (Ctrl-C stops)", highlight=False, soft_wrap=True)

@@ -1,7 +1,7 @@
 """What a tile must show, written for the tests from textbook formulas: pixel centres of a
 Web Mercator or CRS84 tile, the level a zoom reads (brute force over the levels' cell sizes),
 the nearest cell by argmin over the level's own coordinates, the colour through matplotlib's
-own colormap. Nothing here calls toolkit.serve."""
+own colormap. Nothing here calls toolkit.webmap."""
 
 from __future__ import annotations
 

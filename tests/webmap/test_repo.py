@@ -9,12 +9,12 @@ import pytest
 import xarray as xr
 from starlette.testclient import TestClient
 
-from tests.serve.conftest import FIRE, forecast_repo
+from tests.webmap.conftest import FIRE, forecast_repo
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.serve.app import Served, create_app
-from toolkit.serve.view import Source
 from toolkit.virtual.update import update
+from toolkit.webmap.app import Served, create_app
+from toolkit.webmap.view import Source
 
 INITS = ["2025-08-01T00:00:00Z", "2025-08-01T06:00:00Z"]
 

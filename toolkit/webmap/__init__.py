@@ -55,8 +55,8 @@ def serve(
     try:
         import uvicorn
 
-        from toolkit.serve.app import Served, create_app
-        from toolkit.serve.view import Source
+        from toolkit.webmap.app import Served, create_app
+        from toolkit.webmap.view import Source
     except ImportError as err:
         raise ImportError(f"{MISSING} ({err.name} is missing)") from None
 

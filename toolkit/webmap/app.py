@@ -28,8 +28,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from toolkit.serve import colors, tiles
-from toolkit.serve.view import SelectionError, Source, View, open_view, version_of
+from toolkit.webmap import colors, tiles
+from toolkit.webmap.view import SelectionError, Source, View, open_view, version_of
 
 __all__ = ["Served", "create_app"]
 
@@ -116,8 +116,8 @@ def _float(request: Request, name: str) -> float:
 
 
 def create_app(served: Served) -> Starlette:
-    """The Starlette app serving `served` (run it with uvicorn, or `toolkit.serve.serve`)."""
-    static = files("toolkit.serve") / "static"
+    """The Starlette app serving `served` (run it with uvicorn, or `toolkit.webmap.serve`)."""
+    static = files("toolkit.webmap") / "static"
 
     def index(request: Request) -> Response:
         return Response((static / "index.html").read_bytes(), media_type="text/html")

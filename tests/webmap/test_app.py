@@ -1,5 +1,5 @@
 """`toolkit serve`'s endpoints on a real store as xarray wrote it (CF packing, _FillValue) and
-its real pyramid, through starlette's test client: every tile pixel against tests/serve/oracle.py
+its real pyramid, through starlette's test client: every tile pixel against tests/webmap/oracle.py
 (textbook tile arithmetic, brute-force nearest cell, xarray's decoding, matplotlib's colours)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from PIL import Image
 from starlette.testclient import TestClient
 
-from tests.serve import oracle
-from tests.serve.conftest import CLASSES, RES, TIMES
-from toolkit.serve.app import Served, create_app
-from toolkit.serve.view import Source
+from tests.webmap import oracle
+from tests.webmap.conftest import CLASSES, RES, TIMES
+from toolkit.webmap.app import Served, create_app
+from toolkit.webmap.view import Source
 
 CELLS = {"0": RES, "2x": 2 * RES, "4x": 4 * RES, "8x": 8 * RES}
 LATEST = "2025-08-02T00:00:00Z"

@@ -18,8 +18,8 @@ import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.serve import colors, tiles
 from toolkit.stac import axis_of, crs_of, label_of
+from toolkit.webmap import colors, tiles
 
 __all__ = ["SelectionError", "Source", "View", "open_view", "version_of"]
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.serve.conftest import FIRE, forecast_repo
-from tests.serve.oracle import colour_ok
-from tests.serve.test_cli import start
-from tests.serve.test_repo import _nearest, main
+from tests.webmap.conftest import FIRE, forecast_repo
+from tests.webmap.oracle import colour_ok
+from tests.webmap.test_cli import start
+from tests.webmap.test_repo import _nearest, main
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.virtual.update import update

@@ -83,3 +83,23 @@ def test_bad_input_is_one_line_and_exit_2(cf_pyramid, tmp_path):
         assert f"127.0.0.1:{port}" in said and "--port" in said
     finally:
         taken.close()
+
+
+def test_toolkit_serve_from_python(cf_pyramid):
+    """`toolkit.serve(...)`, as a notebook or script calls it: the same server, its address
+    handed to `on_ready`."""
+    code = (
+        "import sys, toolkit\n"
+        "toolkit.serve(sys.argv[1], port=0, colormap='magma',"
+        " on_ready=lambda url: print('at', url, flush=True))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(cf_pyramid)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = proc.stdout.readline().split()[1]
+        with urllib.request.urlopen(url + "meta", timeout=30) as r:
+            legend = json.load(r)["variables"]["temperature"]["legend"]
+        assert legend["colormap"] == "magma"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
