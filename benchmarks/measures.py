@@ -176,6 +176,8 @@ MEASURES: dict[str, Measures] = {
             "`serve` is run or listed, never by `toolkit pyramid build` or `import toolkit.cli`",
             "9382b37": "toolkit/cli.py's docstring, and interrupt.py's `ending_says` (a line for "
             "`serve` to print on Ctrl-C): nothing a pyramid build runs",
+            "63e2076": "toolkit/__init__.py gains `serve`, a function that imports nothing until "
+            "called; toolkit/cli.py renames the module `serve` is loaded from by name",
         },
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),

@@ -89,7 +89,7 @@ class Served:
             if time.monotonic() - self._checked < self.refresh:
                 return self._view
             self._checked = time.monotonic()
-            known = version_of(self.source)
+            known = version_of(self.source, self._view.kind)
             if known[1] != self._view.version:
                 log.info("%s moved to %s", self.source.name, known[1])
                 self._view = open_view(

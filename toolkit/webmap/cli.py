@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from toolkit.console import PLAIN_HELP, STORAGE, Storage, exit_codes, out
+from toolkit.console import STORAGE, Storage, Typer, exit_codes, out
 
-app = typer.Typer(add_completion=False, **PLAIN_HELP)
+app = Typer(add_completion=False)
 
 
 def _range(text: str | None) -> tuple[float, float] | None:

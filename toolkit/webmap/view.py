@@ -54,23 +54,28 @@ class Source:
         return storage.open_store(self.location, must_exist=True, **dict(self.store_options))
 
 
-def version_of(source: Source) -> tuple[str, str]:
-    """("repo", snapshot id of the branch) or ("pyramid", digest of the root zarr.json)."""
+def version_of(source: Source, kind: str | None = None) -> tuple[str, str]:
+    """("pyramid", digest of the root zarr.json) or ("repo", snapshot id of the branch).
+    The root's zarr.json is asked for first, through toolkit.storage, so an unreadable
+    location is named in one line (a repo root has none); `kind` skips what is known."""
     try:
         store = source.store()
     except storage.NotFound:
         raise SelectionError(f"{source.name}: does not exist; check the path") from None
-    if R.is_repo(store):
+    if kind != "repo":
+        try:
+            root = storage.get(store, "zarr.json").data
+            return "pyramid", hashlib.sha256(root).hexdigest()[:16]
+        except storage.NotFound:
+            if kind == "pyramid":
+                raise
+    if kind == "repo" or R.is_repo(store):
         repo = R.open_repo(store, source.credentials, fresh=True)
         return "repo", R.snapshot_of(repo, source.branch)
-    try:
-        root = storage.get(store, "zarr.json").data
-    except storage.NotFound:
-        raise SelectionError(
-            f"{source.name}: holds no zarr.json at its root and no Icechunk repo; "
-            "serve a pyramid built by `toolkit pyramid build` or a virtual repo"
-        ) from None
-    return "pyramid", hashlib.sha256(root).hexdigest()[:16]
+    raise SelectionError(
+        f"{source.name}: holds no zarr.json at its root and no Icechunk repo; "
+        "serve a pyramid built by `toolkit pyramid build` or a virtual repo"
+    )
 
 
 @dataclass(frozen=True)
