@@ -127,6 +127,12 @@ def test_the_page_draws_the_data_follows_zoom_and_selectors_and_a_fire(tmp_path)
                              init_time=np.datetime64("2025-08-01T18"), lead_time=np.timedelta64(6, "h"))  # fmt: skip
             rgba = _centre_rgba(page)
             assert colour_ok(rgba, np.full(len(rgba), v_new), legend["vmin"], legend["vmax"]).all()
+            # another variable: its own legend (asked for when chosen) and its own tiles
+            page.select_option("#variable", "pressure_reduced_to_mean_sea_level")
+            page.wait_for_function("document.getElementById('legend').textContent.includes('(Pa)')")
+            _settled(page)
+            srcs = page.eval_on_selector_all(".tile", "els => els.map(e => e.src)")
+            assert srcs and all("variable=pressure_reduced_to_mean_sea_level" in s for s in srcs)
             assert not errors
             browser.close()
     finally:

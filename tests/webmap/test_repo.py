@@ -50,6 +50,14 @@ def test_a_forecast_repo_serves_every_variable_and_the_levels_it_has(forecast):
     assert dims["init_time"]["labels"] == INITS and dims["init_time"]["default"] == INITS[-1]
     assert dims["lead_time"]["labels"] == ["PT0H", "PT3H", "PT6H"]
     assert meta["variables"]["temperature"]["leading"][-1]["dim"] == "level"
+    # legends come for the variable asked for (and the default): a style may read a level
+    assert meta["variables"]["precipitation_surface"]["legend"] is None
+    asked = c.get("/meta", params={"variable": "precipitation_surface"}).json()["variables"]
+    precip = asked["precipitation_surface"]
+    assert precip["legend"]["kind"] == "continuous" and precip["legend"]["units"] == precip["units"]
+    assert precip["units"]  # CF units, shown on the legend
+    assert asked["temperature_2m"]["legend"] == t2m["legend"]
+    assert c.get("/meta", params={"variable": "salinity"}).status_code == 400
     ds = main(forecast)
     lat, lon = 46.1, -104.1  # inside the simulated domain (250..262 E, 42..50 N)
     for lead in ("PT0H", "PT3H"):

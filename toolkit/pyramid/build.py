@@ -184,6 +184,7 @@ def build(
     select: Mapping[str, Sequence[str]] | None = None,
     latest: bool = False,
     credentials: Literal["anonymous", "env"] = "anonymous",
+    output: str | storage.Store | None = None,
     **options: Any,
 ) -> Report:
     """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
@@ -192,6 +193,10 @@ def build(
     An Icechunk repo as `source` (a virtual dataset's) gets its levels inside it, landed on
     main in one move (`toolkit.pyramid.repo`); `select` {dim: [values]} and `latest` restrict
     the positions built, `credentials` is how its GRIB sources are read.
+
+    With `output` (an Icechunk repo: a path, file:// or s3://), `source` is only read: level 0
+    lands in the repo as virtual references to the source's chunk objects, and the levels are
+    built there (`toolkit.pyramid.output`).
 
     The arrays it opens in this process (planning, and the run itself in process or on the
     embedded cluster's threads) use zarr's fused codec pipeline (`toolkit.engine.codecs`)."""
@@ -211,6 +216,7 @@ def build(
             select,
             latest,
             credentials,
+            output,
             **options,
         )
 
@@ -230,10 +236,25 @@ def _build(
     select: Mapping[str, Sequence[str]] | None,
     latest: bool,
     credentials: Literal["anonymous", "env"],
+    output: str | storage.Store | None,
     **options: Any,
 ) -> Report:
     from toolkit.pyramid.repo import build_repo, open_repo_source
 
+    if output is not None:
+        from toolkit.pyramid.output import reference_level0
+
+        if select or latest or rebuild_from is not None:
+            raise PlanError(
+                "--output builds every level of the referenced level 0: --select, --latest "
+                "and --rebuild-from do not apply"
+            )
+        level0 = reference_level0(source, output, credentials, **options)
+        report = build_repo(
+            level0.ref, variables, method, band_dim, levels, cluster=cluster,
+            executor=executor, progress=progress, max_shard=max_shard, force_method=force_method,
+        )  # fmt: skip
+        return replace(report, notes=(level0.note, *report.notes))
     ref = open_repo_source(source, credentials, **options)
     if ref is not None:
         if rebuild_from is not None:

@@ -230,12 +230,21 @@ def build_cmd(
     force_method: ForceMethod = False,
     select: Select = None,
     latest: Latest = False,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            help="An Icechunk repo (path, file://, s3://) to build into; SOURCE is then only "
+            "read: level 0 is referenced (virtual refs to its chunk objects), the levels native.",
+        ),
+    ] = None,
     stores: WriteStorage = STORAGE,
     performance_report: PerformanceReport = None,
     ship: Ship = False,
     as_json: AsJson = False,
 ) -> None:
-    """Build every level (resuming what exists), gate by gate, then add the root metadata."""
+    """Build every level (resuming what exists), gate by gate, then add the root metadata.
+    With --output, into a new Icechunk repo, the source only read (Zarr v2 or v3)."""
     from toolkit.pyramid import build
 
     with (
@@ -258,6 +267,7 @@ def build_cmd(
                 force_method=force_method,
                 select=_selection(select, latest),
                 latest=latest,
+                output=output,
                 **opts,
             )
     if as_json:

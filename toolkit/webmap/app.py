@@ -1,7 +1,7 @@
 """The ASGI app behind `toolkit serve`: the page, its tiles, points and metadata, read-only.
 
-Endpoints (GET only): `/` the map page; `/meta` the variables, selectors, levels and legends as
-JSON; `/tiles/{z}/{x}/{y}.png?variable=V&DIM=VALUE` a 256x256 Web Mercator PNG (and
+Endpoints (GET only): `/` the map page; `/meta?variable=V` the variables, selectors and levels
+as JSON, with V's legend (and the default variable's); `/tiles/{z}/{x}/{y}.png?variable=V&DIM=VALUE` a 256x256 Web Mercator PNG (and
 `/tiles/WorldCRS84Quad/{z}/{x}/{y}.png` in the data's own geographic CRS); `/point?variable=V
 &lat=..&lon=..&zoom=Z` the value of the cell nearest (lat, lon) in the level that zoom is drawn
 from, and that level's name. A tile no matrix has is a 404, a query naming nothing the data
@@ -124,7 +124,10 @@ def create_app(served: Served) -> Starlette:
 
     def meta(request: Request) -> Response:
         view = served.view()
-        body = view.describe()
+        wanted = {served.default_variable}
+        if "variable" in request.query_params:  # the page's variable: its legend too
+            wanted.add(view.variable(request.query_params["variable"]).name)
+        body = view.describe(wanted)
         body.update(default_variable=served.default_variable, refresh=served.refresh,
                     tile_matrix_sets=list(tiles.TMS))  # fmt: skip
         return JSONResponse(body, headers={"Cache-Control": "no-store"})

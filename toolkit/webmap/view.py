@@ -248,10 +248,13 @@ class View:
             out[level.x] = float(level.grid.x.centres[c])
         return out
 
-    def describe(self) -> dict[str, Any]:
-        """What the page needs: variables with their selectors, levels and legends."""
+    def describe(self, legends: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+        """What the page needs: variables with their selectors and levels, and the legends of
+        `legends` and of every variable styled already (null for the others: a style may read
+        a whole coarsest level, and a GFS repo has a hundred variables)."""
         out = {}
         for name, var in self.variables.items():
+            styled = name in legends or name in self.styles
             out[name] = {
                 "label": str(var.attrs.get("long_name") or var.attrs.get("standard_name") or name),
                 "units": var.units,
@@ -264,7 +267,7 @@ class View:
                     }
                     for lead in var.leading
                 ],
-                "legend": colors.legend(self.style(var)),
+                "legend": colors.legend(self.style(var)) if styled else None,
             }
         return {
             "source": self.source.name,

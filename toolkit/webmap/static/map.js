@@ -212,10 +212,14 @@
   }
 
   function apply(meta) {
+    if (!meta.variables[state.variable]) state.variable = meta.default_variable;
+    if (!meta.variables[state.variable].legend) {  // legends come per variable: ask for this one's
+      getJSON(`/meta?variable=${encodeURIComponent(state.variable)}`).then(apply, (err) => status(err.message));
+      return;
+    }
     const first = !state.meta;
     state.meta = meta;
     state.version = meta.version;
-    if (!meta.variables[state.variable]) state.variable = meta.default_variable;
     $("title").textContent = meta.title;
     $("source").textContent = meta.source;
     $("version").textContent = meta.kind === "repo" ? `snapshot ${meta.version}` : `metadata ${meta.version}`;
@@ -229,9 +233,12 @@
     render();
   }
 
+  const known = () => state.meta && state.meta.variables[state.variable];
+  const metaURL = () => (known() ? `/meta?variable=${encodeURIComponent(state.variable)}` : "/meta");
+
   async function poll() {
     try {
-      const meta = await getJSON("/meta");
+      const meta = await getJSON(metaURL());
       if (meta.version !== state.version) apply(meta);
       status("");
     } catch (err) { status(err.message); }
@@ -239,13 +246,13 @@
   }
 
   // ------------------------------------------------------------------ input
-  $("variable").onchange = () => {
+  $("variable").onchange = async () => {
     state.variable = $("variable").value;
     state.sel = {};
     state.touched = {};
-    drawSelectors();
-    drawLegend();
-    render();
+    try {
+      apply(await getJSON(metaURL()));  // with this variable's legend
+    } catch (err) { status(err.message); }
   };
   $("zoom-in").onclick = () => zoomAt(1, mapEl.clientWidth / 2, mapEl.clientHeight / 2);
   $("zoom-out").onclick = () => zoomAt(-1, mapEl.clientWidth / 2, mapEl.clientHeight / 2);

@@ -1,0 +1,181 @@
+"""`pyramid build SOURCE --output REPO`: sources as xarray writes them (Zarr v2 with zlib or
+blosc and CF packing, Zarr v3 sharded) are only read (every byte hashed before and after); level
+0 read through the repo equals xarray's read of the source; every level equals the window mean
+of level 0 pooled by numpy here; `verify REPO` passes; an array no v3 codec reads is copied, and
+the build says so."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from typer.testing import CliRunner
+
+from tests.pyramid.test_cf import window_mean
+from toolkit import icechunk as R
+from toolkit import storage
+from toolkit.cli import app
+from toolkit.pyramid import build, verify
+
+H, W = 96, 80
+
+
+def _dataset() -> xr.Dataset:
+    rng = np.random.default_rng(7)
+    t = (280 + 10 * rng.standard_normal((H, W))).astype("float32")
+    t[10:30, 5:40] = np.nan  # a hole: the fill once encoded
+    return xr.Dataset(
+        {"t": (("lat", "lon"), t, {"units": "K", "long_name": "air temperature"})},
+        coords={
+            "lat": ("lat", np.linspace(50, 40, H), {"units": "degrees_north"}),
+            "lon": ("lon", np.linspace(0, 10, W), {"units": "degrees_east"}),
+        },
+    )
+
+
+SOURCES = {
+    "v2 zlib, packed int16": (
+        2,
+        {
+            "chunks": (32, 32),
+            "compressors": [numcodecs.Zlib(level=4)],
+            "dtype": "int16",
+            "scale_factor": 0.01,
+            "add_offset": 280.0,
+            "_FillValue": -32768,
+        },
+    ),
+    "v2 blosc float32": (
+        2,
+        {"chunks": (32, 32), "compressors": [numcodecs.Blosc("zstd", 3, shuffle=1)]},
+    ),
+    "v3 sharded": (3, {"chunks": (16, 16), "shards": (32, 32)}),
+}
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", SOURCES)
+def test_a_read_only_source_gets_its_pyramid_in_a_repo_by_reference(tmp_path, kind):
+    fmt, encoding = SOURCES[kind]
+    src = tmp_path / "lecture seule" / "sourcé.zarr"  # a space and a non-ASCII letter
+    _dataset().to_zarr(src, zarr_format=fmt, mode="w", encoding={"t": encoding}, consolidated=False)
+    before = _hashes(src)
+    repo = tmp_path / "pyramid repo"
+    report = build(str(src), output=str(repo), levels=2, executor="sync")
+    assert _hashes(src) == before  # not a byte written, not a file added
+    assert report.notes[0].startswith("level 0: ") and "none copied" in report.notes[0]
+    # level 0 is references to the source's chunk objects, nothing copied
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    refs = R.chunk_refs(R.readonly(handle), "t")
+    assert refs and all(
+        loc.startswith(src.as_uri().rsplit("/", 2)[0]) for loc, _, _ in refs.values()
+    )
+    chunk_objects = [k for k in before if k.startswith("t/") and not k.endswith("zarr.json")
+                     and not k.rsplit("/", 1)[-1].startswith(".z")]  # fmt: skip
+    assert len(refs) == len(chunk_objects) > 1
+    # read through the repo, level 0 is xarray's read of the source
+    want = xr.open_zarr(src, consolidated=False)
+    tree = xr.open_datatree(repo, engine="toolkit")
+    got = tree["1x"].to_dataset()
+    np.testing.assert_array_equal(got["t"].values, want["t"].values)
+    assert got["t"].attrs["units"] == "K" and list(tree.children) == ["1x", "2x", "4x"]
+    np.testing.assert_array_equal(got["lat"].values, want["lat"].values)
+    # every level is the window mean of level 0 (numpy, from xarray's decoding)
+    level0 = want["t"].values.astype(np.float64)
+    for f in (2, 4):
+        mean, count = window_mean(level0, f)
+        level = tree[f"{f}x"].to_dataset()
+        np.testing.assert_allclose(level["t"].values, mean, rtol=2e-6, equal_nan=True)
+        np.testing.assert_array_equal(level["t_count"].values, count)
+    assert verify(str(repo), executor="sync").ok
+    # a second build finds nothing to reference again and no shard to build
+    again = build(str(src), output=str(repo), levels=2, executor="sync")
+    assert "(0 changed)" in again.notes[0]
+    assert again.stage("2x").written == again.stage("4x").written == 0
+    assert _hashes(src) == before
+
+
+def test_a_source_changed_in_place_is_referenced_again_and_its_levels_follow(tmp_path):
+    src = tmp_path / "s.zarr"
+    ds = _dataset()
+    ds.to_zarr(src, zarr_format=3, mode="w", encoding={"t": {"chunks": (32, 32)}},
+               consolidated=False)  # fmt: skip
+    repo = tmp_path / "repo"
+    build(str(src), output=str(repo), levels=2, executor="sync")
+    old = xr.open_datatree(repo, engine="toolkit")["2x"]["t"].values
+    # the owner of the source rewrites one chunk's values (xarray, in place)
+    patch = ds[["t"]].isel(lat=slice(32, 64), lon=slice(32, 64)).drop_vars(["lat", "lon"])
+    patch["t"][:] = 5.0
+    patch.to_zarr(src, region={"lat": slice(32, 64), "lon": slice(32, 64)}, consolidated=False)
+    report = build(str(src), output=str(repo), levels=2, executor="sync")
+    assert "(1 changed)" in report.notes[0]
+    tree = xr.open_datatree(repo, engine="toolkit")
+    level0 = xr.open_zarr(src, consolidated=False)["t"].values.astype(np.float64)
+    np.testing.assert_array_equal(tree["1x"]["t"].values, level0)
+    for f in (2, 4):
+        mean, _ = window_mean(level0, f)
+        np.testing.assert_allclose(tree[f"{f}x"]["t"].values, mean, rtol=2e-6, equal_nan=True)
+    assert not np.array_equal(tree["2x"]["t"].values, old, equal_nan=True)
+    assert verify(str(repo), executor="sync").ok
+
+
+def test_an_array_no_v3_codec_reads_is_copied_and_the_command_says_so(tmp_path):
+    """Fortran-ordered chunks cannot be read by reference: that array is copied, in one line."""
+    src = tmp_path / "f.zarr"
+    group = zarr.open_group(str(src), mode="w", zarr_format=2)
+    values = np.arange(64 * 48, dtype="float32").reshape(64, 48)
+    for name, order in (("c_order", "C"), ("f_order", "F")):
+        a = group.create_array(name, shape=values.shape, dtype="float32", chunks=(32, 16),
+                               order=order, fill_value=np.nan,
+                               attributes={"_ARRAY_DIMENSIONS": ["y", "x"], "units": "1"})  # fmt: skip
+        a[:] = values
+    for dim, n in (("y", 64), ("x", 48)):
+        c = group.create_array(dim, shape=(n,), dtype="float64", chunks=(n,),
+                               attributes={"_ARRAY_DIMENSIONS": [dim]})  # fmt: skip
+        c[:] = np.arange(n) * 1000.0
+    assert json.loads((src / "f_order" / ".zarray").read_text())["order"] == "F"
+    before = _hashes(src)
+    repo = tmp_path / "repo"
+    result = CliRunner().invoke(app, ["pyramid", "build", str(src), "--output", str(repo),
+                                      "--levels", "1", "--executor", "sync"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "copied f_order (f_order: Fortran-ordered chunks)" in said
+    assert _hashes(src) == before
+    tree = xr.open_datatree(repo, engine="toolkit")
+    for name in ("c_order", "f_order"):
+        np.testing.assert_array_equal(tree["1x"][name].values, values)
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    session = R.readonly(handle)
+    virtual = {a: [loc.startswith("file://") for loc, _, _ in R.chunk_refs(session, a).values()]
+               for a in ("c_order", "f_order")}  # fmt: skip
+    assert all(virtual["c_order"]) and virtual["f_order"] and not any(virtual["f_order"])
+
+
+def test_output_refusals_are_one_line(tmp_path):
+    src = tmp_path / "s.zarr"
+    _dataset().to_zarr(src, zarr_format=3, mode="w", consolidated=False)
+    runner = CliRunner()
+
+    def refused(*args: str) -> str:
+        r = runner.invoke(app, ["pyramid", "build", str(src), *args, "--executor", "sync"])
+        assert r.exit_code == 2, r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1, r.output
+        return lines[0]
+
+    assert "inside the source" in refused("--output", str(src / "levels"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.txt").write_text("mine")
+    assert "is no Icechunk repo" in refused("--output", str(tmp_path / "full"))
+    assert "--select" in refused("--output", str(tmp_path / "r"), "--latest")
