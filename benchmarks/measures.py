@@ -142,6 +142,9 @@ def _u(*groups: Sequence[str]) -> tuple[str, ...]:
 
 # Commits on ENGINE that no timed code runs: `ship.payload` is called only by --ship.
 SHIP_ONLY = {"b1aa640": "the distribution name in --ship's zip metadata; no benchmark ships"}
+# `pyramid build --output`: build() gains one `if output is not None` before what it ran before,
+# and the CLI one option; no benchmark builds with --output
+BUILD_OUTPUT = "build(output=...) adds a branch no benchmark takes (output is None there)"
 
 MEASURES: dict[str, Measures] = {
     "archive_bench": Measures(
@@ -178,10 +181,15 @@ MEASURES: dict[str, Measures] = {
             "`serve` to print on Ctrl-C): nothing a pyramid build runs",
             "63e2076": "toolkit/__init__.py gains `serve`, a function that imports nothing until "
             "called; toolkit/cli.py renames the module `serve` is loaded from by name",
+            "9e028b6": BUILD_OUTPUT,
         },
     ),
-    "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD),
-    "pyramid_scale": Measures("pyramid_scale", _u(PYRAMID_BUILD, ("toolkit/pyramid/read.py",))),
+    "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD, {"9e028b6": BUILD_OUTPUT}),
+    "pyramid_scale": Measures(
+        "pyramid_scale",
+        _u(PYRAMID_BUILD, ("toolkit/pyramid/read.py",)),
+        {"9e028b6": BUILD_OUTPUT},
+    ),
     "pyramid_kernels": Measures("pyramid_kernels", ("toolkit/kernels.py",)),
     "virtual_backfill_contention": Measures(
         "virtual_backfill", _u(VIRTUAL_WRITE, BACKFILL, SIMULATOR), SHIP_ONLY
@@ -221,6 +229,7 @@ MEASURES: dict[str, Measures] = {
             PYRAMID_BUILD,
             ("tests/data/grib/",),
         ),
+        {"9e028b6": BUILD_OUTPUT},
     ),
     "virtual_resplit": Measures(
         "virtual_resplit",

@@ -114,5 +114,5 @@ def test_the_storage_flags_are_declared_once() -> None:
             if path[0] == "virtual" and name == "anonymous":  # the --source's, not the repos'
                 continue
             assert param.help == declared[name], (path, name)
-    assert seen == 25  # status, expire and split advise/apply joined the 18; archive plan-read;
-    # pyramid stac and virtual stac
+    assert seen == 26  # status, expire and split advise/apply joined the 18; archive plan-read;
+    # pyramid stac and virtual stac; serve
