@@ -185,6 +185,11 @@ MEASURES: dict[str, Measures] = {
         },
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD, {"9e028b6": BUILD_OUTPUT}),
+    # both builds of one store: --output (references, then the repo pyramid) and in place
+    "pyramid_output": Measures(
+        "pyramid_output",
+        _u(PYRAMID_BUILD, ("toolkit/pyramid/output.py", "toolkit/pyramid/repo.py")),
+    ),
     "pyramid_scale": Measures(
         "pyramid_scale",
         _u(PYRAMID_BUILD, ("toolkit/pyramid/read.py",)),

@@ -18,6 +18,7 @@ import zarr
 from typer.testing import CliRunner
 
 from tests.pyramid.test_cf import window_mean
+from tests.test_xarray_backend import recipe
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
@@ -98,6 +99,12 @@ def test_a_read_only_source_gets_its_pyramid_in_a_repo_by_reference(tmp_path, ki
         np.testing.assert_allclose(level["t"].values, mean, rtol=2e-6, equal_nan=True)
         np.testing.assert_array_equal(level["t_count"].values, count)
     assert verify(str(repo), executor="sync").ok
+    # plain Icechunk + xarray, as docs/xarray.md's recipe opens a repo (no toolkit)
+    scope: dict = {"REPO": str(repo)}
+    exec(recipe(), scope)
+    np.testing.assert_array_equal(scope["ds"]["t"].values, want["t"].values)
+    level2 = xr.open_zarr(scope["session"].store, group="2x", consolidated=False)
+    np.testing.assert_array_equal(level2["t"].values, tree["2x"]["t"].values)
     # a second build finds nothing to reference again and no shard to build
     again = build(str(src), output=str(repo), levels=2, executor="sync")
     assert "(0 changed)" in again.notes[0]
@@ -179,3 +186,40 @@ def test_output_refusals_are_one_line(tmp_path):
     (tmp_path / "full" / "x.txt").write_text("mine")
     assert "is no Icechunk repo" in refused("--output", str(tmp_path / "full"))
     assert "--select" in refused("--output", str(tmp_path / "r"), "--latest")
+
+
+def _objects(endpoint: str, bucket: str) -> dict[str, str]:
+    """Every object of the bucket with its ETag (boto3, apart from the code under test)."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+
+@pytest.mark.slow
+def test_a_source_in_a_bucket_gets_its_pyramid_in_a_repo_in_another(s3_endpoint):
+    """A v2 source (blosc, as xarray writes it) in a public bucket on the S3 server the tests
+    run, the repo in another bucket: the source's objects are the same after the build (ETags),
+    level 0 read through the repo equals xarray's read of the source, the levels its means."""
+    from tests.conftest import make_bucket, s3_options
+    from tests.virtual.test_repo import public_bucket
+
+    opts = s3_options(s3_endpoint)
+    source_bucket = public_bucket(s3_endpoint)
+    src = f"s3://{source_bucket}/reanalysis/t.zarr"
+    fmt, encoding = SOURCES["v2 blosc float32"]
+    mapper = storage.open_store(src, **opts).zarr()
+    _dataset().to_zarr(mapper, zarr_format=fmt, mode="w", encoding={"t": encoding},
+                       consolidated=False)  # fmt: skip
+    before = _objects(s3_endpoint, source_bucket)
+    repo = f"s3://{make_bucket(s3_endpoint)}/t-pyramid"
+    report = build(src, output=repo, levels=2, executor="sync", **opts)
+    assert "none copied" in report.notes[0]
+    assert _objects(s3_endpoint, source_bucket) == before
+    tree = xr.open_datatree(repo, engine="toolkit", store_options=opts)
+    want = xr.open_zarr(storage.open_store(src, **opts).zarr(read_only=True), consolidated=False)
+    np.testing.assert_array_equal(tree["1x"]["t"].values, want["t"].values)
+    mean, _ = window_mean(want["t"].values.astype(np.float64), 2)
+    np.testing.assert_allclose(tree["2x"]["t"].values, mean, rtol=2e-6, equal_nan=True)
+    assert verify(repo, executor="sync", private=True, **opts).ok  # the repo's bucket is private

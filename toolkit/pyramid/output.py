@@ -25,6 +25,7 @@ import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit import transaction as T
 from toolkit.pyramid.metadata import strip_added
 from toolkit.pyramid.plan import PlanError
 
@@ -259,27 +260,28 @@ def reference_level0(
     objects = storage.list_objects(src)
     nodes = _hierarchy(src, objects)
     ref = _open_output(out, src, credentials)
-    repo = ref.open(fresh=True)
-    session = R.writable(repo)
-    view = R.SessionView(ref.url, session)
     referenced: dict[str, int] = {}
     copied: dict[str, str] = {}
     changed = 0
-    for node in nodes:
-        key = f"{node.path}/zarr.json" if node.path else "zarr.json"
-        if node.why_copy is not None:
-            copied[node.path] = node.why_copy
-            if _held(view, key) is None:  # copied once; a later build keeps the copy
-                _copy(src, node, view)
-            continue
-        _write_doc(view, key, node.meta)
-        if node.kind == "array":
-            chunks = _chunks(node, objects)
-            referenced[node.path], n = _refresh_refs(session, view, src, node, chunks)
-            changed += n
-    commit = None
-    if R.has_changes(session):
-        commit = R.commit(session, f"level 0 referenced from {src.url}")
+
+    def change(ref: R.RepoRef, session: Any) -> None:
+        """Level 0 on main's head: the documents and refs the source has now."""
+        nonlocal changed
+        view = R.SessionView(ref.url, session)
+        for node in nodes:
+            key = f"{node.path}/zarr.json" if node.path else "zarr.json"
+            if node.why_copy is not None:
+                copied[node.path] = node.why_copy
+                if _held(view, key) is None:  # copied once; a later build keeps the copy
+                    _copy(src, node, view)
+                continue
+            _write_doc(view, key, node.meta)
+            if node.kind == "array":
+                chunks = _chunks(node, objects)
+                referenced[node.path], n = _refresh_refs(session, view, src, node, chunks)
+                changed += n
+
+    commit = T.commit_on([ref], "main", change, f"level 0 referenced from {src.url}", fresh=True)
     return Level0(ref, referenced, copied, commit, changed)
 
 
