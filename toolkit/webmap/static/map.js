@@ -129,13 +129,19 @@
   }
 
   // ------------------------------------------------------------------ what is shown
-  async function showLevel() {
-    const [lat, lon] = centre();
-    try {
-      const p = await getJSON(`/point?${query({ lat, lon, zoom: state.z })}`);
-      state.level = p.level;
-      $("level").textContent = p.level === "0" ? "0 (level 0, full resolution)" : p.level;
-    } catch (err) { status(err.message); }
+  let levelTimer = null, levelAsked = 0;
+  function showLevel() {  // once the view settles: a drag renders many times a second
+    clearTimeout(levelTimer);
+    const asked = ++levelAsked;
+    levelTimer = setTimeout(async () => {
+      const [lat, lon] = centre();
+      try {
+        const p = await getJSON(`/point?${query({ lat, lon, zoom: state.z })}`);
+        if (asked !== levelAsked) return;  // the view moved on while this was asked
+        state.level = p.level;
+        $("level").textContent = p.level === "0" ? "0 (level 0, full resolution)" : p.level;
+      } catch (err) { status(err.message); }
+    }, 80);
   }
 
   let pointTimer = null;
