@@ -626,14 +626,14 @@ class SessionView:
         return corrupt(err, repo, getattr(self.session, "snapshot_id", None))
 
 
-def finalize_branch(repo: ic.Repository, branch: str, marker: str) -> str:
-    """main := `branch` if main is still where `marker` recorded it at setup; then drop both
-    branches. Replayable: with the branch already gone, main's head is the answer."""
+def finalize_branch(repo: ic.Repository, branch: str, marker: str, base: str = "main") -> str:
+    """`base` (main) := `branch` if `base` is still where `marker` recorded it at setup; then
+    drop both branches. Replayable: with the branch already gone, base's head is the answer."""
     if branch not in branches(repo):
-        return snapshot_of(repo, "main")
+        return snapshot_of(repo, base)
     head = snapshot_of(repo, branch)
-    if head != snapshot_of(repo, "main"):
-        reset_branch(repo, "main", head, expected=snapshot_of(repo, marker))
+    if head != snapshot_of(repo, base):
+        reset_branch(repo, base, head, expected=snapshot_of(repo, marker))
     delete_branch(repo, branch)
     delete_branch(repo, marker)
     return head

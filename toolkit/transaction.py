@@ -53,6 +53,7 @@ __all__ = [
     "fork_of",
     "gather",
     "marker",
+    "open_branch",
     "stages",
     "step",
 ]
@@ -95,10 +96,13 @@ def branches_of(repo: Any, prefix: str, names: Iterable[str] | None = None) -> l
 
 @dataclass(frozen=True)
 class Txn:
-    """Which repos a transaction writes (replicas first, the primary last) and on which branch."""
+    """Which repos a transaction writes (replicas first, the primary last), on which branch,
+    and the branch it starts from and lands on (`base`: main, or a branch of a transaction
+    around this one, so that main moves once for both)."""
 
     refs: tuple[R.RepoRef, ...]
     branch: str
+    base: str = "main"
 
     @property
     def primary(self) -> R.RepoRef:
@@ -163,7 +167,7 @@ class Setup:
         branch = self.txn.branch
         for ref in self.txn.refs:
             repo = ref.open(fresh=True)
-            main = R.snapshot_of(repo, "main")
+            main = R.snapshot_of(repo, self.txn.base)
             names = R.branches(repo)
             if self.replaces is not None:
                 for other in branches_of(repo, self.replaces, names):
@@ -365,7 +369,7 @@ def finalize(txn: Txn, moved: Callable[[str], str]) -> str:
         if i:
             step("finalize_after_replica")
         try:
-            head = R.finalize_branch(ref.open(fresh=True), txn.branch, marker(txn.branch))
+            head = R.finalize_branch(ref.open(fresh=True), txn.branch, marker(txn.branch), txn.base)
         except R.BranchMoved as err:
             raise R.BranchMoved(moved(ref.url)) from err
     return head
@@ -391,6 +395,27 @@ class Finalized:
             if self.txn.branch in R.branches(ref.open(fresh=True)):
                 return frozenset()
         return frozenset({"finalize"})
+
+
+def open_branch(txn: Txn) -> str:
+    """The transaction's branch and its marker at base's head on every repo, for work that is
+    not a plan's setup (a change committed with `commit_on`, then a nested transaction based
+    on it); a branch whose marker base has left starts again. Returns the primary's marker."""
+    at = ""
+    for ref in txn.refs:
+        repo = ref.open(fresh=True)
+        head = R.snapshot_of(repo, txn.base)
+        names = R.branches(repo)
+        if txn.branch in names and _at_setup(repo, txn.branch) != head:
+            abort(repo, txn.branch)
+            names = R.branches(repo)
+        if txn.branch not in names:
+            if marker(txn.branch) in names:
+                R.delete_branch(repo, marker(txn.branch))
+            R.create_branch(repo, marker(txn.branch), head)
+            R.create_branch(repo, txn.branch, head)
+        at = head
+    return at
 
 
 def abort(repo: Any, branch: str) -> list[str]:

@@ -124,8 +124,23 @@ def test_a_source_changed_in_place_is_referenced_again_and_its_levels_follow(tmp
     patch = ds[["t"]].isel(lat=slice(32, 64), lon=slice(32, 64)).drop_vars(["lat", "lon"])
     patch["t"][:] = 5.0
     patch.to_zarr(src, region={"lat": slice(32, 64), "lon": slice(32, 64)}, consolidated=False)
-    report = build(str(src), output=str(repo), levels=2, executor="sync")
+
+    # while the levels are rebuilt, main has not moved: the new level 0 and its levels reach
+    # main together, in one move (a reader sees old or new, never new level 0 under old levels)
+    def head() -> str:
+        return R.snapshot_of(R.open_repo(storage.open_store(str(repo)), fresh=True))
+
+    before, seen = head(), []
+
+    def look(stage: str, done: int, total: int) -> None:
+        if stage != "setup":
+            seen.append(head())
+
+    report = build(str(src), output=str(repo), levels=2, executor="sync", progress=look)
+    assert seen and set(seen) == {before} != {head()}
     assert "(1 changed)" in report.notes[0]
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    assert R.branches(handle) == ["main"]  # the build's branches are gone
     tree = xr.open_datatree(repo, engine="toolkit")
     level0 = xr.open_zarr(src, consolidated=False)["t"].values.astype(np.float64)
     np.testing.assert_array_equal(tree["1x"]["t"].values, level0)

@@ -242,19 +242,15 @@ def _build(
     from toolkit.pyramid.repo import build_repo, open_repo_source
 
     if output is not None:
-        from toolkit.pyramid.output import reference_level0
-
         if select or latest or rebuild_from is not None:
             raise PlanError(
                 "--output builds every level of the referenced level 0: --select, --latest "
                 "and --rebuild-from do not apply"
             )
-        level0 = reference_level0(source, output, credentials, **options)
-        report = build_repo(
-            level0.ref, variables, method, band_dim, levels, cluster=cluster,
-            executor=executor, progress=progress, max_shard=max_shard, force_method=force_method,
+        return _build_output(
+            source, output, credentials, options, variables, method, band_dim, levels,
+            cluster, executor, progress, max_shard, force_method,
         )  # fmt: skip
-        return replace(report, notes=(level0.note, *report.notes))
     ref = open_repo_source(source, credentials, **options)
     if ref is not None:
         if rebuild_from is not None:
@@ -335,6 +331,41 @@ def _build(
     # the backup follows an accepted level 0
     again_while_unanswered(store, lambda: metadata.update_root(src, p, refresh=accepted))
     return replace(report, notes=(*report.notes, *notes))
+
+
+def _build_output(
+    source: str | storage.Store,
+    output: str | storage.Store,
+    credentials: Literal["anonymous", "env"],
+    options: Mapping[str, Any],
+    variables: list[str] | None,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    cluster: Any,
+    executor: str,
+    progress: Callable[[str, int, int], None] | None,
+    max_shard: int,
+    force_method: bool,
+) -> Report:
+    """`--output`: level 0's refresh and the levels built on it land on main in one move.
+    Both go on a branch of their own (`output-`), from main's head: the level-0 commit, then
+    the pyramid's transaction with that branch as its base; main moves to the branch only if
+    it is still where the branch began (else nothing reached main: run the build again)."""
+    from toolkit import transaction as T
+    from toolkit.pyramid.output import OUTPUT_BRANCH, open_output, reference_level0
+    from toolkit.pyramid.repo import build_repo
+
+    ref = open_output(source, output, credentials, **options)
+    txn = T.Txn((ref,), OUTPUT_BRANCH)
+    T.open_branch(txn)
+    level0 = reference_level0(source, output, credentials, branch=OUTPUT_BRANCH, **options)
+    report = build_repo(
+        level0.ref, variables, method, band_dim, levels, cluster=cluster, executor=executor,
+        progress=progress, max_shard=max_shard, force_method=force_method, base=OUTPUT_BRANCH,
+    )  # fmt: skip
+    T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
+    return replace(report, notes=(level0.note, *report.notes))
 
 
 def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> None:

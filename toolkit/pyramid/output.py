@@ -29,7 +29,11 @@ from toolkit import transaction as T
 from toolkit.pyramid.metadata import strip_added
 from toolkit.pyramid.plan import PlanError
 
-__all__ = ["Level0", "reference_level0", "v3_metadata"]
+__all__ = ["OUTPUT_BRANCH", "Level0", "open_output", "reference_level0", "v3_metadata"]
+
+# where an --output build puts level 0's refresh and the levels built on it, before main moves
+# to both at once (not "pyramid-": the pyramid's own setup drops branches of that prefix)
+OUTPUT_BRANCH = "output-level0"
 
 # numcodecs ids whose v3 form is one of zarr's own codecs, with its configuration
 V3_OWN = {"blosc", "zstd", "gzip"}
@@ -241,22 +245,46 @@ def _open_output(output: storage.Store, source: storage.Store,
     return R.RepoRef(output, credentials)
 
 
-def reference_level0(
+def _stores(
     source: str | storage.Store,
     output: str | storage.Store,
-    credentials: Literal["anonymous", "env"] = "anonymous",
-    output_options: Mapping[str, Any] | None = None,
-    **options: Any,
-) -> Level0:
-    """Make (or refresh) the output repo's level 0 from `source`: its metadata, a virtual
-    reference per chunk object (copies where none can be made), one commit on main when
-    anything changed. The source is only listed and read."""
+    output_options: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> tuple[storage.Store, storage.Store]:
     src = storage.open_store(source, must_exist=True, **options)
     out = storage.open_store(
         output, **dict(output_options if output_options is not None else options)
     )
     if out.url.rstrip("/") == src.url.rstrip("/") or out.url.startswith(src.url.rstrip("/") + "/"):
         raise PlanError(f"--output {out.url}: inside the source {src.url}, which is only read")
+    return src, out
+
+
+def open_output(
+    source: str | storage.Store,
+    output: str | storage.Store,
+    credentials: Literal["anonymous", "env"] = "anonymous",
+    output_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> R.RepoRef:
+    """The output repo of `source` (created with a container for the source's location when
+    new); a repo made for another source, or a folder that is no repo, is refused."""
+    src, out = _stores(source, output, output_options, options)
+    return _open_output(out, src, credentials)
+
+
+def reference_level0(
+    source: str | storage.Store,
+    output: str | storage.Store,
+    credentials: Literal["anonymous", "env"] = "anonymous",
+    output_options: Mapping[str, Any] | None = None,
+    branch: str = "main",
+    **options: Any,
+) -> Level0:
+    """Make (or refresh) the output repo's level 0 from `source`: its metadata, a virtual
+    reference per chunk object (copies where none can be made), one commit on `branch` when
+    anything changed. The source is only listed and read."""
+    src, out = _stores(source, output, output_options, options)
     objects = storage.list_objects(src)
     nodes = _hierarchy(src, objects)
     ref = _open_output(out, src, credentials)
@@ -281,7 +309,7 @@ def reference_level0(
                 referenced[node.path], n = _refresh_refs(session, view, src, node, chunks)
                 changed += n
 
-    commit = T.commit_on([ref], "main", change, f"level 0 referenced from {src.url}", fresh=True)
+    commit = T.commit_on([ref], branch, change, f"level 0 referenced from {src.url}", fresh=True)
     return Level0(ref, referenced, copied, commit, changed)
 
 

@@ -170,13 +170,14 @@ def repo_source(
     variables: list[str] | None = None,
     select: Mapping[str, Sequence[Any]] | None = None,
     latest: bool = False,
+    base: str = "main",
 ) -> tuple[Source, dict[str, set[int]]]:
     """Level 0 as main's head holds it. Its objects: for chosen positions, manifest probes of
     their cells; for the whole archive, the arrays' listings (read from the manifests)."""
     repo = ref.open()
-    session = R.readonly(repo, "main")  # one snapshot: metadata and probes agree
+    session = R.readonly(repo, base)  # one snapshot: metadata and probes agree
     chosen = bool(select) or latest
-    src = read_source(R.SessionView(f"{ref.url}@main", session), variables, listed=not chosen)
+    src = read_source(R.SessionView(f"{ref.url}@{base}", session), variables, listed=not chosen)
     if not chosen:
         return src, {}
     positions = select_positions(src, select)
@@ -321,10 +322,13 @@ def branch_name(p: PyramidPlan) -> str:
     return f"{PREFIX}{p.digest[:12]}"
 
 
-def repo_plan(ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = AUTO) -> Plan:
-    """setup -> (level, level-commit) per level -> finalize, on the branch of `p`."""
+def repo_plan(
+    ref: R.RepoRef, src: Source, p: PyramidPlan, workers: int | str = AUTO, base: str = "main"
+) -> Plan:
+    """setup -> (level, level-commit) per level -> finalize, on the branch of `p` (from and
+    onto `base`)."""
     branch = branch_name(p)
-    txn = T.Txn((ref,), branch)
+    txn = T.Txn((ref,), branch, base)
     view = R.BranchView(ref, branch)
     setup = T.Setup(
         txn,
@@ -387,15 +391,15 @@ class FireLevels:
         )
 
 
-def recorded_settings(ref: R.RepoRef) -> dict[str, Any] | None:
+def recorded_settings(ref: R.RepoRef, base: str = "main") -> dict[str, Any] | None:
     """The settings main's levels were built with (None: main has no levels)."""
-    root = storage.get_json(R.BranchView(ref, "main"), "zarr.json")
+    root = storage.get_json(R.BranchView(ref, base), "zarr.json")
     return root.get("attributes", {}).get(SETTINGS_ATTR)
 
 
-def check_settings(ref: R.RepoRef, p: PyramidPlan) -> None:
+def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
     """Levels already on main were built with these settings, or are refused by name."""
-    then = recorded_settings(ref)
+    then = recorded_settings(ref, base)
     if then is None:
         return
     now = settings_record(p)
@@ -422,14 +426,17 @@ def build_repo(
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
     circular: tuple[str, ...] | None = None,
+    base: str = "main",
 ) -> Report:
     """Build (or extend, or resume) the levels of `variables` inside the repo, onto main
-    (`circular`: the directions, as main's levels recorded them; None: from the data)."""
-    src, _ = repo_source(ref, variables, select, latest)
+    (`circular`: the directions, as main's levels recorded them; None: from the data).
+    `base`: the branch level 0 is read from and the levels land on, when not main (the
+    branch of `pyramid build --output`, which then moves main once)."""
+    src, _ = repo_source(ref, variables, select, latest, base)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method, circular)
-    check_settings(ref, p)
+    check_settings(ref, p, base)
     return run(
-        repo_plan(ref, src, p),
+        repo_plan(ref, src, p, base=base),
         cluster=cluster,
         executor=executor,  # type: ignore[arg-type]
         progress=progress,
