@@ -135,7 +135,8 @@ def edges(ds: Any, dim: str) -> tuple[float, float]:
     return float(min(first, last)), float(max(first, last))
 
 
-def _geographic(crs: Any, ds: Any, x: str) -> bool:
+def geographic(crs: Any, ds: Any, x: str) -> bool:
+    """Whether x is longitude: the CRS says so, or (no CRS) its units or name do."""
     if crs is not None:
         return bool(crs.is_geographic)
     return ds[x].attrs.get("units", "").startswith("degree") or x.lower() in ("lon", "longitude")
@@ -146,7 +147,7 @@ def wgs84_bbox(ds: Any, x: str, y: str, crs: Any) -> list[float]:
     0..360 are brought to -180..180 (west > east when the data cross the antimeridian); a
     projected grid's edges are transformed (densified, so curved edges are covered)."""
     (x0, x1), (y0, y1) = edges(ds, x), edges(ds, y)
-    if not _geographic(crs, ds, x):
+    if not geographic(crs, ds, x):
         from pyproj import CRS, Transformer
 
         t = Transformer.from_crs(crs, CRS.from_epsg(4326), always_xy=True)

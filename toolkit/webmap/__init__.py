@@ -32,7 +32,6 @@ def bind(host: str, port: int) -> socket.socket:
             "(--port 0 takes any free one)"
         ) from None
     sock.listen(128)
-    sock.set_inheritable(True)
     return sock
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.stac import axis_of, crs_of, label_of
+from toolkit.stac import axis_of, crs_of, geographic, label_of
 from toolkit.webmap import colors, tiles
 
 __all__ = ["SelectionError", "Source", "View", "open_view", "version_of"]
@@ -299,10 +299,7 @@ def _grid(ds: Any, crs: Any, where: str) -> tuple[tiles.Grid, str, str] | None:
     if crs is None:
         from pyproj import CRS
 
-        geographic = ds[x].attrs.get("units", "").startswith("degree") or x.lower() in (
-            "lon", "longitude"
-        )  # fmt: skip
-        if not geographic:
+        if not geographic(None, ds, x):
             raise SelectionError(
                 f"{where}: {x}/{y} are not longitude/latitude and no CF grid_mapping names "
                 "their CRS; add one (a spatial_ref variable with crs_wkt) to map it"
@@ -353,11 +350,11 @@ def open_view(
             f"{source.name}: no variable has x and y dimensions (longitude/latitude, or "
             "projection_x/y_coordinate) to map"
         )
-    levels = []
-    for name, ds in nodes:
+    levels = [Level("0", base, *found)]  # level 0 first: the levels that follow are coarser
+    for name, ds in nodes[1:]:
         g = _grid(ds, crs, f"{source.name} level {name}")
         if g is not None:
-            levels.append(Level("0" if name == BASE else name, ds, *g))
+            levels.append(Level(name, ds, *g))
     variables = {}
     for name, da in base.data_vars.items():
         lv0 = levels[0]
