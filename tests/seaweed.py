@@ -42,7 +42,9 @@ class Weed:
         }, {
             "name": "reader",
             "credentials": [{"accessKey": "READER", "secretKey": "reader-secret"}],
-            "actions": ["Read:readable", "List:readable"],  # one bucket: any other is denied
+            # bucket "readable" it may read, "reader-own" read and write; any other is denied
+            "actions": ["Read:readable", "List:readable",
+                        "Read:reader-own", "List:reader-own", "Write:reader-own"],
         }] + [{
             "name": f"rotating{n}",  # short-lived keys a refreshing provider hands out in turn
             "credentials": [{"accessKey": f"ROT{n:04d}", "secretKey": f"rot-secret-{n}"}],

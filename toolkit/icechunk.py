@@ -768,6 +768,9 @@ def exists_many(session: Any, keys: Sequence[str], concurrency: int = 256) -> li
     return _await(run()) if keys else []
 
 
+_STALE = "checksum of the object owning the virtual chunk has changed"
+
+
 def chunk_bytes(session: Any, key: str) -> bytes | None:
     """A chunk's stored bytes, undecoded: for a virtual chunk, the source's byte range as the
     manifest names it (None if the manifest has no such chunk)."""
@@ -780,6 +783,19 @@ def chunk_bytes(session: Any, key: str) -> bytes | None:
         return None if buf is None else buf.to_bytes()
 
     return _await(run())
+
+
+def stale_ref(session: Any, key: str) -> bool:
+    """Whether the virtual ref at `key` no longer reads because its source object was
+    modified after the ref's checksum (Icechunk refuses such a read rather than return bytes
+    the ref never described)."""
+    try:
+        chunk_bytes(session, key)
+    except ic.IcechunkError as err:
+        if _STALE in str(err):
+            return True
+        raise
+    return False
 
 
 def commit(

@@ -151,6 +151,87 @@ def test_a_source_changed_in_place_is_referenced_again_and_its_levels_follow(tmp
     assert verify(str(repo), executor="sync").ok
 
 
+def _days(first: int, n: int) -> xr.Dataset:
+    """`n` daily fields from day `first` on (each the base field plus its day number)."""
+    base = _dataset()
+    ds = xr.concat([base + k for k in range(first, first + n)], dim="time")
+    ds["t"].attrs = base["t"].attrs
+    days = np.datetime64("2026-01-01", "ns") + np.arange(first, first + n) * np.timedelta64(1, "D")
+    return ds.assign_coords(time=("time", days))
+
+
+def test_a_source_appended_along_time_gets_the_new_positions_and_nothing_else_rebuilt(tmp_path):
+    """xarray appends three days to a v2 source (zlib, CF-packed) as an archive grows: the next
+    build references the new chunk objects, builds the levels of the new days only, in one
+    commit, and every level is again the window mean of level 0 at every day."""
+    src = tmp_path / "archive" / "t2m daily.zarr"
+    _, encoding = SOURCES["v2 zlib, packed int16"]
+    encoding = {**encoding, "chunks": (1, 32, 32)}
+    _days(0, 2).to_zarr(src, zarr_format=2, mode="w", encoding={"t": encoding},
+                        consolidated=False)  # fmt: skip
+    repo = tmp_path / "repo"
+    first = build(str(src), output=str(repo), levels=2, executor="sync")
+    assert first.stage("2x").written == 2  # a shard per day
+    _days(2, 3).to_zarr(src, append_dim="time", consolidated=False)
+    before = _hashes(src)
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    old_head = R.snapshot_of(handle)
+
+    report = build(str(src), output=str(repo), levels=2, executor="sync")
+    assert _hashes(src) == before
+    for level in ("2x", "4x"):  # the two days built before are skipped, the three new built
+        assert (report.stage(level).skipped, report.stage(level).written) == (2, 3)
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    history = [c.id for c in R.history(handle)]  # main moved on from its old head, no rewrite
+    assert old_head in history[1:] and R.branches(handle) == ["main"]
+    refs = R.chunk_refs(R.readonly(handle), "t")
+    assert sorted({idx[0] for idx in refs}) == [0, 1, 2, 3, 4] and len(refs) == 5 * 3 * 3
+    want = xr.open_zarr(src, consolidated=False)
+    tree = xr.open_datatree(repo, engine="toolkit")
+    np.testing.assert_array_equal(tree["1x"]["t"].values, want["t"].values)
+    np.testing.assert_array_equal(tree["2x"]["time"].values, want["time"].values)
+    for day in range(5):
+        level0 = want["t"].values[day].astype(np.float64)
+        for f in (2, 4):
+            mean, count = window_mean(level0, f)
+            level = tree[f"{f}x"].to_dataset().isel(time=day)
+            np.testing.assert_allclose(level["t"].values, mean, rtol=2e-6, equal_nan=True)
+            np.testing.assert_array_equal(level["t_count"].values, count)
+    assert verify(str(repo), executor="sync").ok
+
+
+def test_a_chunk_rewritten_while_it_was_listed_is_referenced_again(tmp_path):
+    """An object rewritten during the last listing keeps its length and may keep a time
+    before the newest object then listed: the next build finds the old ref no longer reads and
+    sets it again (without that, level 0 would fail to read there for good)."""
+    import os
+
+    src = tmp_path / "s.zarr"
+    ds = _dataset()
+    ds.to_zarr(src, zarr_format=3, mode="w", consolidated=False,
+               encoding={"t": {"chunks": (32, 32), "compressors": None}})  # fmt: skip
+    chunk = src / "t" / "c" / "1" / "1"
+    os.utime(chunk, (1_000_000_000, 1_000_000_000))  # written long before the rest
+    repo = tmp_path / "repo"
+    build(str(src), output=str(repo), levels=1, executor="sync")
+    handle = R.open_repo(storage.open_store(str(repo)), fresh=True)
+    record = storage.get_json(R.SessionView(str(repo), R.readonly(handle)), "zarr.json")
+    newest = record["attributes"]["pyramid:source_listing"]["newest"]
+    # the owner rewrites that chunk (same length: no compressor) while the build lists, so it
+    # lands with a time just before the newest object the listing saw
+    raw = bytearray(chunk.read_bytes())
+    raw[:4] = np.float32(-1.0).tobytes()
+    chunk.write_bytes(bytes(raw))
+    stamp = np.datetime64(newest[:19], "s").astype(int) - 1
+    os.utime(chunk, (stamp, stamp))
+
+    report = build(str(src), output=str(repo), levels=1, executor="sync")
+    assert "(1 changed)" in report.notes[0]
+    got = xr.open_datatree(repo, engine="toolkit")["1x"]["t"].values
+    np.testing.assert_array_equal(got, xr.open_zarr(src, consolidated=False)["t"].values)
+    assert got[32, 32] == -1.0
+
+
 def test_an_array_no_v3_codec_reads_is_copied_and_the_command_says_so(tmp_path):
     """Fortran-ordered chunks cannot be read by reference: that array is copied, in one line."""
     src = tmp_path / "f.zarr"
@@ -238,3 +319,48 @@ def test_a_source_in_a_bucket_gets_its_pyramid_in_a_repo_in_another(s3_endpoint)
     mean, _ = window_mean(want["t"].values.astype(np.float64), 2)
     np.testing.assert_allclose(tree["2x"]["t"].values, mean, rtol=2e-6, equal_nan=True)
     assert verify(repo, executor="sync", private=True, **opts).ok  # the repo's bucket is private
+
+
+@pytest.mark.slow
+def test_a_bucket_these_credentials_only_read_gets_its_pyramid_in_one_they_write(
+    seaweed_endpoint, monkeypatch
+):
+    """The user's keys may read the source's bucket and write only their own (SeaweedFS checks
+    every signature against per-bucket rights): the command builds there from the environment's
+    keys, the source's objects stay as they were (ETags), and level 0 reads through the repo
+    with the same keys as xarray reads the source."""
+    from tests.conftest import make_bucket, s3_options
+
+    opts = s3_options(seaweed_endpoint)
+    for bucket in ("readable", "reader-own"):
+        make_bucket(seaweed_endpoint, bucket)
+    src = "s3://readable/reanalysis/t 2m.zarr"  # written by its owner (the admin identity)
+    fmt, encoding = SOURCES["v2 zlib, packed int16"]
+    _dataset().to_zarr(storage.open_store(src, **opts).zarr(), zarr_format=fmt, mode="w",
+                       encoding={"t": encoding}, consolidated=False)  # fmt: skip
+    before = _objects(seaweed_endpoint, "readable")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "READER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "reader-secret")
+    with pytest.raises(storage.StorageError, match="denied"):  # the premise: read, never write
+        storage.put(storage.open_store(src, **opts), "probe", b"x")
+    flags = ["--endpoint", seaweed_endpoint, "--region", "us-east-1", "--allow-http",
+             "--path-style"]  # fmt: skip
+    repo = "s3://reader-own/t2m-pyramid"
+    result = CliRunner().invoke(app, ["pyramid", "build", src, "--output", repo, "--levels", "2",
+                                      "--executor", "sync", *flags])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "none copied" in result.output
+    monkeypatch.undo()
+    assert _objects(seaweed_endpoint, "readable") == before
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "READER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "reader-secret")
+    # the source was read with credentials, so the repo records its container as private and
+    # every reader signs with the environment's keys, without being told
+    tree = xr.open_datatree(repo, engine="toolkit", store_options=opts)
+    want = xr.open_zarr(storage.open_store(src, **opts).zarr(read_only=True), consolidated=False)
+    np.testing.assert_array_equal(tree["1x"]["t"].values, want["t"].values)
+    mean, _ = window_mean(want["t"].values.astype(np.float64), 4)
+    np.testing.assert_allclose(tree["4x"]["t"].values, mean, rtol=2e-6, equal_nan=True)
+    result = CliRunner().invoke(app, ["pyramid", "verify", repo, "--private",
+                                      "--executor", "sync", *flags])  # fmt: skip
+    assert result.exit_code == 0, result.output

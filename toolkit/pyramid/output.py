@@ -15,8 +15,10 @@ form, an object dtype) is copied instead, and the build says so in one line.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import json
 import struct
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,6 +36,10 @@ __all__ = ["OUTPUT_BRANCH", "Level0", "open_output", "reference_level0", "v3_met
 # where an --output build puts level 0's refresh and the levels built on it, before main moves
 # to both at once (not "pyramid-": the pyramid's own setup drops branches of that prefix)
 OUTPUT_BRANCH = "output-level0"
+
+# the root attribute that records the listing level 0's refs were last set from: the newest
+# object's modification time (the source's clock) and how long the listing took
+LISTING_ATTR = "pyramid:source_listing"
 
 # numcodecs ids whose v3 form is one of zarr's own codecs, with its configuration
 V3_OWN = {"blosc", "zstd", "gzip"}
@@ -285,7 +291,12 @@ def reference_level0(
     reference per chunk object (copies where none can be made), one commit on `branch` when
     anything changed. The source is only listed and read."""
     src, out = _stores(source, output, output_options, options)
+    started = time.monotonic()
     objects = storage.list_objects(src)
+    listing = {
+        "newest": max((_second(o.last_modified) for o in objects), default=None),
+        "seconds": round(time.monotonic() - started, 3),
+    }
     nodes = _hierarchy(src, objects)
     ref = _open_output(out, src, credentials)
     referenced: dict[str, int] = {}
@@ -296,6 +307,8 @@ def reference_level0(
         """Level 0 on main's head: the documents and refs the source has now."""
         nonlocal changed
         view = R.SessionView(ref.url, session)
+        root = _held(view, "zarr.json")
+        doubt = _doubtful(root.get("attributes", {}).get(LISTING_ATTR) if root else None)
         for node in nodes:
             key = f"{node.path}/zarr.json" if node.path else "zarr.json"
             if node.why_copy is not None:
@@ -306,11 +319,38 @@ def reference_level0(
             _write_doc(view, key, node.meta)
             if node.kind == "array":
                 chunks = _chunks(node, objects)
-                referenced[node.path], n = _refresh_refs(session, view, src, node, chunks)
+                referenced[node.path], n = _refresh_refs(session, view, src, node, chunks, doubt)
                 changed += n
+        root = _held(view, "zarr.json")
+        if root is not None and (changed or doubt is None):
+            attrs = root.setdefault("attributes", {})
+            attrs[LISTING_ATTR] = {**listing, "newest": _iso(listing["newest"])}
+            storage.put(view, "zarr.json", json.dumps(root).encode())
 
     commit = T.commit_on([ref], branch, change, f"level 0 referenced from {src.url}", fresh=True)
     return Level0(ref, referenced, copied, commit, changed)
+
+
+def _second(mod: _dt.datetime) -> _dt.datetime:
+    """A modification time as Icechunk keeps a ref's checksum: whole seconds, rounded up."""
+    return mod.replace(microsecond=0) + _dt.timedelta(seconds=1) if mod.microsecond else mod
+
+
+def _iso(mod: _dt.datetime | None) -> str | None:
+    return None if mod is None else mod.isoformat()
+
+
+def _doubtful(record: Any) -> tuple[_dt.datetime, _dt.datetime] | None:
+    """From the last listing's record, the modification times a ref may be stale at though its
+    location and length still match: after the newest object then listed, an object was
+    rewritten (certainly stale); within the listing's own span before it, one may have been
+    rewritten while it was listed (looked at). None: no record, every ref is set again."""
+    try:
+        newest = _dt.datetime.fromisoformat(record["newest"])
+        span = _dt.timedelta(seconds=float(record["seconds"]) + 2)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return newest - span, newest
 
 
 def _held(view: R.SessionView, key: str) -> dict[str, Any] | None:
@@ -350,19 +390,32 @@ def _refresh_refs(
     src: storage.Store,
     node: Node,
     chunks: dict[tuple[int, ...], storage.ObjectInfo],
+    doubt: tuple[_dt.datetime, _dt.datetime] | None,
 ) -> tuple[int, int]:
     """Point the array's refs at the source's chunk objects as listed now: new or changed
-    objects (another length or location) get a ref, chunks gone from the source lose theirs.
-    Returns (chunk objects the array references, refs set or dropped)."""
+    objects get a ref, chunks gone from the source lose theirs. Changed: another location or
+    length, or (`_doubtful`) modified after the last listing, or during it and no longer read
+    through the old ref. Returns (chunk objects the array references, refs set or dropped)."""
     held = R.chunk_refs(session, node.path)
+    prefix = f"{node.path}/c/" if node.path else "c/"
+
+    def same(idx: tuple[int, ...], url: str, n: int) -> bool:
+        if held.get(idx, (None, None, None))[0::2] != (url, n):
+            return False
+        if doubt is None:
+            return False
+        mod = _second(chunks[idx].last_modified)
+        if mod > doubt[1]:
+            return False
+        return mod < doubt[0] or not R.stale_ref(session, prefix + "/".join(map(str, idx)))
+
     want = {idx: (storage.object_url(src, o.key), o.size) for idx, o in chunks.items()}
     changed = [
         (idx, url, 0, n, chunks[idx].last_modified)
         for idx, (url, n) in sorted(want.items())
-        if held.get(idx, (None, None, None))[0::2] != (url, n)
+        if not same(idx, url, n)
     ]
     R.set_virtual_refs(session, node.path, changed)
-    prefix = f"{node.path}/c/" if node.path else "c/"
     gone = sorted(set(held) - set(want))
     for idx in gone:
         storage.delete(view, prefix + "/".join(map(str, idx)))
