@@ -342,10 +342,18 @@ def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
     credentials = reader_credentials(
         config.prefixes, containers={c.url_prefix: c for c in config.containers}
     )
-    repo = ic.Repository.create(
-        st, config=config.repository_config(), authorize_virtual_chunk_access=credentials
-    )
-    repo.save_config()
+    try:
+        repo = ic.Repository.create(
+            st, config=config.repository_config(), authorize_virtual_chunk_access=credentials
+        )
+        repo.save_config()
+    except ic.IcechunkError as err:
+        _refuse_unreachable(store, err)
+        if _DENIED.search(str(err)):
+            raise storage.AccessDenied(
+                store.url, None, "these credentials may not write here, so no repo was created"
+            ) from None
+        raise
     # the runtime settings (no preload, the caller's retry budget) from here on, not persisted
     return ic.Repository.open(
         st, config=_runtime(store), authorize_virtual_chunk_access=credentials
@@ -447,6 +455,9 @@ def _fetch_config(store: storage.Store, st: ic.Storage) -> ic.RepositoryConfig |
 
 def _unreachable(store: storage.Store, err: Exception) -> bool:
     return not store.is_local and any(h in str(err).lower() for h in _UNREACHABLE)
+
+
+_DENIED = re.compile(r"AccessDenied|Access Denied|Forbidden|\b403\b")
 
 
 def _refuse_unreachable(store: storage.Store, err: Exception) -> None:

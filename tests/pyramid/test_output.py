@@ -282,6 +282,24 @@ def test_output_refusals_are_one_line(tmp_path):
     (tmp_path / "full" / "x.txt").write_text("mine")
     assert "is no Icechunk repo" in refused("--output", str(tmp_path / "full"))
     assert "--select" in refused("--output", str(tmp_path / "r"), "--latest")
+    missing = runner.invoke(app, ["pyramid", "build", str(tmp_path / "gone.zarr"), "--output",
+                                  str(tmp_path / "r"), "--executor", "sync"])  # fmt: skip
+    assert missing.exit_code == 2 and missing.output.count("\n") == 1, missing.output
+    assert "gone.zarr: does not exist" in missing.output
+    # a dtype no pyramid pools: named by the source (not the repo's branch), one line
+    odd = tmp_path / "complex.zarr"
+    xr.Dataset({"c": (("y", "x"), np.full((8, 8), 1 + 2j, dtype="complex64"))},
+               coords={"y": np.arange(8.0), "x": np.arange(8.0)}).to_zarr(
+        odd, zarr_format=2, consolidated=False)  # fmt: skip
+    before = _hashes(odd)
+    r = runner.invoke(app, ["pyramid", "build", str(odd), "--output", str(tmp_path / "rc"),
+                            "--executor", "sync"])  # fmt: skip
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert (
+        r.output.startswith(f"error: {odd.as_uri()}: no array to pyramid")
+        and "complex64" in r.output
+    )
+    assert _hashes(odd) == before
 
 
 def _objects(endpoint: str, bucket: str) -> dict[str, str]:
@@ -346,6 +364,10 @@ def test_a_bucket_these_credentials_only_read_gets_its_pyramid_in_one_they_write
     flags = ["--endpoint", seaweed_endpoint, "--region", "us-east-1", "--allow-http",
              "--path-style"]  # fmt: skip
     repo = "s3://reader-own/t2m-pyramid"
+    denied = CliRunner().invoke(app, ["pyramid", "build", src, "--output", "s3://readable/pyr",
+                                      "--executor", "sync", *flags])  # fmt: skip
+    assert denied.exit_code == 2 and denied.output.count("\n") == 1, denied.output
+    assert "s3://readable/pyr" in denied.output and "denied" in denied.output
     result = CliRunner().invoke(app, ["pyramid", "build", src, "--output", repo, "--levels", "2",
                                       "--executor", "sync", *flags])  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -360,10 +360,14 @@ def _build_output(
     txn = T.Txn((ref,), OUTPUT_BRANCH)
     T.open_branch(txn)
     level0 = reference_level0(source, output, credentials, branch=OUTPUT_BRANCH, **options)
-    report = build_repo(
-        level0.ref, variables, method, band_dim, levels, cluster=cluster, executor=executor,
-        progress=progress, max_shard=max_shard, force_method=force_method, base=OUTPUT_BRANCH,
-    )  # fmt: skip
+    try:
+        report = build_repo(
+            level0.ref, variables, method, band_dim, levels, cluster=cluster, executor=executor,
+            progress=progress, max_shard=max_shard, force_method=force_method, base=OUTPUT_BRANCH,
+        )  # fmt: skip
+    except PlanError as err:  # about level 0: named by the source the user gave, not the branch
+        said = str(err).replace(f"{ref.url}@{OUTPUT_BRANCH}", "", 1).lstrip(": ")
+        raise PlanError(f"{storage.open_store(source, **options).url}: {said}") from err
     T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
     return replace(report, notes=(level0.note, *report.notes))
 

@@ -116,10 +116,11 @@ def _cf_fill(fill: Any, dtype: np.dtype) -> Any:
 
 def v3_metadata(zarray: Mapping[str, Any], zattrs: Mapping[str, Any]) -> dict[str, Any]:
     """The Zarr v3 array metadata reading a v2 array's chunk objects byte for byte (the
-    default chunk-key encoding: refs are set by index); `NoReference` when none can."""
+    default chunk-key encoding: refs are set by index); `NoReference` when none can (then
+    zarr itself reads the array to copy it)."""
     dtype = np.dtype(zarray["dtype"])
-    if dtype.kind in "OUSV" or dtype.hasobject:
-        raise NoReference(f"dtype {dtype} has no fixed-size v3 equivalent")
+    if dtype.kind not in "biuf":  # strings, objects, complex, datetimes: zarr's own read
+        raise NoReference(f"dtype {dtype} has no v3 form here")
     if zarray.get("order", "C") != "C":
         raise NoReference("Fortran-ordered chunks")
     codecs: list[dict[str, Any]] = []
@@ -257,7 +258,12 @@ def _stores(
     output_options: Mapping[str, Any] | None,
     options: Mapping[str, Any],
 ) -> tuple[storage.Store, storage.Store]:
-    src = storage.open_store(source, must_exist=True, **options)
+    try:
+        src = storage.open_store(source, must_exist=True, **options)
+    except storage.NotFound as err:
+        raise PlanError(
+            f"{err.store}: does not exist; name the Zarr store (v2 or v3) to read"
+        ) from err
     out = storage.open_store(
         output, **dict(output_options if output_options is not None else options)
     )
