@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -46,6 +48,43 @@ def check_address(address: str) -> None:
             f"--cluster / TOOLKIT_CLUSTER {address!r} is not a scheduler address ({err}); "
             "want tcp://host:port, or leave it unset for the embedded cluster"
         ) from None
+
+
+CONNECT_SECONDS = 10.0  # a scheduler address gets at most this long to answer (or Dask's own)
+REFUSED_SECONDS = 2.0  # a port nobody listens on is retried this long (a scheduler starting)
+
+
+def _refused(address: str) -> str | None:
+    """Why nothing can answer at a tcp:// scheduler address (its port refused every connection
+    for REFUSED_SECONDS), or None when something may: then the Client's own timeout decides.
+    Distributed retries a refused port until its timeout, so a mistyped address cost 10 s."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return None
+    host, port = parse_host_port(location)
+    deadline = time.monotonic() + REFUSED_SECONDS
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=REFUSED_SECONDS):
+                return None
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                return f"nothing listens on port {port} of {host}: connection refused"
+            time.sleep(0.1)  # a scheduler that is starting binds within moments
+        except OSError:
+            return None  # unresolvable, filtered, slow: the Client says what it finds
+
+
+def _connect_seconds() -> float:
+    """Dask's connect timeout (`distributed.comm.timeouts.connect`), at most CONNECT_SECONDS."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    return min(float(configured or CONNECT_SECONDS), CONNECT_SECONDS)
 
 
 def check_report_path(path: Path | str) -> None:
@@ -174,8 +213,14 @@ def connect(
             local = stack.enter_context(embedded(holds_gil, n_workers, quiet))
             client = stack.enter_context(Client(local))
         elif isinstance(cluster, str):
+            why = _refused(cluster)
+            if why is not None:
+                raise ClusterUnreachable(
+                    f"no Dask scheduler reachable at {cluster} ({why}); "
+                    "check --cluster / TOOLKIT_CLUSTER"
+                )
             try:
-                client = Client(cluster, timeout="10s")
+                client = Client(cluster, timeout=_connect_seconds())
             except OSError as err:
                 raise ClusterUnreachable(
                     f"no Dask scheduler reachable at {cluster} ({err}); "
