@@ -21,7 +21,7 @@ import numpy as np
 from toolkit import icechunk as R
 from toolkit.virtual.dataset import check_tiers
 from toolkit.virtual.layout import committed_extent
-from toolkit.virtual.refs import canon, chunk_key
+from toolkit.virtual.refs import canon, chunk_cell
 from toolkit.virtual.write import Job, expected_of
 
 __all__ = ["Cell", "Completeness", "completeness", "label_text", "narrow", "window_of"]
@@ -148,33 +148,28 @@ def completeness(
         session = R.readonly(job.repo.open(fresh=True), branch, snapshot)
     extent = committed_extent(session, t) or 0
     geom = t.geometry(extent)
+    owned: dict[Any, Any] = {}  # files of one (file type, lead, member) own the same fields
     files = narrow(
         job,
-        [(c, expected_of(job, c)) for c in job.region(start, end).files()],
+        [(c, expected_of(job, c, owned)) for c in job.region(start, end).files()],
         include_vars,
         exclude_vars,
     )
     probes: list[tuple[Any, str, Cell, tuple[str, tuple[int, ...]]]] = []
     expected: dict[Any, list[str]] = {}
     skipped: dict[Any, Any] = {}
-    memo: dict[tuple[str, Any], int | None] = {}  # this pass's label -> position
+    memo: dict[Any, Any] = {}  # this pass's label -> position (and cell plans)
     for coord, cells in files:
         pos = coord.out_loc()[t.append_dim]
-        keys = [(var, loc, chunk_key(geom, var, loc, memo)) for var, loc in cells]
-        if any(ck is None for _, _, ck in keys):  # past the committed extent: not published yet
+        keys = [(var, loc, chunk_cell(geom, var, loc, memo)) for var, loc in cells]
+        if any(ix is None for _, _, ix in keys):  # past the committed extent: not published yet
             skipped[canon(pos)] = pos
             continue
-        expected.setdefault(pos, []).append(coord.get_url())
-        for var, loc, ck in keys:
-            assert ck is not None
-            probes.append(
-                (
-                    pos,
-                    coord.get_url(),
-                    Cell(var, tuple(sorted(loc.items()))),
-                    (ck.variable, ck.index),
-                )
-            )
+        url = coord.get_url()
+        expected.setdefault(pos, []).append(url)
+        for var, loc, ix in keys:
+            assert ix is not None
+            probes.append((pos, url, Cell(var, tuple(sorted(loc.items()))), (var, ix)))
     here = R.chunks_present(session, [k for *_, k in probes])
     missing: dict[Any, dict[str, list[Cell]]] = {}
     present: list[Cell] = []

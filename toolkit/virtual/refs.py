@@ -264,7 +264,7 @@ def chunk_key(
     geometry: Geometry,
     variable: str,
     out_loc: Mapping[str, Any],
-    memo: dict[tuple[str, Any], int | None] | None = None,
+    memo: dict[Any, Any] | None = None,
 ) -> ChunkKey | None:
     """The one chunk a ref at `out_loc` of `variable` fills, or None when a label is not
     present: `chunk_cell`'s index with its zarr key."""
@@ -278,16 +278,48 @@ def chunk_cell(
     geometry: Geometry,
     variable: str,
     out_loc: Mapping[str, Any],
-    memo: dict[tuple[str, Any], int | None] | None = None,
+    memo: dict[Any, Any] | None = None,
 ) -> tuple[int, ...] | None:
     """The index of the one chunk a ref at `out_loc` of `variable` fills, or None when a label
     is not present (no key text made: a write keys 160,000 refs of 20,000 files by index).
 
     A ref is one whole chunk: every pinned dim must have chunk size 1, every dim it leaves open
     must be a single chunk. Anything else raises, naming the variable and dim. `memo`: a dict
-    the caller keeps for one pass over many cells (they share most labels), so each label is
-    canonicalised once; labels equal under `==` have the same `canon`, hence the same position.
+    the caller keeps for one pass over many cells (they share most labels, and their variable
+    and pinned dims), so each label is canonicalised once and each (variable, pinned dims)
+    checked once; labels equal under `==` have the same `canon`, hence the same position.
     """
+    plan = None if memo is None else memo.get((variable, tuple(out_loc), None))
+    if plan is None:
+        plan = _cell_plan(geometry, variable, out_loc)
+        if memo is not None:
+            memo[variable, tuple(out_loc), None] = plan
+    index = []
+    for dim, labels in plan:
+        if labels is None:
+            index.append(0)  # left open: the whole dim is one chunk
+            continue
+        label = out_loc[dim]
+        if memo is None:
+            pos = labels.get(canon(label))
+        else:
+            try:
+                pos = memo[dim, label]
+            except KeyError:
+                pos = memo[dim, label] = labels.get(canon(label))
+            except TypeError:  # an unhashable label: no memo for it
+                pos = labels.get(canon(label))
+        if pos is None:
+            return None
+        index.append(pos)  # a pinned dim's chunks are of size 1: the position is the index
+    return tuple(index)
+
+
+def _cell_plan(
+    geometry: Geometry, variable: str, out_loc: Mapping[str, Any]
+) -> tuple[tuple[str, Mapping[Hashable, int] | None], ...]:
+    """Per dim of `variable`: the labels a pinned dim's position is looked up in, or None for
+    a dim the ref leaves open; raises when a ref at `out_loc` is not exactly one chunk."""
     array = geometry.arrays.get(variable)
     if array is None:
         raise KeyError(
@@ -299,7 +331,7 @@ def chunk_cell(
             f"{variable}: out_loc names dims {sorted(extra)} the array does not have "
             f"(dims {array.dims})"
         )
-    positions = []
+    plan: list[tuple[str, Mapping[Hashable, int] | None]] = []
     for dim, size, chunk in zip(array.dims, array.shape, array.chunks, strict=True):
         if dim in out_loc:
             if chunk != 1:
@@ -310,24 +342,12 @@ def chunk_cell(
             labels = geometry.labels.get(dim)
             if labels is None:
                 raise ValueError(f"{variable}: no coordinate labels for dim {dim!r}")
-            label = out_loc[dim]
-            if memo is None:
-                pos = labels.get(canon(label))
-            else:
-                try:
-                    pos = memo[dim, label]
-                except KeyError:
-                    pos = memo[dim, label] = labels.get(canon(label))
-                except TypeError:  # an unhashable label: no memo for it
-                    pos = labels.get(canon(label))
-            if pos is None:
-                return None
-            positions.append(pos)
+            plan.append((dim, labels))
         else:
             if chunk < size:
                 raise ValueError(
                     f"{variable}: dim {dim!r} (size {size}) is left open by the ref but "
                     f"split into chunks of {chunk}; one ref must be exactly one chunk"
                 )
-            positions.append(0)
-    return chunk_index(positions, array.chunks)
+            plan.append((dim, None))
+    return tuple(plan)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -150,32 +151,49 @@ def with_modified(
 
 
 def expected_cells(
-    source: GribSource, template: Template, c: GribCoord
+    source: GribSource,
+    template: Template,
+    c: GribCoord,
+    memo: dict[Any, Any] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The (variable[, level]) cells this file owns, from the catalog's fields for its
     (file type, lead): a vertical group spread over several file types (GFS pgrb2/pgrb2b)
     expects each level from the one file that carries it; statistics absent at lead 0 and
-    records the source is known to omit are not expected."""
-    cat = source.catalog
-    levels = {canon(lv) for lv in template.coords.get("level", ())}
-    base = c.out_loc()
+    records the source is known to omit are not expected. `memo`: a dict the caller keeps for
+    one pass over many files (the fields are the same for every file of a file type, lead and
+    variables: 11,584 GEFS files of one init share 374 lists)."""
     lead = as_timedelta(c.lead_time)
-    out: list[tuple[str, dict[str, Any]]] = []
-    for fld in cat.fields(c.file_type, lead):
+    key = (c.file_type, lead, c.data_vars)
+    owned = None if memo is None else memo.get(key)
+    if owned is None:
+        owned = _owned_fields(source, template, c.file_type, lead, c.data_vars)
+        if memo is not None:
+            memo[key] = owned
+    missing = source.catalog.known_missing
+    base = c.out_loc()
+    return [
+        (name, dict(base) if level is None else {**base, "level": level})
+        for name, level, element, index_level in owned
+        if not (missing and any(
+            k.covers(c.file_type, element, index_level, lead, c.member) for k in missing
+        ))
+    ]  # fmt: skip
+
+
+def _owned_fields(
+    source: GribSource, template: Template, file_type: str, lead: Any, data_vars: Sequence[str]
+) -> list[tuple[str, Any, str, Any]]:
+    """(variable name, level or None, GRIB element, index level) of every field a file of
+    `file_type` at `lead` owns that the template carries (`expected_cells`)."""
+    levels = {canon(lv) for lv in template.coords.get("level", ())}
+    out: list[tuple[str, Any, str, Any]] = []
+    for fld in source.catalog.fields(file_type, lead):
         var = fld.variable
-        if var.name not in template.variables or (c.data_vars and var.name not in c.data_vars):
+        if var.name not in template.variables or (data_vars and var.name not in data_vars):
             continue  # not the dataset's, or (an analysis) read from another lead's file
-        if any(
-            k.covers(c.file_type, var.element, var.index_level(fld.level), lead, c.member)
-            for k in cat.known_missing
-        ):
-            continue
-        loc = dict(base)
-        if fld.level is not None:
-            if canon(fld.level) not in levels:
-                continue  # a level the dataset's template does not carry
-            loc["level"] = fld.level
-        out.append((var.name, loc))
+        if fld.level is not None and canon(fld.level) not in levels:
+            continue  # a level the dataset's template does not carry
+        out.append((var.name, fld.level, var.element, var.index_level(fld.level)))
     return out
 
 

@@ -159,9 +159,12 @@ def filter_already_present(
     return [c for c, k in probes if k is None or not present[(k.variable, k.index)]]
 
 
-def expected_of(job: Job, c: SourceFileCoord) -> list[tuple[str, dict[str, Any]]]:
-    """Every (variable, out_loc) chunk file `c` should fill, for completeness validation."""
-    return expected_cells(job.dataset.source, job.template, c)  # type: ignore[arg-type]
+def expected_of(
+    job: Job, c: SourceFileCoord, memo: dict[Any, Any] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Every (variable, out_loc) chunk file `c` should fill, for completeness validation
+    (`memo`: one dict for a pass over many files, `source.expected_cells`)."""
+    return expected_cells(job.dataset.source, job.template, c, memo)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- the tick loop
