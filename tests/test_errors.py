@@ -904,6 +904,12 @@ CASES: tuple[Case, ...] = (
         env={"TOOLKIT_CLUSTER": "garbage"},
     ),
     Case(
+        "`--cluster` naming a port nothing listens on",
+        ("pyramid", "build", "good.zarr", "--cluster", "tcp://127.0.0.1:9"),
+        2,
+        ("tcp://127.0.0.1:9", "nothing listens on port 9", "connection refused", "--cluster"),
+    ),
+    Case(
         "`--cluster` with a port that is not a number",
         ("virtual", "validate", "sim-gfs", "--repo", "repo", "--cluster", "tcp://h:port"),
         2,
