@@ -364,6 +364,11 @@ def test_a_bucket_these_credentials_only_read_gets_its_pyramid_in_one_they_write
     flags = ["--endpoint", seaweed_endpoint, "--region", "us-east-1", "--allow-http",
              "--path-style"]  # fmt: skip
     repo = "s3://reader-own/t2m-pyramid"
+    private = f"s3://{make_bucket(seaweed_endpoint)}/t.zarr"  # a bucket these keys may not read
+    unread = CliRunner().invoke(app, ["pyramid", "build", private, "--output", repo,
+                                      "--executor", "sync", *flags])  # fmt: skip
+    assert unread.exit_code == 2 and unread.output.count("\n") == 1, unread.output
+    assert private in unread.output and "access denied" in unread.output
     denied = CliRunner().invoke(app, ["pyramid", "build", src, "--output", "s3://readable/pyr",
                                       "--executor", "sync", *flags])  # fmt: skip
     assert denied.exit_code == 2 and denied.output.count("\n") == 1, denied.output

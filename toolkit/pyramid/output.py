@@ -280,8 +280,11 @@ def open_output(
     **options: Any,
 ) -> R.RepoRef:
     """The output repo of `source` (created with a container for the source's location when
-    new); a repo made for another source, or a folder that is no repo, is refused."""
+    new); a repo made for another source, or a folder that is no repo, is refused. The source
+    is read first: one that cannot be read, or is no Zarr store, creates nothing."""
     src, out = _stores(source, output, output_options, options)
+    if not any(storage.exists(src, key) for key in ("zarr.json", ".zgroup", ".zarray")):
+        raise PlanError(f"{src.url}: no zarr.json, .zgroup or .zarray: not a Zarr store")
     return _open_output(out, src, credentials)
 
 
