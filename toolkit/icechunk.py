@@ -351,7 +351,7 @@ def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
         _refuse_unreachable(store, err)
         if _DENIED.search(str(err)):
             raise storage.AccessDenied(
-                store.url, None, "these credentials may not write here, so no repo was created"
+                store.url, None, "these credentials may not write an Icechunk repo here"
             ) from None
         raise
     # the runtime settings (no preload, the caller's retry budget) from here on, not persisted
@@ -457,7 +457,7 @@ def _unreachable(store: storage.Store, err: Exception) -> bool:
     return not store.is_local and any(h in str(err).lower() for h in _UNREACHABLE)
 
 
-_DENIED = re.compile(r"AccessDenied|Access Denied|Forbidden|\b403\b")
+_DENIED = re.compile(r"\(AccessDenied\)|code: \"AccessDenied\"")  # the S3 error code
 
 
 def _refuse_unreachable(store: storage.Store, err: Exception) -> None:

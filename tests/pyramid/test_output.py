@@ -105,9 +105,11 @@ def test_a_read_only_source_gets_its_pyramid_in_a_repo_by_reference(tmp_path, ki
     np.testing.assert_array_equal(scope["ds"]["t"].values, want["t"].values)
     level2 = xr.open_zarr(scope["session"].store, group="2x", consolidated=False)
     np.testing.assert_array_equal(level2["t"].values, tree["2x"]["t"].values)
-    # a second build finds nothing to reference again and no shard to build
+    # a second build finds nothing to reference again and no shard to build: main stays put
+    head = R.snapshot_of(R.open_repo(storage.open_store(str(repo)), fresh=True))
     again = build(str(src), output=str(repo), levels=2, executor="sync")
     assert "(0 changed)" in again.notes[0]
+    assert R.snapshot_of(R.open_repo(storage.open_store(str(repo)), fresh=True)) == head
     assert again.stage("2x").written == again.stage("4x").written == 0
     assert _hashes(src) == before
 
@@ -230,6 +232,13 @@ def test_a_chunk_rewritten_while_it_was_listed_is_referenced_again(tmp_path):
     got = xr.open_datatree(repo, engine="toolkit")["1x"]["t"].values
     np.testing.assert_array_equal(got, xr.open_zarr(src, consolidated=False)["t"].values)
     assert got[32, 32] == -1.0
+    # rewritten again, same length, after everything the last listing saw: set again unread
+    raw[:4] = np.float32(-2.0).tobytes()
+    chunk.write_bytes(bytes(raw))
+    os.utime(chunk, (stamp + 60, stamp + 60))
+    report = build(str(src), output=str(repo), levels=1, executor="sync")
+    assert "(1 changed)" in report.notes[0]
+    assert xr.open_datatree(repo, engine="toolkit")["1x"]["t"].values[32, 32] == -2.0
 
 
 def test_an_array_no_v3_codec_reads_is_copied_and_the_command_says_so(tmp_path):

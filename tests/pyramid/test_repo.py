@@ -112,6 +112,11 @@ def test_every_level_equals_numpy_of_the_encoded_fields(repo):
     root = main_level(path, None)
     assert [x["asset"] for x in root.attrs["multiscales"]["layout"]] == [".", "2x", "4x", "8x"]
     assert verify(str(path), executor="sync").ok
+    # built again with nothing to do: not a shard written, not a commit made
+    head = R.snapshot_of(R.open_repo(storage.open_store(str(path)), fresh=True))
+    again = build(str(path), VARS, levels=3, executor="sync")
+    assert sum(again.stage(g).written for g in ("2x", "4x", "8x")) == 0
+    assert R.snapshot_of(R.open_repo(storage.open_store(str(path)), fresh=True)) == head
 
 
 def test_chunks_rewritten_in_place_rebuild_the_levels_they_feed(tmp_path):

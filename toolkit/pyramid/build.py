@@ -366,7 +366,10 @@ def _build_output(
             progress=progress, max_shard=max_shard, force_method=force_method, base=OUTPUT_BRANCH,
         )  # fmt: skip
     except PlanError as err:  # about level 0: named by the source the user gave, not the branch
-        said = str(err).replace(f"{ref.url}@{OUTPUT_BRANCH}", "", 1).lstrip(": ")
+        where = f"{ref.url}@{OUTPUT_BRANCH}: "
+        if not str(err).startswith(where):
+            raise
+        said = str(err)[len(where) :]
         raise PlanError(f"{storage.open_store(source, **options).url}: {said}") from err
     T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
     return replace(report, notes=(level0.note, *report.notes))

@@ -216,8 +216,14 @@ class LevelMetadata:
         metadata.write_levels(src, self.plan)
         metadata.grow_levels(src, self.plan)
         drop_rewritten(ref.open(), session, src, self.plan, main)
+        built_from = main
+        if not R.has_changes(session):  # nothing to rebuild: keep the snapshot recorded, so
+            # a build with nothing to do commits nothing (no level-0 object was rewritten
+            # since it, or a shard would have been dropped above)
+            root = storage.get_json(src.store, "zarr.json").get("attributes", {})
+            built_from = root.get(BUILT_FROM, main)
         metadata.set_root_attrs(
-            src, self.plan, {SETTINGS_ATTR: settings_record(self.plan), BUILT_FROM: main}
+            src, self.plan, {SETTINGS_ATTR: settings_record(self.plan), BUILT_FROM: built_from}
         )
 
 
