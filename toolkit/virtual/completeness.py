@@ -148,7 +148,7 @@ def completeness(
         session = R.readonly(job.repo.open(fresh=True), branch, snapshot)
     extent = committed_extent(session, t) or 0
     geom = t.geometry(extent)
-    owned: dict[Any, Any] = {}  # files of one (file type, lead, member) own the same fields
+    owned: dict[Any, Any] = {}  # files of one (file type, lead, variables) own the same fields
     files = narrow(
         job,
         [(c, expected_of(job, c, owned)) for c in job.region(start, end).files()],
