@@ -277,57 +277,53 @@ MEASURES: dict[str, Measures] = {
     ),
 }
 
+
+def _known(names: Sequence[str], reason: str, *commits: str) -> None:
+    """List `commits` as known, for `reason`, on each named result."""
+    for name in names:
+        m = MEASURES[name]
+        MEASURES[name] = replace(m, known={**m.known, **dict.fromkeys(commits, reason)})
+
+
 # 012b89f gives the branch transaction a base branch (`Txn.base`, `finalize_branch(base=)`,
 # `build_repo(base=)`), main by default: what these benchmarks run reads and moves main exactly
 # as before. (pyramid_output, whose --output build now lands through its own branch, reran.)
 BASE_BRANCH = "a `base` branch parameter, main by default: the benchmark's code paths unchanged"
-for _name in (
-    "pyramid_build", "pyramid_cf", "pyramid_scale", "serve_tiles", "virtual_backfill_contention",
-    "virtual_backfill_refs", "virtual_pyramid", "virtual_resplit", "virtual_throughput",
-    "virtual_tick",
-):  # fmt: skip
-    MEASURES[_name] = replace(
-        MEASURES[_name], known={**MEASURES[_name].known, "012b89f": BASE_BRANCH}
-    )
-
-
 # 2798c48 adds `icechunk.stale_ref` (called only by an --output build's refresh) and a reader
 # identity on the test S3 server; 7c518e6 turns Icechunk's AccessDenied at repo creation into
 # one line and renames an --output build's level-0 refusal: error paths only, nothing timed runs
 # them. (pyramid_output, whose --output refresh changed, reran.)
 OUTPUT_ERRORS = "--output refresh and error paths only: no timed code of this benchmark runs them"
-for _name in (
+_UNTOUCHED = (
     "pyramid_build", "pyramid_cf", "pyramid_scale", "serve_tiles", "virtual_backfill_contention",
     "virtual_backfill_refs", "virtual_pyramid", "virtual_resplit", "virtual_throughput",
     "virtual_tick",
-):  # fmt: skip
-    MEASURES[_name] = replace(
-        MEASURES[_name],
-        known={**MEASURES[_name].known, "2798c48": OUTPUT_ERRORS, "7c518e6": OUTPUT_ERRORS},
-    )
+)  # fmt: skip
+_known(_UNTOUCHED, BASE_BRANCH, "012b89f")
+_known(_UNTOUCHED, OUTPUT_ERRORS, "2798c48", "7c518e6")
 
 # adf8972 probes a scheduler address once (a TCP connect, about a millisecond, beside seconds of
 # run) before the Client connects, and caps the Client's timeout by Dask's: only a connection
 # by address pays it, once per run. (engine_overhead, which times exactly that, reran.)
 PROBE = "one TCP connect before a Client connects by address: a millisecond per run at most"
-for _name in (
-    "pyramid_build", "pyramid_cf", "pyramid_output", "pyramid_scale", "serve_tiles",
-    "virtual_backfill_contention", "virtual_backfill_refs", "virtual_pyramid",
-    "virtual_throughput",
-):  # fmt: skip
-    MEASURES[_name] = replace(MEASURES[_name], known={**MEASURES[_name].known, "adf8972": PROBE})
+_known(
+    ("pyramid_build", "pyramid_cf", "pyramid_output", "pyramid_scale", "serve_tiles",
+     "virtual_backfill_contention", "virtual_backfill_refs", "virtual_pyramid",
+     "virtual_throughput"),
+    PROBE,
+    "adf8972",
+)  # fmt: skip
 
 # c75d6e3: a repo pyramid's setup keeps its recorded level-0 snapshot when it changes nothing
 # else (one has_changes check; a first build, which these time, takes the old path), and two
 # error paths (Icechunk's AccessDenied at repo creation, an --output build's level-0 refusal).
 NOOP_SETUP = "a no-op rebuild's setup and two error paths: nothing these benchmarks time"
-for _name in (
-    "pyramid_build", "pyramid_cf", "pyramid_scale", "serve_tiles", "virtual_backfill_contention",
-    "virtual_backfill_refs", "virtual_resplit",
-):  # fmt: skip
-    MEASURES[_name] = replace(
-        MEASURES[_name], known={**MEASURES[_name].known, "c75d6e3": NOOP_SETUP}
-    )
+_known(
+    ("pyramid_build", "pyramid_cf", "pyramid_scale", "serve_tiles",
+     "virtual_backfill_contention", "virtual_backfill_refs", "virtual_resplit"),
+    NOOP_SETUP,
+    "c75d6e3",
+)  # fmt: skip
 
 # ------------------------------------------------------------------ the decision (no git here)
 
