@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import uuid
 
 import numpy as np
@@ -15,7 +16,9 @@ from toolkit import storage
 from toolkit.examples import synthetic
 from toolkit.plan import IncompleteStageError
 from toolkit.pyramid import build, plan
+from toolkit.pyramid.build import pyramid_stages
 from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.source import read_source
 
 
 def mem() -> storage.Store:
@@ -223,3 +226,24 @@ def test_bad_inputs_named():
         plan(store, method="nearest")
     with pytest.raises(PlanError, match="--band-dim 'band'"):
         plan(store, band_dim="band")
+
+
+def test_a_level_service_opens_each_array_once_and_travels_without_them(tmp_path):
+    """The shard writer keeps the arrays it opened for its next shard (each open is a metadata
+    GET and zarr's parsing), and a copy sent to a worker carries none: they are one run's."""
+    store = storage.open_store(str(tmp_path / "a store"))
+    info = synthetic.write_store(store, shape=(64, 96), shards=(16, 16))
+    build(store, levels=2, executor="sync")
+    stage = pyramid_stages(read_source(store), plan(store, levels=2)).stages[0]
+    service = stage.service
+    service(stage.tasks[0])
+    kept = dict(service.arrays)
+    assert set(kept) == {("field", False), ("2x/field", True), ("2x/field_count", True)}
+    service(stage.tasks[1])
+    assert service.arrays.keys() == kept.keys()
+    assert all(service.arrays[k] is kept[k] for k in kept)  # not opened again
+    travelled = pickle.loads(pickle.dumps(service))
+    assert travelled.arrays == {}
+    travelled(stage.tasks[0])  # opens its own
+    assert set(travelled.arrays) == set(kept)
+    check_levels(store, info, "mean", 2)  # the shards written again are the same
