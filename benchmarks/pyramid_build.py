@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._report import write
+from benchmarks._report import STARTED_ENV, write
 
 SHAPES = [(4096, 8192), (8192, 16384)]
 SHARDS = (1024, 1024)
@@ -415,7 +415,9 @@ def command(argv: list[str]) -> tuple[float, int]:
     import psutil
 
     t = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=STARTED_ENV
+    )
     proc = psutil.Process(child.pid)
     peak = 0
     while child.poll() is None:
@@ -549,7 +551,7 @@ def breakdown(src: Path, levels: int, root: Path) -> dict[str, float]:
         argv = [sys.executable, "-X", "importtime", "-c", COLD_BUILD]
         argv += ["pyramid", "build", str(fresh(src, root, f"bd-{i}")), "--levels", str(levels)]
         t = time.perf_counter()
-        done = subprocess.run(argv, check=True, capture_output=True, text=True)
+        done = subprocess.run(argv, check=True, capture_output=True, text=True, env=STARTED_ENV)
         wall = time.perf_counter() - t
         parts = json.loads(done.stdout.strip().splitlines()[-1])
         lines = done.stderr.splitlines()
