@@ -255,8 +255,10 @@ def test_a_worker_joining_with_other_code_is_retired_and_named(
 
     modified = modified_checkout(tmp_path)
     on, twin = tmp_path / "on.zarr", tmp_path / "twin.zarr"
+    # the build must outlast a worker's start-up: at 1536 rows it ended 1.8 s after the late
+    # worker joined on a quiet machine (and once, under load, before it); at 3072, 2.9 s after
     for p in (on, twin):
-        synthetic.write_store(storage.open_store(str(p)), shape=(1536, 2048), shards=(32, 32))
+        synthetic.write_store(storage.open_store(str(p)), shape=(3072, 2048), shards=(32, 32))
     build = ["pyramid", "build", "--levels", "4"]
     started = time.monotonic()
     proc, lines = _start(
