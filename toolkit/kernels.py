@@ -16,7 +16,8 @@ warns, so the kernels are safe to run from many threads at once (`nogil=True`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 __all__ = [
     "METHODS",
@@ -350,6 +351,19 @@ def _count_rows2(m0, m1, crow):  # pragma: no cover - numba
         crow[wf] = np.uint32(m0[w - 1]) + np.uint32(m1[w - 1])
 
 
+def _weighted(v, w):  # pragma: no cover - numba compiles the overload below instead
+    return v * w
+
+
+@overload(_weighted, inline="always")
+def _weighted_typed(v, w):  # pragma: no cover - numba
+    """`v * w`, except for a uint8 weight: that is level 0's 0/1 mask, whose pixels are selected
+    on it, so `v` itself (v * 1.0 is v; 1.3x faster measured without the multiply)."""
+    if isinstance(w, types.Integer) and w.bitwidth == 8:
+        return lambda v, w: v
+    return lambda v, w: v * w
+
+
 @njit(nogil=True, cache=True)
 def _mean_rows2(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
     w = r0.shape[0]
@@ -358,10 +372,10 @@ def _mean_rows2(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
         x = ox << 1
         # Every load happens whatever the weight: a load under the condition keeps the branch
         # (LLVM may not speculate it), which mispredicts on scattered nodata (5x slower).
-        pa = np.float64(r0[x]) * m0[x]
-        pb = np.float64(r0[x + 1]) * m0[x + 1]
-        pc = np.float64(r1[x]) * m1[x]
-        pd = np.float64(r1[x + 1]) * m1[x + 1]
+        pa = _weighted(np.float64(r0[x]), m0[x])
+        pb = _weighted(np.float64(r0[x + 1]), m0[x + 1])
+        pc = _weighted(np.float64(r1[x]), m1[x])
+        pd = _weighted(np.float64(r1[x + 1]), m1[x + 1])
         s = 0.0
         s += pa if m0[x] != 0 else 0.0
         s += pb if m0[x + 1] != 0 else 0.0
@@ -371,8 +385,8 @@ def _mean_rows2(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
         orow[ox] = s / n if n != 0 else nodata
     if orow.shape[0] > wf:
         x = w - 1
-        pa = np.float64(r0[x]) * m0[x]
-        pc = np.float64(r1[x]) * m1[x]
+        pa = _weighted(np.float64(r0[x]), m0[x])
+        pc = _weighted(np.float64(r1[x]), m1[x])
         s = 0.0
         s += pa if m0[x] != 0 else 0.0
         s += pc if m1[x] != 0 else 0.0
@@ -395,39 +409,6 @@ def _mean2(values, weights, count, out, nodata):  # pragma: no cover - numba
             _mean_rows2(
                 values[b, y0], values[b, y1], weights[y0], m1, count[oy], out[b, oy], nodata
             )
-
-
-@njit(nogil=True, cache=True)
-def _mean_rows2_mask(r0, r1, m0, m1, crow, orow, nodata):  # pragma: no cover - numba
-    """`_mean_rows2` for 0/1 masks (level 0): a select, no multiply (v * 1.0 is v exactly).
-
-    The loads come before the selects, as in `_mean_rows2` (a load under the condition keeps a
-    branch that mispredicts on scattered nodata: 4x slower measured).
-    """
-    w = r0.shape[0]
-    wf = w >> 1
-    for ox in range(wf):
-        x = ox << 1
-        pa = np.float64(r0[x])
-        pb = np.float64(r0[x + 1])
-        pc = np.float64(r1[x])
-        pd = np.float64(r1[x + 1])
-        s = 0.0
-        s += pa if m0[x] != 0 else 0.0
-        s += pb if m0[x + 1] != 0 else 0.0
-        s += pc if m1[x] != 0 else 0.0
-        s += pd if m1[x + 1] != 0 else 0.0
-        n = crow[ox]
-        orow[ox] = s / n if n != 0 else nodata
-    if orow.shape[0] > wf:
-        x = w - 1
-        pa = np.float64(r0[x])
-        pc = np.float64(r1[x])
-        s = 0.0
-        s += pa if m0[x] != 0 else 0.0
-        s += pc if m1[x] != 0 else 0.0
-        n = crow[wf]
-        orow[wf] = s / n if n != 0 else nodata
 
 
 @njit(nogil=True, cache=True)
@@ -465,7 +446,7 @@ def _mean2_level0(values, fill, count, out, nodata):  # pragma: no cover - numba
         _valid_rows2(values, y0, y1, fill, m0, m1)
         _count_rows2(m0, m1, count[oy])
         for b in range(nb):
-            _mean_rows2_mask(values[b, y0], values[b, y1], m0, m1, count[oy], out[b, oy], nodata)
+            _mean_rows2(values[b, y0], values[b, y1], m0, m1, count[oy], out[b, oy], nodata)
 
 
 def _out_shape(values: np.ndarray, f: int) -> tuple[int, int, int]:
