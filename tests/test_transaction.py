@@ -41,6 +41,10 @@ def test_a_retried_commit_node_commits_once(tmp_path: Path) -> None:
     first = commit.service(group)
     again = commit.service(group)  # the engine retries a node whose worker was lost
     assert first.snapshot is not None and again.snapshot == first.snapshot
+    # what a commit node hands on names what it committed, without the spent forks (they
+    # would travel back to the client for nothing)
+    assert [o.done for o in first.outs] == [o.done for o in group.outs]
+    assert all(o.forks for o in group.outs) and not any(o.forks for o in first.outs)
     for ref in toy.refs(tmp_path):
         history = R.history(ref.open(fresh=True), "toy-1")
         assert [c.metadata.get("group") for c in history].count(group.token) == 1

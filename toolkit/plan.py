@@ -14,6 +14,7 @@ from toolkit.tasks import StableTasks, TaskList
 
 __all__ = [
     "AUTO",
+    "DoneProbe",
     "Each",
     "Gate",
     "GateResult",
@@ -136,6 +137,16 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class DoneProbe:
+    """What a stage's done node observes: the keys that exist already (nothing to observe: none)."""
+
+    source: Callable[[], Iterable[str]] | None
+
+    def __call__(self) -> frozenset[str]:
+        return frozenset(self.source()) if self.source is not None else frozenset()
+
+
+@dataclass(frozen=True)
 class Stage:
     """One level of work.
 
@@ -170,10 +181,15 @@ class Stage:
             raise ValueError(f"stage {self.name!r}: workers must be >= 1 or {AUTO!r}, not {w!r}")
 
     def observe_done(self) -> frozenset[str]:
+        return self.done_probe()
+
+    @property
+    def done_probe(self) -> DoneProbe:
+        """The done-set observation as a value of its own: the node that runs it carries this,
+        not the stage, whose task list may be large (a commit stage's holds the forks)."""
         if not self.resume:
-            return frozenset()
-        source = self.done or (self.gate.observe if self.gate else None)
-        return frozenset(source()) if source else frozenset()
+            return DoneProbe(None)
+        return DoneProbe(self.done or (self.gate.observe if self.gate else None))
 
     @property
     def node_count(self) -> int:

@@ -276,11 +276,17 @@ class Groups:
 
 @dataclass(frozen=True)
 class Committed:
-    """A commit node's result: its group's outputs and the primary's snapshot (None: nothing
-    to commit)."""
+    """A commit node's result: its group's outputs, their forks dropped (spent once merged:
+    they would only travel back to the client), and the primary's snapshot (None: nothing to
+    commit)."""
 
     outs: tuple[Forked, ...]
     snapshot: str | None
+
+
+def spent(outs: tuple[Forked, ...]) -> tuple[Forked, ...]:
+    """The outputs without their forks (what a commit node hands on)."""
+    return tuple(replace(o, forks=()) for o in outs)
 
 
 def committed(repo: Any, branch: str, token: str) -> str | None:
@@ -304,7 +310,7 @@ class MergeCommit:
 
     def __call__(self, group: Group) -> Committed:
         if not any(o.forks for o in group.outs):
-            return Committed(group.outs, None)
+            return Committed(spent(group.outs), None)
         message, metadata = self.describe(group)
         snap = None
         for i, ref in enumerate(self.txn.refs):
@@ -318,7 +324,7 @@ class MergeCommit:
             R.merge(session, [f for o in group.outs for url, f in o.forks if url == ref.url])
             if R.has_changes(session):
                 snap = R.commit(session, message, {**metadata, "group": group.token})
-        return Committed(group.outs, snap)
+        return Committed(spent(group.outs), snap)
 
 
 @dataclass(frozen=True)

@@ -231,3 +231,26 @@ def test_a_stage_sends_its_service_once_whatever_its_node_count(store) -> None:
         work = [v for k, v in graph.items() if isinstance(k, tuple) and k[0] == "s-d"]
         assert len(work) == (50 if workers is None else 5)
         assert all(data[0] in v.dependencies for v in work)
+
+
+def test_a_done_node_carries_its_probe_not_the_stages_tasks(store) -> None:
+    """The done node runs the stage's done-set probe; it must not drag the task list along (a
+    commit stage's tasks hold every fork of the round: 20 MB for 20,000 GRIB files)."""
+    import pickle
+
+    from toolkit.engine.graph import compile_stage
+
+    def done_bytes(n: int) -> int:
+        stage = Stage("s", stable(Item("s", i) for i in range(n)), Write(store), workers=2)
+        (done,) = [node for node in compile_stage(stage, "d") if node.kind == "done"]
+        return len(pickle.dumps(done.args))
+
+    assert done_bytes(20_000) == done_bytes(10)
+    stage = Stage("s", stable(Item("s", i) for i in range(3)), Write(store), done=lambda: {"s/1"})
+    (done,) = [node for node in compile_stage(stage, "d") if node.kind == "done"]
+    assert done.fn(*done.args) == {"s/1"}
+    assert stage.observe_done() == {"s/1"}
+    assert (
+        Stage("s", stage.tasks, Write(store), done=lambda: {"s/1"}, resume=False).done_probe()
+        == frozenset()
+    )

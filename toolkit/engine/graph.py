@@ -247,7 +247,7 @@ def compile_stage(
             stage.name,
             "done",
             observe_done,
-            (stage.observe_done,),
+            (stage.done_probe,),  # not the stage: its task list would travel with the node
             previous_gate,
             stage.retries,
         )

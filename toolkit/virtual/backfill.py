@@ -178,7 +178,7 @@ def merged(parts: list[Any]) -> BackfillOut:
         if isinstance(p, T.Committed):
             done = [o.report for o in p.outs if o.report is not None]
             outs.extend(done)
-            if p.snapshot is not None and any(o.forks for o in p.outs):
+            if p.snapshot is not None:  # a commit of forks (none: nothing to commit)
                 outs.append(BackfillOut(commits=(p.snapshot,)))
         else:
             outs.append(p)
