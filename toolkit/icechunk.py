@@ -662,16 +662,19 @@ def set_virtual_refs(
     """
     if not refs:
         return 0
-    specs = [
-        ic.VirtualChunkSpec(
-            index=list(idx),
-            location=loc,
-            offset=int(off),
-            length=int(n),
-            last_updated_at_checksum=_whole_second_ceil(mod),
+    ceil: dict[_dt.datetime | None, _dt.datetime | None] = {}  # a file's refs share one
+    specs = []
+    for idx, loc, off, n, mod in refs:
+        checksum = ceil.get(mod) if mod in ceil else ceil.setdefault(mod, _whole_second_ceil(mod))
+        specs.append(
+            ic.VirtualChunkSpec(
+                index=idx,
+                location=loc,
+                offset=int(off),
+                length=int(n),
+                last_updated_at_checksum=checksum,
+            )
         )
-        for idx, loc, off, n, mod in refs
-    ]
     failed = session.store.set_virtual_refs(array, specs, validate_containers=True)
     if failed:
         bad = {tuple(i) for i in failed}

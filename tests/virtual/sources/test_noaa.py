@@ -73,6 +73,29 @@ def test_absent_at_lead_zero_is_structural_not_missing() -> None:
         assert all(f.variable.step_type == "instant" for f in matched)
 
 
+@given(
+    st.datetimes(datetime(1990, 1, 1), datetime(2200, 1, 1)).map(
+        lambda d: d.replace(minute=0, second=0, microsecond=0)
+    ),
+    st.integers(0, 840),
+)
+def test_keys_spell_the_init_as_strftime_does(init: datetime, lead: int) -> None:
+    """Keys are spelled from the date's fields (strftime was a third of a coord's cost): the
+    same letters as the providers' `%Y%m%d` / `%H` spelling, for every cycle and lead."""
+    ymd, hh = f"{init:%Y%m%d}", f"{init:%H}"
+    assert (
+        HRRR().data_key(init, lead, "prs")
+        == f"hrrr.{ymd}/conus/hrrr.t{hh}z.wrfprsf{lead:02d}.grib2"
+    )
+    assert (
+        GFS().data_key(init, lead, "pgrb2")
+        == f"gfs.{ymd}/{hh}/atmos/gfs.t{hh}z.pgrb2.0p25.f{lead:03d}"
+    )
+    assert GEFS().data_key(init, lead, "pgrb2s", 3) == (
+        f"gefs.{ymd}/{hh}/atmos/pgrb2sp25/gep03.t{hh}z.pgrb2s.0p25.f{lead:03d}"
+    )
+
+
 def test_urls() -> None:
     assert HRRR().data_url(INIT, 8, "sfc") == (
         "s3://noaa-hrrr-bdp-pds/hrrr.20250801/conus/hrrr.t00z.wrfsfcf08.grib2"
