@@ -128,3 +128,24 @@ class SlowWrite:
         time.sleep(self.seconds)  # the work itself, not a wait for anything
         storage.put(self.store, item.key, str(os.getpid()).encode())
         return item.key
+
+
+@dataclass(frozen=True)
+class Heavy:
+    """A task carrying its data (as a commit stage's group carries its forks)."""
+
+    n: int
+    payload: bytes
+
+    @property
+    def key(self) -> str:
+        return f"heavy/{self.n:04d}"
+
+
+@dataclass(frozen=True)
+class WriteSize:
+    store: storage.Store
+
+    def __call__(self, task: Heavy) -> str:
+        storage.put(self.store, task.key, str(len(task.payload)).encode())
+        return task.key

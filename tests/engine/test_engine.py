@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from tests.engine.services import BlockWriter, FailOnce, Item, KillOnce, Write, concat
+from tests.engine.services import (
+    BlockWriter,
+    FailOnce,
+    Heavy,
+    Item,
+    KillOnce,
+    Write,
+    WriteSize,
+    concat,
+)
 from toolkit import storage
 from toolkit.engine import (
     Each,
@@ -254,3 +263,22 @@ def test_a_done_node_carries_its_probe_not_the_stages_tasks(store) -> None:
         Stage("s", stage.tasks, Write(store), done=lambda: {"s/1"}, resume=False).done_probe()
         == frozenset()
     )
+
+
+def test_a_stage_whose_tasks_carry_their_data_runs_without_distributeds_warning(
+    store, local_cluster
+) -> None:
+    """A commit stage's tasks hold the forks they merge, in the graph so that a retried node
+    finds them: distributed's "Sending large graph" advice is not the user's to act on, so the
+    engine does not pass it on. The data still arrives whole."""
+    import warnings
+
+    size = 12 << 20  # over distributed's 10 MB warning threshold
+    tasks = stable([Heavy(0, b"x" * size)])
+    stage = Stage("h", tasks, WriteSize(store), Gate(ListedKeys(store, "heavy")))
+    with warnings.catch_warnings(record=True) as heard:
+        warnings.simplefilter("always")
+        report = run(Plan("heavy", (stage,)), cluster=local_cluster)
+    assert report.stage("h").written == 1
+    assert storage.get(store, "heavy/0000").data == str(size).encode()
+    assert not [w for w in heard if "large graph" in str(w.message)]

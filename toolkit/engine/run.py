@@ -13,6 +13,7 @@ import dataclasses
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -191,12 +192,17 @@ def _run_stage(
     gate = stage_nodes[-1]
     watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
     retries = max(n.retries for n in stage_nodes)
-    futures = client.get(
-        _stage_graph(stage_nodes, previous),
-        [n.key for n in watched] + [gate.key],
-        sync=False,
-        retries=retries,
-    )
+    with warnings.catch_warnings():
+        # A commit stage's tasks carry the forks its work stage returned (20 MB for 20,000 GRIB
+        # files), and they ride in the graph on purpose: a node retried after its worker died
+        # finds them there. distributed's advice to load large data with Dask does not apply.
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        futures = client.get(
+            _stage_graph(stage_nodes, previous),
+            [n.key for n in watched] + [gate.key],
+            sync=False,
+            retries=retries,
+        )
     try:
         node_of = {f.key: n for f, n in zip(futures, watched, strict=False)}
         for fut in as_completed(futures[:-1]):
