@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import make_bucket, s3_options
 from toolkit import icechunk as R
@@ -101,6 +103,45 @@ def test_chunks_present_agrees_with_store_exists(local):
     assert got == [True, False, True, True, False, False, False, False]
     with pytest.raises(KeyError, match="array 'w' is not in the store"):
         R.chunks_present(ro, [("w", (0, 0))])
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.sets(st.integers(0, 11)),
+    st.lists(st.integers(0, 13), min_size=1, max_size=30),
+    st.sampled_from([(1, 8), (3, 4)]),
+)
+def test_chunks_present_lists_or_probes_with_one_answer(tmp_path_factory, written, asked, chunks):
+    """A large share of an array's grid is answered from one listing of its chunk
+    coordinates, a small one by probes: both say what was written (the oracle: the cells set
+    here), sharded or not, for cells inside and past the array's shape."""
+    root = tmp_path_factory.mktemp("present")
+    (root / "f.bin").write_bytes(VALUES.tobytes())
+    repo = R.create_repo(
+        storage.open_store(str(root / "repo")), R.VirtualConfig([R.local_container(str(root))])
+    )
+    s = R.writable(repo)
+    zarr.group(s.store).create_array(
+        "v", shape=(12, 8), chunks=chunks, dtype="<f4", fill_value=np.nan, compressors=None
+    )
+    rows = sorted(written) if chunks == (1, 8) else []
+    if rows:
+        R.set_virtual_refs(s, "v", refs_for(f"{root.as_uri()}/f.bin", rows))
+    else:  # native chunks of a (3, 4) grid: row i of the asked cells is chunk (i // 2, i % 2)
+        a = zarr.open_array(s.store, path="v")
+        for i in written:
+            if i < 8:
+                a[3 * (i // 2) : 3 * (i // 2) + 3, 4 * (i % 2) : 4 * (i % 2) + 4] = 1.0
+    R.commit(s, "w")
+    ro = R.readonly(R.open_repo(storage.open_store(str(root / "repo")), fresh=True))
+    if chunks == (1, 8):
+        cells = [("v", (i, 0)) for i in asked]
+        truth = [i in written for i in asked]
+    else:
+        cells = [("v", (i // 2, i % 2)) for i in asked]
+        truth = [i in written and i < 8 for i in asked]
+    assert R.chunks_present(ro, cells, list_ratio=0) == truth  # probed cell by cell
+    assert R.chunks_present(ro, cells, list_ratio=10**6) == truth  # answered from the listing
 
 
 def test_refs_outside_every_container_raise(local, tmp_path):
