@@ -153,10 +153,19 @@ def filter_already_present(
         return list(coords)
     geom = job.template.geometry(extent)
     memo: dict[Any, Any] = {}  # 20,000 files share 834 init times: each canonical once
-    probes = [(c, probe_key(job, geom, c, memo)) for c in coords]
-    cells = [(k.variable, k.index) for _, k in probes if k is not None]
+    probes = [(c, probe_cell(job, geom, c, memo)) for c in coords]
+    cells = [k for _, k in probes if k is not None]
     present = dict(zip(cells, R.chunks_present(session, cells), strict=True))
-    return [c for c, k in probes if k is None or not present[(k.variable, k.index)]]
+    return [c for c, k in probes if k is None or not present[k]]
+
+
+def probe_cell(
+    job: Job, geom: Any, c: SourceFileCoord, memo: dict[Any, Any] | None = None
+) -> tuple[str, tuple[int, ...]] | None:
+    """(variable, chunk index) of the file's probe chunk: `probe_key` without spelling the key."""
+    var, loc = probe(job.dataset, c)  # type: ignore[arg-type]
+    index = chunk_cell(geom, var, loc, memo)
+    return None if index is None else (var, index)
 
 
 def expected_of(
@@ -283,8 +292,8 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
             by_var.setdefault(r.variable, []).append(
                 (index, r.location, r.offset, r.length, r.last_modified)
             )
-        p = probe_key(job, geom, c, memo)
-        if p is None or (p.variable, p.index) not in cells:
+        if probe_cell(job, geom, c, memo) not in cells:
+            p = probe_key(job, geom, c, memo)
             raise AssertionError(
                 f"{c.get_url()}: its refs do not cover the probed cell "
                 f"{p.key if p else None}; the filter would never see it ingested"
