@@ -149,3 +149,39 @@ class WriteSize:
     def __call__(self, task: Heavy) -> str:
         storage.put(self.store, task.key, str(len(task.payload)).encode())
         return task.key
+
+
+def mapped_by_a_block(nbytes: int = 16 << 20) -> int:
+    """How many more bytes glibc holds in mmapped regions while a fresh `nbytes` block is
+    alive (mallinfo2's hblkhd): the block's size when glibc maps it, ~0 when the heap serves it."""
+    import ctypes
+
+    import numpy as np
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+            )
+        ]  # fmt: skip
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    before = libc.mallinfo2().hblkhd
+    block = np.ones(nbytes, dtype=np.uint8)
+    during = libc.mallinfo2().hblkhd
+    del block
+    return int(during) - int(before)
+
+
+@dataclass(frozen=True)
+class WhereBlocksGo:
+    """Writes, as its task's object, how much of a 16 MiB block glibc mapped (see above)."""
+
+    store: storage.Store
+
+    def __call__(self, item: Item) -> str:
+        storage.put(self.store, item.key, str(mapped_by_a_block()).encode())
+        return item.key

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit import storage
+from toolkit.engine.malloc import roomy
 from toolkit.plan import (
     CONTEXT,
     Gate,
@@ -87,7 +88,8 @@ class StageSummary:
 
 
 def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozenset[str]:
-    return observe()
+    with roomy():
+        return observe()
 
 
 def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> Any:
@@ -95,7 +97,8 @@ def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> An
     carrying a `TaskContext` (stage, task, traceback); one that cannot pickle becomes a
     `TaskError` with its type name and message, so the context reaches the client either way."""
     try:
-        return service(arg)
+        with roomy():  # glibc's own thresholds on a distributed worker (toolkit.engine.malloc)
+            return service(arg)
     except Exception as raised:
         if task_context(raised) is not None or isinstance(raised, IncompleteStageError):
             raise
@@ -182,7 +185,8 @@ def check_gate(
     have = want = None
     excused: tuple[tuple[str, str], ...] = ()
     if gate is not None:
-        result = gate.check(stage, folded.value)
+        with roomy():
+            result = gate.check(stage, folded.value)
         have, want, excused = result.have, result.want, result.excused
     return StageSummary(
         stage,
