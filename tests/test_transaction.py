@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zarr
 
 from tests import transaction_job as toy
 from toolkit import icechunk as R
@@ -48,6 +49,29 @@ def test_a_retried_commit_node_commits_once(tmp_path: Path) -> None:
     for ref in toy.refs(tmp_path):
         history = R.history(ref.open(fresh=True), "toy-1")
         assert [c.metadata.get("group") for c in history].count(group.token) == 1
+
+
+def test_forks_travel_packed_and_commit_as_they_would_have_in_place(tmp_path: Path) -> None:
+    """A work node's output crosses processes with its forks packed (pickled, zstd): the copy
+    holds `Packed` forks, smaller than the pickled forks, and the commit node merges them into
+    the same values as the forks that never left the process."""
+    import pickle
+
+    setup, work, commit, *_ = toy.plan(tmp_path).stages
+    setup.service(Named("setup"))
+    outs = T.gather([work.service([Named(f"v/{i}") for i in range(toy.N)], tick=lambda n: None)])
+    travelled = pickle.loads(pickle.dumps(outs))
+    forks = [f for o in travelled for _, f in o.forks]
+    assert forks and all(isinstance(f, T.Packed) for f in forks)
+    raw = sum(len(pickle.dumps(f)) for o in outs for _, f in o.forks)
+    assert sum(len(f.data) for f in forks) < raw
+    assert pickle.loads(pickle.dumps(travelled)) == travelled  # packed once, kept packed
+    (group,) = commit.tasks_from(travelled)  # type: ignore[misc]
+    assert commit.service(group).snapshot is not None
+    for ref in toy.refs(tmp_path):
+        session = R.readonly(ref.open(fresh=True), "toy-1")
+        got = zarr.open_array(session.store, path="v", mode="r")[:].tolist()
+        assert got == [toy.value("v", i) for i in range(toy.N)]
 
 
 @pytest.mark.parametrize(

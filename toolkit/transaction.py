@@ -23,6 +23,7 @@ installed it costs nothing.
 from __future__ import annotations
 
 import hashlib
+import pickle
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -40,6 +41,7 @@ __all__ = [
     "Committed",
     "Forked",
     "Group",
+    "Packed",
     "Round",
     "Setup",
     "SetupChange",
@@ -223,6 +225,37 @@ class Forked:
         """The tasks the node wrote, for the engine's count (one that yielded nothing is not)."""
         return len(self.done) if self.tasks is None else self.tasks
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Forks travel packed (`Packed`): a worker's forks go to the client and, in the commit
+        stage's graph, through the scheduler to the commit node, which alone opens them."""
+        forks = tuple((url, f if isinstance(f, Packed) else Packed.of(f)) for url, f in self.forks)
+        return (Forked, (forks, self.done, self.report, self.tasks))
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A fork as it travels: its pickle, zstd-compressed. A fork's change set is mostly the
+    same location strings over and over: the forks of 159,294 virtual refs (20,016 GRIB files)
+    pickle to 18.6 MB and pack to 0.42 MB in 7 ms."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, fork: Any) -> Packed:
+        from numcodecs import Zstd
+
+        return cls(bytes(Zstd(level=1).encode(pickle.dumps(fork, protocol=5))))
+
+    def open(self) -> Any:
+        from numcodecs import Zstd
+
+        return pickle.loads(Zstd().decode(self.data))
+
+
+def opened(fork: Any) -> Any:
+    """The fork itself, whether it travelled (packed) or stayed in this process."""
+    return fork.open() if isinstance(fork, Packed) else fork
+
 
 def fork_of(ref: R.RepoRef, branch: str) -> Any:
     """A fork of `branch` to write a work node's share into (merged by the commit stage)."""
@@ -321,7 +354,9 @@ class MergeCommit:
             if snap is not None:
                 continue
             session = R.writable(repo, self.txn.branch)
-            R.merge(session, [f for o in group.outs for url, f in o.forks if url == ref.url])
+            R.merge(
+                session, [opened(f) for o in group.outs for url, f in o.forks if url == ref.url]
+            )
             if R.has_changes(session):
                 snap = R.commit(session, message, {**metadata, "group": group.token})
         return Committed(spent(group.outs), snap)
