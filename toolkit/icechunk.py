@@ -696,7 +696,6 @@ def _whole_second_ceil(mod: _dt.datetime | None) -> _dt.datetime | None:
 
 def chunk_coordinates(session: Any, array: str) -> list[tuple[int, ...]]:
     """Indices of every chunk `array` holds a ref for (from the manifests, no chunk read)."""
-
     return sorted(_coordinates(session, array))
 
 

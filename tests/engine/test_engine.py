@@ -244,7 +244,7 @@ def test_a_stage_sends_its_service_once_whatever_its_node_count(store) -> None:
 
 def test_a_done_node_carries_its_probe_not_the_stages_tasks(store) -> None:
     """The done node runs the stage's done-set probe; it must not drag the task list along (a
-    commit stage's tasks hold every fork of the round: 20 MB for 20,000 GRIB files)."""
+    commit stage's tasks hold every fork of the round)."""
     import pickle
 
     from toolkit.engine.graph import compile_stage

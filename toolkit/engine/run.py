@@ -193,9 +193,10 @@ def _run_stage(
     watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
     retries = max(n.retries for n in stage_nodes)
     with warnings.catch_warnings():
-        # A commit stage's tasks carry the forks its work stage returned (20 MB for 20,000 GRIB
-        # files), and they ride in the graph on purpose: a node retried after its worker died
-        # finds them there. distributed's advice to load large data with Dask does not apply.
+        # A commit stage's tasks carry the forks its work stage returned (packed, yet megabytes
+        # for a large backfill), and they ride in the graph on purpose: a node retried after its
+        # worker died finds them there. distributed's advice to load large data with Dask does
+        # not apply.
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
         futures = client.get(
             _stage_graph(stage_nodes, previous),
