@@ -208,7 +208,7 @@ def test_a_long_build_survives_its_credentials_expiring(seaweed_endpoint: str) -
     where = s3_options(seaweed_endpoint)
     for name in ("p.zarr", "q.zarr"):
         synthetic.write_store(storage.open_store(f"s3://{bucket}/{name}", **where),
-                              shape=(256, 512), shards=(32, 32))  # fmt: skip
+                              shape=(1024, 2048), shards=(32, 32))  # fmt: skip
     t0 = time.time()
     rotating = Rotating(t0, ttl=0.3, count=ROTATING)
     with FaultProxy(seaweed_endpoint, expires=rotating.expires) as proxy:
