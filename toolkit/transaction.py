@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from toolkit import icechunk as R
+from toolkit.engine.malloc import roomy
 from toolkit.plan import Gate, Stage
 from toolkit.tasks import Named, StableTasks, stable
 
@@ -353,12 +354,14 @@ class MergeCommit:
             snap = committed(repo, self.txn.branch, group.token)
             if snap is not None:
                 continue
-            session = R.writable(repo, self.txn.branch)
-            R.merge(
-                session, [opened(f) for o in group.outs for url, f in o.forks if url == ref.url]
-            )
-            if R.has_changes(session):
-                snap = R.commit(session, message, {**metadata, "group": group.token})
+            with roomy():  # a commit writes manifests: glibc's own thresholds on a worker
+                session = R.writable(repo, self.txn.branch)
+                R.merge(
+                    session,
+                    [opened(f) for o in group.outs for url, f in o.forks if url == ref.url],
+                )
+                if R.has_changes(session):
+                    snap = R.commit(session, message, {**metadata, "group": group.token})
         return Committed(spent(group.outs), snap)
 
 

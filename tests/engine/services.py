@@ -177,11 +177,12 @@ def mapped_by_a_block(nbytes: int = 16 << 20) -> int:
 
 
 @dataclass(frozen=True)
-class WhereBlocksGo:
-    """Writes, as its task's object, how much of a 16 MiB block glibc mapped (see above)."""
+class MappedInProbe:
+    """A done-set probe that records, under `probe/mapped`, how much of a 16 MiB block glibc
+    mapped while it ran; it finds nothing done."""
 
     store: storage.Store
 
-    def __call__(self, item: Item) -> str:
-        storage.put(self.store, item.key, str(mapped_by_a_block()).encode())
-        return item.key
+    def __call__(self) -> frozenset[str]:
+        storage.put(self.store, "probe/mapped", str(mapped_by_a_block()).encode())
+        return frozenset()

@@ -88,7 +88,7 @@ class StageSummary:
 
 
 def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozenset[str]:
-    with roomy():
+    with roomy():  # probes load manifests: glibc's own thresholds (toolkit.engine.malloc)
         return observe()
 
 
@@ -97,8 +97,7 @@ def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> An
     carrying a `TaskContext` (stage, task, traceback); one that cannot pickle becomes a
     `TaskError` with its type name and message, so the context reaches the client either way."""
     try:
-        with roomy():  # glibc's own thresholds on a distributed worker (toolkit.engine.malloc)
-            return service(arg)
+        return service(arg)
     except Exception as raised:
         if task_context(raised) is not None or isinstance(raised, IncompleteStageError):
             raise
