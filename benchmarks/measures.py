@@ -46,6 +46,7 @@ ENGINE = (
     "toolkit/engine/cluster.py",
     "toolkit/engine/graph.py",
     "toolkit/engine/listing.py",
+    "toolkit/engine/malloc.py",
     "toolkit/engine/progress.py",
     "toolkit/engine/run.py",
     "toolkit/engine/ship.py",
