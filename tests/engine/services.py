@@ -131,15 +131,10 @@ class SlowWrite:
 
 
 @dataclass(frozen=True)
-class Heavy:
+class Heavy(Item):
     """A task carrying its data (as a commit stage's group carries its forks)."""
 
-    n: int
-    payload: bytes
-
-    @property
-    def key(self) -> str:
-        return f"heavy/{self.n:04d}"
+    payload: bytes = b""
 
 
 @dataclass(frozen=True)

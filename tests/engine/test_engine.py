@@ -274,7 +274,7 @@ def test_a_stage_whose_tasks_carry_their_data_runs_without_distributeds_warning(
     import warnings
 
     size = 12 << 20  # over distributed's 10 MB warning threshold
-    tasks = stable([Heavy(0, b"x" * size)])
+    tasks = stable([Heavy("heavy", 0, b"x" * size)])
     stage = Stage("h", tasks, WriteSize(store), Gate(ListedKeys(store, "heavy")))
     with warnings.catch_warnings(record=True) as heard:
         warnings.simplefilter("always")
