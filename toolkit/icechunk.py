@@ -654,18 +654,24 @@ def set_virtual_refs(
     session: Any,
     array: str,
     refs: Sequence[tuple[Sequence[int], str, int, int, _dt.datetime | None]],
+    checksums: dict[Any, Any] | None = None,
 ) -> int:
     """Set (index, location, offset, length, last_modified) refs on `array`; return the count.
 
     Icechunk returns the refs it could not place instead of raising; a ref outside every
     container can never be read, so this raises `OutsideContainers` naming them.
+    `checksums`: a dict the caller keeps for one batch over several arrays (a file's refs
+    share one last_modified but fall in different arrays), so each is made a checksum once.
     """
     if not refs:
         return 0
-    ceil: dict[_dt.datetime | None, _dt.datetime | None] = {}  # a file's refs share one
+    ceil = {} if checksums is None else checksums
     specs = []
     for idx, loc, off, n, mod in refs:
-        checksum = ceil.get(mod) if mod in ceil else ceil.setdefault(mod, _whole_second_ceil(mod))
+        try:
+            checksum = ceil[mod]
+        except KeyError:
+            checksum = ceil[mod] = _whole_second_ceil(mod)
         specs.append(
             ic.VirtualChunkSpec(
                 index=idx,

@@ -148,16 +148,18 @@ def refs_from(
         )
     closed = with_byte_ranges(inventory, url, got.size, header)
     check_init(closed, as_datetime(c.init_time), url)
-    fields = source.catalog.match(closed, c.file_type, as_timedelta(c.lead_time), c.member, url=url)
-    base = c.out_loc()
+    lines = source.catalog.match_lines(
+        closed, c.file_type, as_timedelta(c.lead_time), c.member, url=url
+    )
+    pinned = tuple(sorted(c.out_loc().items()))  # a ref's out_loc, as VirtualRef keeps it
     refs = []
-    for fld, rec in fields.items():
-        if c.data_vars and fld.variable.name not in c.data_vars:
+    for fld, i in lines:
+        name = fld.variable.name
+        if c.data_vars and name not in c.data_vars:
             continue  # an analysis reads this variable from another lead's file
-        loc = dict(base)
-        if fld.level is not None:
-            loc["level"] = fld.level
-        refs.append(VirtualRef.make(fld.variable.name, loc, url, rec.offset, rec.length, modified))
+        offset, length = closed.span(i)
+        loc = pinned if fld.level is None else tuple(sorted((*pinned, ("level", fld.level))))
+        refs.append(VirtualRef.make(name, loc, url, offset, length, modified))
     return refs
 
 

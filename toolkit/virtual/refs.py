@@ -95,7 +95,7 @@ class SourceFileCoord:
         return self.get_url()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VirtualRef:
     """One pointer: bytes [offset, offset+length) of `location` are chunk `out_loc` of `variable`.
 
@@ -115,20 +115,22 @@ class VirtualRef:
     def make(
         cls,
         variable: str,
-        out_loc: Mapping[str, Any],
+        out_loc: Mapping[str, Any] | tuple[tuple[str, Any], ...],
         location: str,
         offset: int,
-        length: int,
+        length: int | None,
         last_modified: _dt.datetime | None = None,
     ) -> VirtualRef:
-        if offset < 0 or length <= 0:
+        """`out_loc` as a mapping, or as the (dim, label) pairs sorted by dim that a ref keeps
+        (a file's refs share theirs: the reader sorts them once per file)."""
+        if length is None or offset < 0 or length <= 0:
             raise ValueError(
                 f"ref for {variable} at {dict(out_loc)} -> {location}: bad byte range "
                 f"offset={offset} length={length}"
             )
         return cls(
             variable,
-            tuple(sorted(out_loc.items())),
+            out_loc if type(out_loc) is tuple else tuple(sorted(out_loc.items())),  # type: ignore[union-attr]
             location,
             int(offset),
             int(length),

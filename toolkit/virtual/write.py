@@ -299,7 +299,8 @@ def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> in
                 f"{p.key if p else None}; the filter would never see it ingested"
             )
     step("before_set_refs")
-    return sum(R.set_virtual_refs(session, v, specs) for v, specs in by_var.items())
+    checksums: dict[Any, Any] = {}  # one per source file, shared by its refs in every array
+    return sum(R.set_virtual_refs(session, v, specs, checksums) for v, specs in by_var.items())
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
-from toolkit.virtual.grib.index import Window, parse_index
+from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError, SubMessageError
+from toolkit.virtual.grib.index import Window, parse_index, parse_window, scan_index
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR, GribVariable, KnownMissing, NoaaSource
 
 DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: real files, with licences
@@ -260,3 +260,84 @@ def test_zero_length_windows_at_lead_zero_are_not_matched() -> None:
         matched = source.match(records, file_type, 0, member, url=name)
         assert not any(rec in empty for rec in matched.values())
         assert all(f.variable.step_type == "instant" for f in matched)
+
+
+def _respelled(window: str) -> str:
+    """The same window in minutes: "7 hour fcst" -> "420 min fcst" (wgrib2 writes both)."""
+    w = parse_window(window)
+    if w is None or w.end == timedelta(0):
+        return window
+    m = timedelta(minutes=1)
+    if w.step_type == "instant":
+        return f"{w.end // m} min fcst"
+    word = {"accum": "acc", "avg": "ave", "max": "max", "min": "min"}[w.step_type]
+    return f"{w.start // m}-{w.end // m} min {word} fcst"
+
+
+def _edited(lines: list[str], edits: list[tuple[int, str]]) -> str:
+    """Lines dropped, copied to the end (a second record of the field), respelled, or made
+    field 2 of a sub-message group (field 1 an unrelated record at the same offset)."""
+    out = [line.split(":") for line in lines]
+    tail = []
+    for i, edit in edits:
+        f = out[i]
+        if edit == "drop":
+            f[3] = "DROPPED"
+        elif edit == "dup":
+            tail.append(list(f))
+        elif edit == "respell":
+            f[5] = _respelled(f[5])
+        elif edit == "sub" and "." not in f[0]:
+            out[i] = [f"{f[0]}.1", f[1], f[2], "OTHER", *f[4:]]
+            out.insert(i + 1, [f"{f[0]}.2", *f[1:]])
+    last = int(out[-1][1])
+    for j, f in enumerate(tail, 1):
+        out.append([str(len(lines) + 100 + j), str(last + 1000 * j), *f[2:]])
+    return "".join(":".join(f) + "\n" for f in out if f[3] != "DROPPED")
+
+
+def _brute_match(records, source, file_type, lead, member):  # type: ignore[no-untyped-def]
+    """The oracle: every record compared with every owned field (element, level, window)."""
+    found, missing = {}, []
+    for fld in source.fields(file_type, lead):
+        var = fld.variable
+        want = (var.element, var.index_level(fld.level), var.window(lead))
+        hits = [r for r in records if (r.element, r.level, r.window) == want]
+        if len(hits) > 1:
+            return InvalidIndexError
+        if not hits:
+            missing.append(fld)
+        else:
+            found[fld] = hits[0].line()
+    if missing:
+        return MissingRecordError
+    if any(r.submessage and r.submessage > 1 for r in records if r.line() in found.values()):
+        return SubMessageError
+    return found
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(REAL),
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(["drop", "dup", "respell", "sub"])),
+        max_size=4,
+    ),
+)
+def test_a_match_finds_what_a_brute_force_over_every_record_finds(
+    real: tuple[NoaaSource, str, int, object, str], edits: list[tuple[int, str]]
+) -> None:
+    """Real inventories with records dropped, repeated, respelled in minutes or hidden behind
+    a sub-message: the match (over an inventory's columns, and over a list of records) finds
+    each owned field's one record, or refuses as a brute force over every record does."""
+    source, file_type, lead, member, name = real
+    lines = (DATA / "idx" / name).read_text().splitlines()
+    text = _edited(lines, [(i % len(lines), e) for i, e in edits])
+    want = _brute_match(parse_index(text), source, file_type, lead, member)
+    for records in (scan_index(text, name), parse_index(text, name)):
+        if isinstance(want, type):
+            with pytest.raises(want, match=name):
+                source.match(records, file_type, lead, member, url=name)
+        else:
+            got = source.match(records, file_type, lead, member, url=name)
+            assert {f: r.line() for f, r in got.items()} == want

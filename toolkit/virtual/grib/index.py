@@ -211,8 +211,8 @@ class LineFields:
 class Inventory(Sequence[IndexRecord]):
     """A validated index as columns. Records are built only for the lines asked for: a file's
     catalog takes a few dozen of the ~700 records a real NOAA inventory lists, so the scan
-    stops at numbers, offsets and dates, the text fields are split when first looked up, and
-    windows are parsed only where the text is not the spelling asked for.
+    stops at numbers, offsets and dates, and the text fields are split when first read (a
+    catalog's match reads them as columns and builds no record: `span` gives its ranges).
 
     `numbers` and `offsets` are lists or int64 arrays; `last_length` is None until the last
     message's end is known (`with_byte_ranges`)."""
@@ -256,21 +256,26 @@ class Inventory(Sequence[IndexRecord]):
     def __iter__(self) -> Iterator[IndexRecord]:
         return map(self._record, range(len(self)))
 
-    def _record(self, i: int) -> IndexRecord:
-        numbers, offsets, elements, levels, windows, extras = self._lists()
+    def span(self, i: int) -> tuple[int, int | None]:
+        """Record i's offset and length (None: the last message, until `closed`), read off
+        the columns without building the record."""
+        offsets = self._lists()[1]
         offset = offsets[i]
         if self.subs is None:
-            sub = None
             nxt = offsets[i + 1] if i + 1 < len(offsets) else None
         else:
-            sub = self.subs[i]
             nxt = self._ends()[offset]
+        return offset, self.last_length if nxt is None else nxt - offset
+
+    def _record(self, i: int) -> IndexRecord:
+        numbers, _, elements, levels, windows, extras = self._lists()
+        offset, length = self.span(i)
         rest = extras[i]
         return IndexRecord(
             numbers[i],
-            sub,
+            None if self.subs is None else self.subs[i],
             offset,
-            self.last_length if nxt is None else nxt - offset,
+            length,
             self.dates[self.date_texts[i]],
             elements[i],
             levels[i],
@@ -294,38 +299,6 @@ class Inventory(Sequence[IndexRecord]):
             ends = dict(zip(starts, [*starts[1:], None], strict=True))
             object.__setattr__(self, "_end_of", ends)
         return ends
-
-    def lookup(
-        self, element: str, level: str, window: Window | None = None, text: str | None = None
-    ) -> list[IndexRecord]:
-        """The records spelled `element`:`level` (and describing `window`, when given; `text`
-        is its usual spelling, compared before any window is parsed)."""
-        spans = self.__dict__.get("_spans")
-        if spans is None:  # (first, last) line of each (element, level): C-speed dicts
-            elements, levels, _, _ = self.fields.columns()
-            keys = list(zip(elements, levels, strict=True))
-            n = len(keys)
-            spans = (
-                dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True)),
-                dict(zip(keys, range(n), strict=True)),
-                keys,
-            )
-            object.__setattr__(self, "_spans", spans)
-        first = spans[0].get((element, level))
-        if first is None:
-            return []
-        last = spans[1][(element, level)]
-        keys = spans[2]
-        ids = (
-            [first]
-            if first == last
-            else [i for i in range(first, last + 1) if keys[i] == (element, level)]
-        )
-        if window is not None:
-            text = window.render() if text is None else text
-            windows = self.windows
-            ids = [i for i in ids if windows[i] == text or parse_window(windows[i]) == window]
-        return [self._record(i) for i in ids]
 
     @property
     def last_offset(self) -> int:

@@ -11,13 +11,14 @@ both carry. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import compress
 from typing import Any
 
 from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
-from toolkit.virtual.grib.index import IndexRecord, Inventory, Window
+from toolkit.virtual.grib.index import IndexRecord, Inventory, Window, parse_window
 
 Member = (
     int | str | None
@@ -241,23 +242,26 @@ class NoaaSource:
 
     def _wanted(
         self, file_type: str, lead: timedelta, variables: Iterable[GribVariable] | None
-    ) -> list[tuple[Field, str, str, Window | None, str]]:
-        """(field, element, level, window, its spelling) of every owned field: what a match
-        looks up, the same for every file of a (file type, lead); memoized on the instance."""
+    ) -> tuple[list[Field], dict[tuple[str, str], list[tuple[Field, Window, str]]]]:
+        """The owned fields in catalog order, and by (element, level): each with its window and
+        that window's spelling. What a match looks up, the same for every file of a (file
+        type, lead); memoized on the instance."""
         memo: dict[Any, Any] = self.__dict__.setdefault("_wanted_memo", {})
         key = (file_type, lead)
         if variables is None and key in memo:
             return memo[key]
-        out = []
-        for fld in self.fields(file_type, lead, variables):
+        order = self.fields(file_type, lead, variables)
+        spelled: dict[tuple[str, str], list[tuple[Field, Window, str]]] = {}
+        for fld in order:
             var = fld.variable
             want = var.window(lead)
-            out.append(
-                (fld, var.element, var.index_level(fld.level), want, want.render() if want else "")
+            assert want is not None  # `fields` leaves out what has no window at `lead`
+            spelled.setdefault((var.element, var.index_level(fld.level)), []).append(
+                (fld, want, want.render())
             )
         if variables is None:
-            memo[key] = out
-        return out
+            memo[key] = (order, spelled)
+        return order, spelled
 
     def match(
         self,
@@ -269,47 +273,77 @@ class NoaaSource:
         url: str = "<index>",
         variables: Iterable[GribVariable] | None = None,
     ) -> dict[Field, IndexRecord]:
-        """Each owned field's one record. A field with no record raises MissingRecordError
-        (naming the file) unless it is known-missing; a field with several is an invalid index.
-        Sub-message fields a reference cannot isolate are refused (SubMessageError).
+        """Each owned field's one record (`match_lines`, with the records built)."""
+        lines = self.match_lines(records, file_type, lead, member, url=url, variables=variables)
+        return {fld: records[i] for fld, i in lines}
 
-        Only the records spelled as a field is (element, level) are looked at, and only their
-        windows parsed: a catalog takes a few dozen of a real inventory's ~700 records."""
+    def match_lines(
+        self,
+        records: Sequence[IndexRecord],
+        file_type: str,
+        lead: timedelta | int,
+        member: Member = None,
+        *,
+        url: str = "<index>",
+        variables: Iterable[GribVariable] | None = None,
+    ) -> list[tuple[Field, int]]:
+        """Each owned field with the position in `records` of its one record, in catalog
+        order. A field with no record raises MissingRecordError (naming the file) unless it is
+        known-missing; a field with several is an invalid index. Sub-message fields a
+        reference cannot isolate are refused (SubMessageError).
+
+        One pass over the text columns (C-speed: the lines not spelled as a wanted (element,
+        level) cost a dict probe each); windows are parsed only where the text is not the
+        spelling asked for, and no record is built: the write loop reads an `Inventory`'s
+        offsets and lengths off its columns."""
         lead = as_lead(lead)
-        lookup = _lookup(records)
-        found: dict[Field, IndexRecord] = {}
+        order, spelled = self._wanted(file_type, lead, variables)
+        elements, levels, windows = _text_columns(records)
+        hits: dict[Field, list[int]] = {}
+        wanted = map(spelled.__contains__, zip(elements, levels, strict=True))
+        for i in compress(range(len(elements)), wanted):
+            window = windows[i]
+            for fld, want, text in spelled[elements[i], levels[i]]:
+                if window == text or parse_window(window) == want:
+                    hits.setdefault(fld, []).append(i)
+        found: list[tuple[Field, int]] = []
         missing: list[str] = []
-        for fld, element, level, want, text in self._wanted(file_type, lead, variables):
-            hits = lookup(element, level, want, text)
-            if len(hits) > 1:
-                labels = ", ".join(h.label for h in hits)
-                raise InvalidIndexError(url, f"{fld.describe(lead)} matches records {labels}")
-            if not hits:
+        for fld in order:
+            lines = hits.get(fld)
+            if lines is None:
+                var = fld.variable
+                element, level = var.element, var.index_level(fld.level)
                 if not any(
                     k.covers(file_type, element, level, lead, member) for k in self.known_missing
                 ):
                     missing.append(fld.describe(lead))
                 continue
-            hits[0].check_referenceable(url)
-            found[fld] = hits[0]
+            if len(lines) > 1:
+                labels = ", ".join(records[i].label for i in lines)
+                raise InvalidIndexError(url, f"{fld.describe(lead)} matches records {labels}")
+            found.append((fld, lines[0]))
         if missing:
             shown = "; ".join(missing[:5]) + (
                 f"; and {len(missing) - 5} more" if len(missing) > 5 else ""
             )
             raise MissingRecordError(url, f"index lacks {len(missing)} expected record(s): {shown}")
+        if not isinstance(records, Inventory) or records.subs is not None:
+            for _, i in found:
+                records[i].check_referenceable(url)
         return found
 
 
-def _lookup(records: Sequence[IndexRecord]) -> Callable[..., list[Any]]:
-    """Records by (element, level, window): the inventory's own lookup, or one over a list."""
+def _text_columns(
+    records: Sequence[IndexRecord],
+) -> tuple[Sequence[str], Sequence[str], Sequence[str]]:
+    """Element, level and window text of every record: an inventory's own columns."""
     if isinstance(records, Inventory):
-        return records.lookup
-    by_key: dict[tuple[str, str], list[IndexRecord]] = {}
-    for rec in records:
-        by_key.setdefault((rec.element, rec.level), []).append(rec)
-    return lambda element, level, window, _text=None: [
-        r for r in by_key.get((element, level), []) if r.window == window
-    ]
+        return records.elements, records.levels, records.windows
+    return (
+        [r.element for r in records],
+        [r.level for r in records],
+        [r.window_text for r in records],
+    )
 
 
 def _ymd(init: datetime) -> str:
