@@ -99,8 +99,9 @@ GRIB = (
     "toolkit/virtual/sources/noaa.py",
 )
 # The write loop (`toolkit.virtual.write.run`): discovery, .idx + header check, catalog match,
-# refs, the template and its layout, the Icechunk session and commit.
+# refs, the template and its layout, the Icechunk session and commit, the collector's setting.
 VIRTUAL_WRITE = (
+    "toolkit/engine/heap.py",
     "toolkit/icechunk.py",
     "toolkit/transaction.py",
     "toolkit/plan.py",

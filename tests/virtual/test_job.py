@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import shutil
 from datetime import datetime, timedelta
 
@@ -10,12 +11,20 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from tests.virtual.e2e.hooks import at_steps
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.examples.datasets import sim_gfs
 from toolkit.examples.simulate import expected_values, make_archive
 from toolkit.virtual.layout import MetadataDrift
-from toolkit.virtual.write import Job, ensure_repo, filter_already_present, refresh, run
+from toolkit.virtual.write import (
+    Job,
+    ensure_repo,
+    filter_already_present,
+    process_virtual_refs,
+    refresh,
+    run,
+)
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
 VARS = (
@@ -186,3 +195,28 @@ def test_the_filter_canonicalises_each_label_once(tmp_path, monkeypatch):
     monkeypatch.setattr(refs_module, "canon", lambda x: calls.append(x) or real(x))
     assert [c.key for c in filter_already_present(ds, coords)] == want
     assert len(calls) <= 4 + 3 + 2, len(calls)  # init times, leads, a level or two
+
+
+def test_the_write_loop_defers_full_collections_while_its_refs_pile_up(tmp_path):
+    """A batch's refs live until its commit: while the loop reads files and while it sets
+    their refs, full collections are rare (toolkit.engine.heap); after, the process's own."""
+    _, files, ds = setup(tmp_path)
+    before = gc.get_threshold()
+    reading: list[int] = []
+    batches = list(
+        process_virtual_refs(
+            ds, ds.files(), on_file=lambda n: reading.append(gc.get_threshold()[2])
+        )
+    )
+    assert len(reading) == len(files) and set(reading) == {max(before[2], 100)}
+    assert gc.get_threshold() == before and batches
+    setting: list[int] = []
+
+    def hook(step: str) -> None:
+        if step == "before_set_refs":
+            setting.append(gc.get_threshold()[2])
+
+    with at_steps(hook):
+        assert run(ds).ingested
+    assert setting == [max(before[2], 100)]
+    assert gc.get_threshold() == before

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
+from toolkit.engine.heap import gathering
 from toolkit.transaction import step
 from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
@@ -239,7 +240,8 @@ def process_virtual_refs(
             held_back.update(held)
         batch: Batch = []
         done: set[str] = set()
-        with ThreadPoolExecutor(max(1, min(job.download_concurrency, len(available) or 1))) as pool:
+        threads = max(1, min(job.download_concurrency, len(available) or 1))
+        with gathering(), ThreadPoolExecutor(threads) as pool:  # the batch's refs pile up
             # GETs overlap in the pool; parsing stays in this thread as each file arrives
             fetched = pool.map(lambda a: fetch_or_skip(job, a[0], a[1]), available)
             for (c, size, modified), got in zip(available, fetched, strict=True):
@@ -271,6 +273,11 @@ def process_virtual_refs(
 
 def write_refs(job: Job, session: Any, batch: Batch, *, grow: bool = True) -> int:
     """Set every ref of `batch` in `session` (growing the append dim first if allowed)."""
+    with gathering():  # a row per ref, kept until the last array is set
+        return _write_refs(job, session, batch, grow)
+
+
+def _write_refs(job: Job, session: Any, batch: Batch, grow: bool) -> int:
     t = job.template
     if grow:
         need = 1 + max(t.position(c.out_loc()[t.append_dim]) for c, _ in batch)
