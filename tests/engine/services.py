@@ -181,3 +181,25 @@ class MappedInProbe:
     def __call__(self) -> frozenset[str]:
         storage.put(self.store, "probe/mapped", str(mapped_by_a_block()).encode())
         return frozenset()
+
+
+@dataclass(frozen=True)
+class Together:
+    """Writes its task's object once every task named in `keys` has started (a distributed
+    `Event` each): a node placed behind another on a busy single-thread worker never sees the
+    other start, and fails after `timeout` seconds."""
+
+    store: storage.Store
+    run: str  # the events' prefix: one run's
+    keys: tuple[str, ...]
+    timeout: float = 30.0
+
+    def __call__(self, item: Item) -> str:
+        from distributed import Event
+
+        Event(f"{self.run}/{item.key}").set()
+        for key in self.keys:
+            if not Event(f"{self.run}/{key}").wait(self.timeout):
+                raise TimeoutError(f"{item.key} started, {key} did not within {self.timeout} s")
+        storage.put(self.store, item.key, item.key.encode())
+        return item.key

@@ -13,6 +13,7 @@ from tests.engine.services import (
     Heavy,
     Item,
     KillOnce,
+    Together,
     Write,
     WriteSize,
     concat,
@@ -282,3 +283,28 @@ def test_a_stage_whose_tasks_carry_their_data_runs_without_distributeds_warning(
     assert report.stage("h").written == 1
     assert storage.get(store, "heavy/0000").data == str(size).encode()
     assert not [w for w in heard if "large graph" in str(w.message)]
+
+
+def test_a_stages_nodes_go_to_every_free_worker_not_where_their_inputs_are(store) -> None:
+    """Work nodes depend on the done node and on the stage's service, which sit on one or two
+    workers: placed by where their inputs are, three nodes on three single-thread workers
+    would queue behind each other there. Work stealing off, so that placement alone spreads
+    them: each node waits for the others to start."""
+    import uuid
+
+    import dask
+    from distributed import LocalCluster
+
+    tasks = stable(Item("t", i) for i in range(3))
+    service = Together(store, uuid.uuid4().hex, tuple(tasks.keys), timeout=20.0)
+    gate = Gate(ListedKeys(store, "t"), want=tuple(tasks.keys))
+    stage = Stage("t", tasks, service, gate, retries=0)  # a node that waited in vain fails
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing": False}),
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        report = run(Plan("together", (stage,)), cluster=client)
+    assert report.stage("t").written == 3

@@ -170,7 +170,9 @@ def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict
     for n in stage_nodes:
         args = tuple(once(n, a) if i in n.shared else a for i, a in enumerate(n.args))
         deps = (TaskRef(d) if d in own else before for d in n.deps)
-        graph[n.key] = Task(n.key, n.fn, *args, *deps)
+        # work nodes go to whichever worker is free, not to the one that holds the done-set
+        # and the service (small, and fetched once per worker): distributed's data producers
+        graph[n.key] = Task(n.key, n.fn, *args, *deps, _data_producer=n.kind == "work")
     return graph
 
 
