@@ -301,7 +301,9 @@ def _edited(lines: list[str], edits: list[tuple[int, str]]) -> str:
 
 
 def _brute_match(records, source, file_type, lead, member):  # type: ignore[no-untyped-def]
-    """The oracle: every record compared with every owned field (element, level, window)."""
+    """The oracle: every record compared with every owned field (element, level, window), in
+    catalog order; a field with several records or only a sub-message's refuses the file at
+    once, missing fields once all are looked at."""
     found, missing = {}, []
     for fld in source.fields(file_type, lead):
         var = fld.variable
@@ -311,13 +313,11 @@ def _brute_match(records, source, file_type, lead, member):  # type: ignore[no-u
             return InvalidIndexError
         if not hits:
             missing.append(fld)
+        elif hits[0].submessage is not None and hits[0].submessage > 1:
+            return SubMessageError
         else:
             found[fld] = hits[0].line()
-    if missing:
-        return MissingRecordError
-    if any(r.submessage and r.submessage > 1 for r in records if r.line() in found.values()):
-        return SubMessageError
-    return found
+    return MissingRecordError if missing else found
 
 
 @settings(max_examples=80, deadline=None)

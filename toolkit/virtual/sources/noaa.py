@@ -308,6 +308,7 @@ class NoaaSource:
                     hits.setdefault(fld, []).append(i)
         found: list[tuple[Field, int]] = []
         missing: list[str] = []
+        subs = not isinstance(records, Inventory) or records.subs is not None
         for fld in order:
             lines = hits.get(fld)
             if lines is None:
@@ -321,15 +322,14 @@ class NoaaSource:
             if len(lines) > 1:
                 labels = ", ".join(records[i].label for i in lines)
                 raise InvalidIndexError(url, f"{fld.describe(lead)} matches records {labels}")
+            if subs:
+                records[lines[0]].check_referenceable(url)
             found.append((fld, lines[0]))
         if missing:
             shown = "; ".join(missing[:5]) + (
                 f"; and {len(missing) - 5} more" if len(missing) > 5 else ""
             )
             raise MissingRecordError(url, f"index lacks {len(missing)} expected record(s): {shown}")
-        if not isinstance(records, Inventory) or records.subs is not None:
-            for _, i in found:
-                records[i].check_referenceable(url)
         return found
 
 
