@@ -36,9 +36,9 @@ toolkit's seconds per stage.
 
 Run: .venv/bin/python -m benchmarks virtual_throughput    (--quick: python -m
      benchmarks.virtual_throughput --quick, 2,400 files, printed, not written)
-     -> benchmarks/results/virtual_throughput.*. The full run took 42 minutes on a 2-core
-     box shared with other work (archives 3 min, 40 rows at 10-80 s; the S3 rows are bound
-     by the Python proxy, ~700 requests/s, not by the latency); --quick about 8 minutes.
+     -> benchmarks/results/virtual_throughput.*. The full run took 14 minutes on a 2-core
+     box shared with other work (42 on a slower day; archives 36 s, 38 rows at 3-43 s; the
+     S3 rows are bound by the Python proxy, ~700 requests/s, not by the latency).
      `--inits N` (24 files an init) runs another size, printed like --quick.
 """
 
