@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolkit import storage
 
@@ -202,4 +203,34 @@ class Together:
             if not Event(f"{self.run}/{key}").wait(self.timeout):
                 raise TimeoutError(f"{item.key} started, {key} did not within {self.timeout} s")
         storage.put(self.store, item.key, item.key.encode())
+        return item.key
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Writes its task's object and counts how many tasks run at once (`most`); with `meet`,
+    each task first waits at a barrier of that many parties: tasks run one after another
+    break it after `timeout` seconds. In-process runs only (it holds a lock)."""
+
+    store: storage.Store
+    meet: int = 0
+    timeout: float = 20.0
+    state: dict = field(default_factory=lambda: {"now": 0, "most": 0, "lock": threading.Lock()})
+
+    def __post_init__(self) -> None:
+        if self.meet:
+            self.state["barrier"] = threading.Barrier(self.meet, timeout=self.timeout)
+
+    def __call__(self, item: Item) -> str:
+        s = self.state
+        with s["lock"]:
+            s["now"] += 1
+            s["most"] = max(s["most"], s["now"])
+        try:
+            if self.meet:
+                s["barrier"].wait()
+            storage.put(self.store, item.key, item.key.encode())
+        finally:
+            with s["lock"]:
+                s["now"] -= 1
         return item.key

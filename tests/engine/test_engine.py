@@ -9,10 +9,12 @@ from distributed import Client
 
 from tests.engine.services import (
     BlockWriter,
+    Explode,
     FailOnce,
     Heavy,
     Item,
     KillOnce,
+    Overlap,
     Together,
     Write,
     WriteSize,
@@ -308,3 +310,28 @@ def test_a_stages_nodes_go_to_every_free_worker_not_where_their_inputs_are(store
     ):
         report = run(Plan("together", (stage,)), cluster=client)
     assert report.stage("t").written == 3
+
+
+def test_in_process_a_stages_nodes_run_side_by_side_unless_they_hold_the_gil(store) -> None:
+    """`sync` runs a plan in this process: a stage's work nodes on one thread per core when
+    its services release the GIL (they meet at a barrier), one at a time when they hold it."""
+    from toolkit.engine.cluster import default_workers
+
+    tasks = stable(Item("s", i) for i in range(6))
+    want = tuple(tasks.keys)
+    together = Overlap(store, meet=min(2, default_workers()))
+    plan = Plan("free", (Stage("s", tasks, together, Gate(ListedKeys(store, "s"), want=want),
+                               retries=0),), holds_gil=False)  # fmt: skip
+    assert run(plan, executor="sync").stage("s").written == 6
+    assert together.state["most"] == min(2, default_workers())
+    alone = Overlap(store)
+    plan = Plan("held", (Stage("s", tasks, alone, retries=0),), holds_gil=True)
+    run(plan, executor="sync")
+    assert alone.state["most"] == 1
+
+
+def test_in_process_nodes_side_by_side_raise_the_first_failure_as_itself(store) -> None:
+    tasks = stable(Item("x", i) for i in range(6))
+    stage = Stage("x", tasks, Explode(store, "x/0002"), retries=0)
+    with pytest.raises(ValueError, match=r"cannot reshape array of size 0 .* at x/0002"):
+        run(Plan("explode", (stage,), holds_gil=False), executor="sync")

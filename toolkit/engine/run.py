@@ -15,6 +15,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Literal
 
 from toolkit.engine.cluster import ClusterLike, connect, default_workers, total_threads
@@ -98,6 +99,11 @@ def _resolve(stage: Stage, stripes: int, previous: StageSummary | None) -> Stage
 
 
 def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
+    """The plan in this process. A stage's work nodes run side by side on `default_workers()`
+    threads when its services do not hold the GIL (numba kernels, zarr I/O: what the embedded
+    cluster would run in threads), else one after another; every other node runs in this
+    thread. The first failure stops what has not started."""
+
     def ticker(stage: str, index: int) -> Tick:
         return lambda done: counter.node(stage, index, done)
 
@@ -105,23 +111,61 @@ def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
     results: dict[Key, Any] = {}
     summaries: list[StageSummary] = []
     previous: tuple[Key, ...] = ()
-    for planned in plan.stages:
-        stage = _resolve(planned, default_workers(), summaries[-1] if summaries else None)
-        counter.total[stage.name] = len(stage.tasks)
-        for node in compile_stage(stage, digest, previous, ticker):
-            args = node.args + tuple(results[d] for d in node.deps)
-            for attempt in range(node.retries + 1):
-                try:
-                    results[node.key] = node.fn(*args)
-                    break
-                except Exception:
-                    if attempt == node.retries:
-                        raise
-            if node.kind == "work":
-                counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
-        previous = (gate_key(stage, digest),)
-        summaries.append(results[previous[0]])
+    threads = 1 if plan.holds_gil else default_workers()
+    with ThreadPoolExecutor(threads, thread_name_prefix="toolkit-sync") as pool:
+        for planned in plan.stages:
+            stage = _resolve(planned, default_workers(), summaries[-1] if summaries else None)
+            counter.total[stage.name] = len(stage.tasks)
+            for wave in _waves(compile_stage(stage, digest, previous, ticker)):
+                if len(wave) == 1 or threads == 1:
+                    for node in wave:
+                        results[node.key] = _call(node, results, counter)
+                else:
+                    results.update(_side_by_side(pool, wave, results, counter))
+            previous = (gate_key(stage, digest),)
+            summaries.append(results[previous[0]])
     return summaries
+
+
+def _waves(nodes: list[Node]) -> list[list[Node]]:
+    """The nodes in order, a stage's consecutive work nodes together: they depend on its done
+    node and the service, never on each other."""
+    out: list[list[Node]] = []
+    for n in nodes:
+        if n.kind == "work" and out and out[-1][0].kind == "work":
+            out[-1].append(n)
+        else:
+            out.append([n])
+    return out
+
+
+def _call(node: Node, results: dict[Key, Any], counter: _Counter) -> Any:
+    args = node.args + tuple(results[d] for d in node.deps)
+    for attempt in range(node.retries + 1):
+        try:
+            value = node.fn(*args)
+            break
+        except Exception:
+            if attempt == node.retries:
+                raise
+    if node.kind == "work":
+        counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
+    return value
+
+
+def _side_by_side(
+    pool: ThreadPoolExecutor, wave: list[Node], results: dict[Key, Any], counter: _Counter
+) -> dict[Key, Any]:
+    futures = {pool.submit(_call, n, results, counter): n.key for n in wave}
+    try:
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in finished if f.exception() is not None]
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        return {key: f.result() for f, key in futures.items()}
+    finally:
+        for f in futures:  # a failure or an interrupt: what has not started does not start
+            f.cancel()
 
 
 # ----------------------------------------------------------------------------- dask
