@@ -341,6 +341,18 @@ _known(
 )  # fmt: skip
 _known(("virtual_throughput",), "its docstring only: the run's duration", "b356e3f")
 
+# c75a6e9 runs a stage's work nodes side by side in the in-process executor, for plans whose
+# services release the GIL (pyramid builds, exports, archive scans). A virtual backfill's plan
+# holds it, so in process its nodes run one at a time as before, and engine_overhead runs on a
+# cluster, whose path this does not touch. (The pyramid results, which take the new path, reran.)
+SYNC_THREADS = "in-process nodes side by side only for plans that release the GIL: not these"
+_known(
+    ("engine_overhead", "virtual_backfill_contention", "virtual_backfill_refs",
+     "virtual_throughput"),
+    SYNC_THREADS,
+    "c75a6e9",
+)  # fmt: skip
+
 # ------------------------------------------------------------------ the decision (no git here)
 
 Commit = tuple[str, str, tuple[str, ...]]  # sha, subject, the measured paths it touched
