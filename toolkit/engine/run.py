@@ -102,7 +102,8 @@ def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
     """The plan in this process. A stage's work nodes run side by side on `default_workers()`
     threads when its services do not hold the GIL (numba kernels, zarr I/O: what the embedded
     cluster would run in threads), else one after another; every other node runs in this
-    thread. The first failure stops what has not started."""
+    thread. The first failure is raised as itself once the running nodes end; the nodes still
+    queued when it is seen are cancelled."""
 
     def ticker(stage: str, index: int) -> Tick:
         return lambda done: counter.node(stage, index, done)
@@ -164,7 +165,7 @@ def _side_by_side(
             raise failed[0].exception()  # type: ignore[misc]
         return {key: f.result() for f, key in futures.items()}
     finally:
-        for f in futures:  # a failure or an interrupt: what has not started does not start
+        for f in futures:  # a failure or an interrupt: the queued nodes are dropped
             f.cancel()
 
 
