@@ -1063,6 +1063,11 @@ CASES: tuple[Case, ...] = (
         ("repo/repo", "header size", "not an Icechunk repo file", "restore the object"),
         setup=_write("repo/repo", "junk"),
     ),
+    # ---- round 3 (issue 49): the option layer
+    # ---- round 3 (issue 49): one storage-error voice, paths as typed
+    # ---- round 3 (issue 49): checks before writes, user data never overwritten
+    # ---- round 3 (issue 49): records that can be corrupt
+    # ---- round 3 (issue 49): input encodings and switches
 )
 
 

@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from toolkit import storage
+from toolkit import storage, textin
 from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
 from toolkit.engine.cluster import WAIT_FOR_WORKERS
 from toolkit.engine.interrupt import Interrupts, interrupted
@@ -92,8 +92,9 @@ def hint(text: str) -> None:
 
 
 def debugging() -> bool:
-    """`toolkit --debug` or TOOLKIT_DEBUG=1: print tracebacks, not just the one line."""
-    return flags.debug or os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
+    """`toolkit --debug` or TOOLKIT_DEBUG=1: print tracebacks, not just the one line
+    (`0`, `false`, `no`, `off` are off, as every switch reads them)."""
+    return flags.debug or textin.switch(os.environ, "TOOLKIT_DEBUG")
 
 
 OUT_OF_REACH = (storage.Unreachable, storage.AccessDenied)  # exit 2: the user's address is wrong

@@ -420,11 +420,22 @@ def _recut(manifest: Any, key: str) -> list[dict[str, str]]:
     return [{"blob": b, "tier": t} for b, t in manifest.retired_for(relative)]
 
 
+def _text(path: Path) -> str:
+    """A file the user names, as text (`textin.decode`: a byte-order mark, UTF-16 or CRLF from
+    Windows tools read right; other bytes refused naming the file)."""
+    from toolkit import textin
+
+    return textin.decode(path.read_bytes(), str(path))
+
+
 def _stdin_keys() -> list[str]:
-    """Keys from stdin, one a line (blank lines skipped), each through the key rule."""
+    """Keys from stdin, one a line (blank lines skipped), each through the key rule; read as
+    bytes so a byte-order mark (PowerShell, Notepad) or CRLF never becomes part of a key."""
+    from toolkit import textin
     from toolkit.archive.keys import check_pasted
 
-    return [check_pasted(line.strip()) for line in sys.stdin if line.strip()]
+    text = textin.lines(sys.stdin.buffer.read(), "the keys on stdin")
+    return [check_pasted(line.strip()) for line in text if line.strip()]
 
 
 @app.command()
@@ -788,7 +799,7 @@ def report(
         d = _open_data(data, stores)
         m = _open(manifests, stores)
         _require_scopes(m, scopes)
-        evs = list(dedupe(read_events(events.read_text()))) if events else []
+        evs = list(dedupe(read_events(_text(events)))) if events else []
         loaded, broken = _load(m)
         rows = run_report(d, m, scopes, relative_events(d, evs), bps, mount, loaded=loaded)
         tiers = _tiers_of(m, {r.scope for r in rows if r.kind == "blob"})

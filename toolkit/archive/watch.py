@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
-from toolkit import storage
-from toolkit.archive.discover import Event, dedupe, parse_events
+from toolkit import storage, textin
+from toolkit.archive.discover import Event, EventError, dedupe, parse_events
 from toolkit.archive.keys import key_problem
 from toolkit.archive.manifests import MANIFEST_NAME, ManifestStore
 from toolkit.archive.model import Policy
@@ -284,7 +284,7 @@ def batches(
                 if raw.strip():
                     if not pending:
                         first = now
-                    pending.append((number, raw.decode("utf-8", errors="replace")))
+                    pending.append((number, _decoded(raw, number)))
                     last = now
             if len(pending) >= max_events:
                 yield pending
@@ -294,7 +294,7 @@ def batches(
         if at_end or stop():
             if partial.strip():
                 number += 1
-                pending.append((number, partial.decode("utf-8", errors="replace")))
+                pending.append((number, _decoded(partial, number)))
             if pending:
                 yield pending
             return
@@ -303,6 +303,21 @@ def batches(
             pending = []
         if chunk == b"":  # a followed file at its end: wait for it to grow
             time.sleep(poll)
+
+
+def _decoded(raw: bytes, number: int) -> str:
+    """Line `number` of the stream as text: a byte-order mark before the first line is not
+    part of it; bytes that are not UTF-8 are refused by line (never turned into U+FFFD inside
+    a key, which would count the event against an object nobody wrote)."""
+    if number == 1 and raw.startswith(textin.UTF8_BOM):
+        raw = raw[len(textin.UTF8_BOM) :]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise EventError(
+            f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x}): notifications are "
+            "UTF-8 JSON; save or send them as UTF-8"
+        ) from None
 
 
 def _read(fd: int, is_file: bool, poll: float) -> bytes | None:
@@ -317,8 +332,6 @@ def _read(fd: int, is_file: bool, poll: float) -> bytes | None:
 def parse_lines(lines: list[tuple[int, str]]) -> list[Event]:
     """Events of a batch of lines; a line that is not a notification names its number."""
     import json
-
-    from toolkit.archive.discover import EventError
 
     out: list[Event] = []
     for number, text in lines:
