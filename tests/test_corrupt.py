@@ -55,7 +55,7 @@ def test_the_object_that_does_not_decode_is_named(
         storage.read(store, arr, (slice(4, 20), slice(2, 30)))  # 3 x 4 objects, one of them bad
     err = caught.value
     assert (err.store, err.key) == (store.url, key)
-    assert str(err).startswith(f"{store.url}/{key}: ")
+    assert str(err).startswith(f"{storage.location(store.url, key)}: ")
     assert str(err).endswith(
         "(not a valid zarr chunk); restore the object, or rerun the job that writes it"
     )

@@ -104,12 +104,65 @@ def _built_then_spoiled(w: Path) -> None:
     _spoil("good.zarr/field/c/1/1", "truncate")(w)
 
 
+def _built_then_emptied(w: Path, record: str) -> None:
+    """Build good.zarr's pyramid, then empty one of its records."""
+    res = CliRunner().invoke(app, ["pyramid", "build", str(w / "good.zarr"), "--executor", "sync"])
+    assert res.exit_code == 0, res.output
+    (w / "good.zarr" / record).write_bytes(b"")
+
+
 def _spoiled_head(w: Path) -> None:
     """Junk in place of the snapshot the virtual repo's main points at."""
     from toolkit import icechunk as R
 
     head = R.snapshot_of(R.open_repo(storage.open_store(str(w / "repo")), fresh=True), "main")
     (w / "repo" / "snapshots" / head).write_bytes(b"not a snapshot\n" * 20)
+
+
+AUG1 = ("--start", "2025-08-01T00")
+
+
+def _looped(rel: str) -> Callable[[Path], None]:
+    """`rel` replaced by a symbolic link to itself."""
+
+    def go(w: Path) -> None:
+        shutil.rmtree(w / rel)
+        (w / rel).symlink_to(Path(rel).name)
+
+    return go
+
+
+def _latin1(rel: str) -> Callable[[Path], None]:
+    """A copy of good.zarr at `rel`, a path with a Latin-1 byte (kept by Python as \\udcNN)."""
+    return lambda w: shutil.copytree(w / "good.zarr", w / rel, symlinks=True)
+
+
+def _deleted_head(w: Path) -> None:
+    """The snapshot the virtual repo's main points at, deleted."""
+    from toolkit import icechunk as R
+
+    head = R.snapshot_of(R.open_repo(storage.open_store(str(w / "repo")), fresh=True), "main")
+    (w / "repo" / "snapshots" / head).unlink()
+
+
+def _odd_copy(
+    src: str, dst: str, spoil: str | None, idx: str | None = None
+) -> Callable[[Path], None]:
+    """A copy of `src` at `dst` (a folder with a space and letters URLs encode); then `spoil`
+    inside it cut to half, or `idx` written beside it as its .idx."""
+
+    def go(w: Path) -> None:
+        (w / dst).parent.mkdir(parents=True, exist_ok=True)
+        if (w / src).is_dir():
+            shutil.copytree(w / src, w / dst)
+        else:
+            shutil.copyfile(w / src, w / dst)
+        if spoil is not None:
+            _spoil(f"{dst}/{spoil}", "truncate")(w)
+        if idx is not None:
+            (w / f"{dst}.idx").write_text(idx)
+
+    return go
 
 
 def _pin(w: Path, prefix: str) -> None:
@@ -285,7 +338,7 @@ CASES: tuple[Case, ...] = (
         "`--levels 0`",
         ("pyramid", "build", "good.zarr", "--levels", "0", *SYNC),
         2,
-        ("--levels", "greater than or equal to 1"),
+        ("--levels", "want a count of levels from 1", "'0'"),
     ),
     Case(
         "a variable the store does not have",
@@ -336,7 +389,7 @@ CASES: tuple[Case, ...] = (
         "`pyramid verify --sample 0`",
         ("pyramid", "verify", "good.zarr", "--sample", "0", *SYNC),
         2,
-        ("--sample", "greater than or equal to 1"),
+        ("--sample", "want a whole number from 1", "'0'"),
     ),
     Case(
         "S3 options on a local path",
@@ -385,14 +438,14 @@ CASES: tuple[Case, ...] = (
         "`--workers -3`",
         (*BF, "--start", "2025-08-01", "--workers", "-3"),
         2,
-        ("'--workers'", "greater than or equal to 1", "--help"),
+        ("'--workers'", "want a whole number from 1", "got '-3'", "--help"),
         absent=("new-repo",),
     ),
     Case(
         "`--start yesterday`",
         (*BF, "--start", "yesterday"),
         2,
-        ("--start 'yesterday'", "ISO 8601"),
+        ("--start", "'yesterday'", "ISO 8601"),
         absent=("new-repo",),
     ),
     Case(
@@ -513,7 +566,7 @@ CASES: tuple[Case, ...] = (
         "serve with a colour range upside down",
         ("serve", "repo", "--range", "300,250"),
         2,
-        ("--range", "'300,250'", "MIN,MAX with MIN < MAX"),
+        ("--range", "'300,250'", "MIN,MAX", "with MIN < MAX"),
     ),
     # ---------------------------------------------------------------- GRIB
     Case(
@@ -567,7 +620,11 @@ CASES: tuple[Case, ...] = (
         "one corrupt manifest among several",
         ("archive", "resolve", "--manifests", "m", "cordex/a.zarr/tas/c/0/0/0"),
         1,
-        ("scope 'cordex/a.zarr'", "not valid JSON", "delete it and partition the scope again"),
+        (
+            "scope 'cordex/a.zarr'",
+            "not an archive manifest",
+            "delete it and partition the scope again",
+        ),
         setup=_write("m/cordex/a.zarr/manifest.json", "{"),
     ),
     Case(
@@ -933,7 +990,7 @@ CASES: tuple[Case, ...] = (
         "a negative update deadline",
         ("virtual", "update", "sim-gfs", "--repo", "repo", "--deadline", "-5"),
         2,
-        ("--deadline", "greater than or equal to 1"),
+        ("--deadline", "want seconds from 1", "'-5'"),
     ),
     Case(
         "`virtual update` told to wait for the lease longer than its deadline leaves",
@@ -973,7 +1030,7 @@ CASES: tuple[Case, ...] = (
         "a negative tape mount time",
         ("archive", "report", "--manifests", "m", "--mount", "-1"),
         2,
-        ("--mount", "greater than or equal to 0"),
+        ("--mount", "want seconds from 0", "'-1'"),
     ),
     Case(
         "`--latest` and `--select` together",
@@ -1064,9 +1121,279 @@ CASES: tuple[Case, ...] = (
         setup=_write("repo/repo", "junk"),
     ),
     # ---- round 3 (issue 49): the option layer
+    Case(
+        "a duration past a century (`--older-than 99999999999w`)",
+        ("virtual", "expire", "repo", "--older-than", "99999999999w"),
+        2,
+        ("--older-than", "'99999999999w' is longer than a century", "36500d"),
+    ),
+    Case(
+        "a split count past a 32-bit integer",
+        ("virtual", "split", "apply", "repo", "--split", "4294967296"),
+        2,
+        ("--split", "want a whole number from 1 to 2147483647", "'4294967296'"),
+    ),
+    Case(
+        "a size past 8 EiB (`--t-max 1e400`)",
+        ("archive", "scan", "--data", "data", "--manifests", "m", "--t-max", "1e400", *SYNC),
+        2,
+        ("--t-max", "size '1e400' is out of range", "at most 8 EiB"),
+    ),
+    Case(
+        "a rate past 8 EiB/s (`--rate 1e400MB/s`)",
+        ("archive", "report", "--data", "data", "--manifests", "m", "--rate", "1e400MB/s"),
+        2,
+        ("--rate", "'1e400MB/s'", "bytes per second above 0"),
+    ),
+    Case(
+        "an infinite mount time (`--mount inf --json`)",
+        ("archive", "report", "--data", "data", "--manifests", "m", "--mount", "inf", "--json"),
+        2,
+        ("--mount", "want seconds from 0 to 31536000", "'inf'"),
+    ),
+    Case(
+        "a NaN number of seconds",
+        ("virtual", "update", "sim-gfs", "--repo", "repo", "--deadline", "nan"),
+        2,
+        ("--deadline", "want seconds from 1 to 31536000", "'nan'"),
+    ),
+    Case(
+        "a label a datetime64[ns] cannot hold (`--start 9999-01-01`)",
+        ("virtual", "validate", "sim-gfs", "--repo", "repo", "--start", "9999-01-01"),
+        2,
+        ("--start", "'9999-01-01' is outside 1678-01-01..2262-01-01"),
+    ),
+    Case(
+        "a colour range with an infinity (`serve --range 0,inf`)",
+        ("serve", "store.zarr", "--range", "0,inf"),
+        2,
+        ("--range", "'0,inf'", "two finite numbers with MIN < MAX"),
+    ),
     # ---- round 3 (issue 49): one storage-error voice, paths as typed
+    Case(
+        "an `--output` that is a file",
+        ("pyramid", "build", "good.zarr", "--output", "notes.txt", *SYNC),
+        2,
+        ("not a directory", "notes.txt", "pass a folder"),
+    ),
+    Case(
+        "a `--repo` below a file",
+        ("virtual", "backfill", "sim-gfs", "--repo", "notes.txt/repo", "--source", "src", *AUG1),
+        2,
+        ("not a directory", "notes.txt", "pass a folder"),
+    ),
+    Case(
+        "a store path that is a symlink loop",
+        ("pyramid", "build", "loop.zarr", *SYNC),
+        2,
+        ("symlink loop", "loop.zarr", "repair or remove the link"),
+        setup=lambda w: (w / "loop.zarr").symlink_to("loop.zarr"),
+    ),
+    Case(
+        "an array folder that is a symlink loop",
+        ("pyramid", "plan", "good.zarr"),
+        2,
+        ("symlink loop", "good.zarr/field", "repair or remove the link"),
+        setup=_looped("good.zarr/field"),
+    ),
+    Case(
+        "a folder named in Latin-1 (bytes that are not UTF-8)",
+        ("pyramid", "build", "caf\udce9/s.zarr", *SYNC),
+        2,
+        ("file name is not UTF-8", "caf\\xe9/s.zarr", "rename it to UTF-8"),
+        setup=_latin1("caf\udce9/s.zarr"),
+    ),
+    Case(
+        "an `--output` named in Latin-1 (it would land in another folder)",
+        ("pyramid", "build", "good.zarr", "--output", "caf\udce9/out", *SYNC),
+        2,
+        ("file name is not UTF-8", "caf\\xe9/out", "rename it to UTF-8"),
+        absent=("caf\ufffd",),
+    ),
+    Case(
+        "an Icechunk repo whose head snapshot was deleted (`pyramid build`)",
+        ("pyramid", "build", "repo", "-v", "temperature_2m", "--levels", "1", *SYNC),
+        1,
+        ("missing", "repo/snapshots/", "restore it from a copy"),
+        setup=_deleted_head,
+    ),
+    Case(
+        "an Icechunk repo whose head snapshot was deleted (`virtual inspect`)",
+        ("virtual", "inspect", "repo"),
+        1,
+        ("missing", "repo/snapshots/", "restore it from a copy"),
+        setup=_deleted_head,
+    ),
+    Case(
+        "an Icechunk repo whose manifests were deleted",
+        ("virtual", "validate", "sim-gfs", "--repo", "repo", "--source", "src", *AUG1),
+        1,
+        ("missing", "repo/manifests/", "restore it from a copy"),
+        setup=lambda w: [p.unlink() for p in (w / "repo" / "manifests").iterdir()],
+    ),
+    Case(
+        "a corrupt chunk of `dir ü é/my store.zarr` (named as typed, not percent-encoded)",
+        ("pyramid", "build", "dir ü é/my store.zarr", *SYNC),
+        1,
+        ("dir ü é/my store.zarr/field/c/1/1", "not a valid zarr chunk", "restore the object"),
+        setup=_odd_copy("good.zarr", "dir ü é/my store.zarr", "field/c/1/1"),
+    ),
+    Case(
+        "`grib scan` of a bad `.idx` in `dir ü é` (named as typed, not percent-encoded)",
+        ("grib", "scan", f"dir ü é/{GRIB}", "--index", f"dir ü é/{GRIB}.idx"),
+        1,
+        ("invalid index", f"dir ü é/{GRIB}.idx", "not a wgrib2 inventory line"),
+        setup=_odd_copy(GRIB, f"dir ü é/{GRIB}", None, idx="garbage\n"),
+    ),
     # ---- round 3 (issue 49): checks before writes, user data never overwritten
+    Case(
+        "a store's own root array named like a pyramid level (`4x`)",
+        ("pyramid", "build", "good.zarr", "--levels", "2", *SYNC),
+        2,
+        ("good.zarr/4x", "array '4x'", "did not write", "rename or move it", "--levels 1"),
+        setup=lambda w: zarr.open_group(str(w / "good.zarr"), mode="a").create_array(
+            "4x", shape=(3,), dtype="int32", dimension_names=["n"]
+        ),
+        absent=("good.zarr/2x", "good.zarr/.pyramid"),
+    ),
+    Case(
+        "a store's own group named like a pyramid level (`2x`)",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        2,
+        ("good.zarr/2x", "group '2x'", "did not write", "rename or move it"),
+        setup=lambda w: zarr.open_group(str(w / "good.zarr"), mode="a").create_group("2x"),
+        absent=("good.zarr/.pyramid", "good.zarr/4x"),
+    ),
+    Case(
+        "a store's own group named `.pyramid` (where the pyramid keeps its records)",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        2,
+        ("good.zarr/.pyramid", "group '.pyramid'", "keeps its records", "rename or move it"),
+        setup=lambda w: zarr.open_group(str(w / "good.zarr"), mode="a").create_group(".pyramid"),
+        absent=("good.zarr/2x",),
+    ),
+    Case(
+        "a NaN in a spatial coordinate",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        2,
+        ("good.zarr/lat", "coordinate array 'lat'", "nan at index 3", "write the cell centres"),
+        setup=lambda w: zarr.open_array(str(w / "good.zarr"), path="lat", mode="r+").__setitem__(
+            3, np.nan
+        ),
+        absent=("good.zarr/2x", "good.zarr/.pyramid"),
+    ),
+    Case(
+        "an array whose (numcodecs) codec is not installed",
+        ("pyramid", "build", "good.zarr", *SYNC),
+        2,
+        ("good.zarr/field", "codec 'zfpy' is not available", "install the package", "--variable"),
+        setup=lambda w: (w / "good.zarr/field/zarr.json").write_text(
+            (w / "good.zarr/field/zarr.json")
+            .read_text()
+            .replace('"name": "bytes"', '"name": "numcodecs.zfpy"', 1)
+        ),
+        absent=("good.zarr/2x", "good.zarr/.pyramid"),
+    ),
+    Case(
+        "an invalid Dask setting in the environment",
+        ("pyramid", "build", "good.zarr", "--executor", "dask"),
+        2,
+        (
+            "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET='banana'",
+            "distributed.worker.memory.target",
+            "number > 0 and <= 1",
+            "unset it",
+        ),
+        env={"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "banana"},
+        absent=("good.zarr/2x", "good.zarr/.pyramid"),
+    ),
+    Case(
+        "`virtual update --pyramid` of a variable the dataset lacks",
+        (
+            "virtual",
+            "update",
+            "sim-gfs",
+            "--repo",
+            "repo",
+            "--source",
+            "src",
+            "--fire-time",
+            "2025-08-01T18",
+            "--pyramid",
+            "nosuch",
+        ),
+        2,
+        ("--pyramid 'nosuch'", "no such variable", "temperature_2m", "name one of them"),
+    ),
     # ---- round 3 (issue 49): records that can be corrupt
+    Case(
+        "an update lease emptied (young: a live holder may still rewrite it)",
+        ("virtual", "expire", "repo", "--older-than", "30d"),
+        1,
+        ("repo/toolkit-update.lease", "empty", "not a lease", "rerun in", "takes it over"),
+        setup=_write("repo/toolkit-update.lease", ""),
+    ),
+    Case(
+        "the last fire's record cut short",
+        ("virtual", "status", "repo"),
+        1,
+        (
+            "repo/toolkit-update.last-fire.json",
+            "not a fire record",
+            "the next `toolkit virtual update` fire rewrites it",
+        ),
+        setup=_write("repo/toolkit-update.last-fire.json", '{"fire": "2025-08-'),
+    ),
+    Case(
+        "an archive manifest holding another document",
+        (
+            "archive",
+            "partition",
+            "--data",
+            "data",
+            "--manifests",
+            "m",
+            "--t-max",
+            "5000",
+            "--t-hot",
+            "100",
+            "--t-min",
+            "3000",
+        ),
+        1,
+        (
+            "m/cordex/a.zarr/manifest.json",
+            "not an archive manifest",
+            "restore its previous version",
+            "`toolkit archive partition`",
+        ),
+        setup=_write("m/cordex/a.zarr/manifest.json", '{"zarr_format": 3, "node_type": "group"}'),
+    ),
+    Case(
+        "tier state of binary junk",
+        ("archive", "report", "--data", "data", "--manifests", "m"),
+        1,
+        (
+            "m/cordex/a.zarr/tiers.json",
+            "not tier state",
+            "restore its previous version",
+            "toolkit archive mark cordex/a.zarr",
+        ),
+        setup=_write("m/cordex/a.zarr/tiers.json", "\x00\x01 junk"),
+    ),
+    Case(
+        "a pyramid's backup of level-0 metadata emptied",
+        ("pyramid", "verify", "good.zarr"),
+        1,
+        (
+            "good.zarr/.pyramid/backup/c/0",
+            "empty",
+            "not a pyramid backup record",
+            "toolkit pyramid build",
+            "--rebuild-from 2x",
+        ),
+        setup=lambda w: _built_then_emptied(w, ".pyramid/backup/c/0"),
+    ),
     # ---- round 3 (issue 49): input encodings and switches
 )
 

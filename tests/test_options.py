@@ -16,6 +16,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from toolkit import options
 from toolkit.cli import app
 
 
@@ -43,6 +44,19 @@ NUMERIC = [
 ]
 
 
+def _valid(param: Any, place: Path) -> str:
+    """A value the option layer takes for `param` (a number its least, a time a UTC time),
+    else a path that does not exist."""
+    check = param.type_descriptor.parameter_info.parser
+    if isinstance(check, options.Bounded):
+        return str(check.lo)
+    if getattr(check, "__qualname__", "").startswith("time."):
+        return "2025-08-01T00"
+    known = {options.DURATION: "30d", options.SIZE: "1GiB", options.RATE: "300MB/s",
+             options.RANGE: "0,1", options.positions: "1"}  # fmt: skip
+    return known.get(check, str(place / "missing"))
+
+
 def _required(path: tuple[str, ...], cmd: Any, place: Path) -> list[str]:
     """Values for the command's required parameters, so that only the option under test can
     be wrong: a choice's first value, a number's least, else a path that does not exist."""
@@ -51,16 +65,69 @@ def _required(path: tuple[str, ...], cmd: Any, place: Path) -> list[str]:
         if not param.required:
             continue
         choices = [a for k in _kinds(param) for a in typing.get_args(k) if isinstance(a, str)]
-        least = getattr(param, "min", None)  # a required number: its least valid value
-        value = choices[0] if choices else str(place / "missing") if least is None else str(least)
+        value = choices[0] if choices else _valid(param, place)
         argv += [value] if not param.opts[0].startswith("-") else [param.opts[0], value]
     return argv
 
 
-def test_every_numeric_option_declares_its_range() -> None:
+def _check(param: Any) -> Any:
+    return param.type_descriptor.parameter_info.parser
+
+
+def test_every_numeric_option_goes_through_the_option_layer() -> None:
+    """Each is read by a `toolkit.options.Bounded` check (finite, lo..hi), whose range is
+    also the declared min/max --help shows."""
     assert len(NUMERIC) > 20  # the walk found the commands
-    loose = [f"{' '.join(p)} {o.opts[0]}" for p, o in NUMERIC if o.min is None and o.max is None]
-    assert not loose, f"numeric options without a declared range: {loose}"
+    loose = [
+        f"{' '.join(p)} {o.opts[0]}"
+        for p, o in NUMERIC
+        if not isinstance(_check(o), options.Bounded) or o.min is None or o.max is None
+    ]
+    assert not loose, f"numeric options not declared through toolkit.options: {loose}"
+
+
+# The options whose value is text with a meaning (a size, a rate, a duration, a time, a range)
+# and the check each goes through, wherever it appears.
+TYPED = {
+    "--t-max": options.SIZE, "--t-hot": options.SIZE, "--t-min": options.SIZE,
+    "--rate": options.RATE, "--older-than": options.DURATION,
+    "--expire-older-than": options.DURATION, "--range": options.RANGE,
+    "--positions": options.positions,
+}  # fmt: skip
+TIMES = ("--start", "--end", "--fire-time", "--scheduled-at")
+
+
+def test_every_size_rate_duration_time_and_range_option_goes_through_the_option_layer() -> None:
+    seen, wrong = 0, []
+    for path, cmd in _commands():
+        for param in cmd.params:
+            flag = param.opts[0]
+            want = TYPED.get(flag)
+            check = _check(param)
+            if want is not None or flag in TIMES:
+                seen += 1
+                ok = check is want if want is not None else getattr(check, "__qualname__", "")
+                if ok is False or (want is None and not str(ok).startswith("time.")):
+                    wrong.append(f"{' '.join(path)} {flag}")
+    assert seen >= 20 and not wrong, (seen, wrong)
+
+
+VALUES = ("nan", "-nan", "inf", "-inf", "1e400", str(2**64), "", "ten")
+
+
+@pytest.mark.parametrize(
+    ("path", "param"), NUMERIC, ids=[f"{'-'.join(p)}:{o.opts[0]}" for p, o in NUMERIC]
+)
+def test_non_finite_and_overflowing_numbers_are_refused_by_name(
+    path: tuple[str, ...], param: Any
+) -> None:
+    """NaN passes every `min=` comparison and inf every min-only one: the check refuses them,
+    and numbers past what the option's value is handed to, with the accepted range."""
+    check = _check(param)
+    for text in (*VALUES, str(check.hi + 1)):
+        with pytest.raises(options.BadValue, match=r"want .* from .* to "):
+            check(text)
+    assert check(check.lo) == check.lo and check(str(check.hi)) == check.hi
 
 
 @pytest.mark.parametrize(
@@ -71,6 +138,7 @@ def test_out_of_range_is_refused_before_anything(
 ) -> None:
     cmd = dict(_commands())[path]
     bad = param.min - 1 if param.min is not None else param.max + 1
+    bad = "nan" if isinstance(bad, float) and bad < 0 else bad  # NaN: below every range
     argv = [*path, *_required(path, cmd, tmp_path), param.opts[0], str(bad)]
     here = Path.cwd()
     os.chdir(tmp_path)

@@ -134,3 +134,14 @@ def test_an_endpoint_is_checked_before_any_connection(port: str) -> None:
     with pytest.raises(storage.BadEndpoint, match="malformed endpoint"):
         storage.open_store("s3://b/x", endpoint=f"http://127.0.0.1:{port}")
     assert storage.open_store("s3://b/x", endpoint="http://127.0.0.1:9000").url == "s3://b/x"
+
+
+def test_the_demo_runs_in_a_relative_workdir(tmp_path: Path, monkeypatch) -> None:
+    """`demo --workdir REL`: every store under it lands there (no file URI of a relative
+    path), with the letters URLs encode in its name."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["demo", "--workdir", "rel ü/demo", "--executor", "sync"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "rel ü" / "demo" / "report.html").is_file()
+    assert (tmp_path / "rel ü" / "demo" / "pyramid-demo.zarr" / "2x").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel ü"]  # no twin, nothing beside

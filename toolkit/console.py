@@ -11,11 +11,13 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import re
 import sys
 import traceback
 import typing
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from toolkit import storage, textin
+from toolkit import options, storage, textin
 from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
 from toolkit.engine.cluster import WAIT_FOR_WORKERS
 from toolkit.engine.interrupt import Interrupts, interrupted
@@ -59,7 +61,7 @@ class _Stderr(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = f"{record.levelname.lower()}: {record.getMessage()} ({record.name})"
-            sys.stderr.write(storage.redact(line) + "\n")
+            sys.stderr.write(storage.readable(line) + "\n")
         except Exception:
             self.handleError(record)
 
@@ -97,12 +99,22 @@ def debugging() -> bool:
     return flags.debug or textin.switch(os.environ, "TOOLKIT_DEBUG")
 
 
-OUT_OF_REACH = (storage.Unreachable, storage.AccessDenied)  # exit 2: the user's address is wrong
+# exit 2: the user's address is wrong (a local path that cannot be a store is one)
+OUT_OF_REACH = (storage.Unreachable, storage.AccessDenied, storage.BadPath)
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters and line breaks escaped (`\\x1b`, `\\n`): a name
+    holding one can neither split an error line nor drive the terminal."""
+    return "".join(
+        c if c == " " or unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1]
+        for c in text
+    )
 
 
 def fail(code: int, message: str) -> typer.Exit:
     """Print one red line to stderr and return the Exit to raise."""
-    err_console.print(f"[red]error:[/red] {escape(storage.redact(message))}")
+    err_console.print(f"[red]error:[/red] {escape(one_line(storage.readable(message)))}")
     return typer.Exit(code)
 
 
@@ -219,16 +231,45 @@ AsJson = Annotated[
 ]
 
 
+class NotJson(ValueError):
+    """A --json document holding NaN or an infinity, which JSON has no spelling for."""
+
+
+def _spell(value: Any) -> Any:
+    iso = getattr(value, "isoformat", None)
+    return iso() if callable(iso) else str(value)
+
+
+def _non_finite(doc: Any, path: str = "") -> str | None:
+    """Where in `doc` the first NaN or infinity is (`blobs[0].recall_s = inf`), or None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return f"{path or 'the document'} = {doc}"
+    if isinstance(doc, dict):
+        items = [(f"{path}.{k}".lstrip("."), v) for k, v in doc.items()]
+    elif isinstance(doc, (list, tuple)):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(doc)]
+    else:
+        items = []
+    return next((where for p, v in items if (where := _non_finite(v, p))), None)
+
+
+def json_text(doc: Any, indent: int | None = None) -> str:
+    """`doc` as JSON for stdout: times and other values JSON lacks as their ISO / str spelling;
+    never `NaN` or `Infinity`, which JSON readers refuse (NotJson names the field: a value
+    that can be missing is None upstream)."""
+    try:
+        return json.dumps(doc, default=_spell, indent=indent, allow_nan=False)
+    except ValueError:
+        where = _non_finite(json.loads(json.dumps(doc, default=_spell)))
+        raise NotJson(
+            f"--json: {where or 'a value'} has no JSON spelling; nothing printed"
+        ) from None
+
+
 def emit_json(doc: Any) -> None:
-    """One JSON object on one line of stdout (what `--json` promises; nothing else goes there).
-    Times and other values JSON lacks are written as their ISO / str spelling."""
-    import sys
-
-    def spell(value: Any) -> Any:
-        iso = getattr(value, "isoformat", None)
-        return iso() if callable(iso) else str(value)
-
-    sys.stdout.write(json.dumps(doc, default=spell) + "\n")
+    """One JSON object on one line of stdout (what `--json` promises; nothing else goes there),
+    never with NaN or Infinity in it (`json_text`)."""
+    sys.stdout.write(json_text(doc) + "\n")
     sys.stdout.flush()
 
 
@@ -269,7 +310,7 @@ def print_report(report: Report, json_path: Path | None = None) -> None:
         )
     out.print(table)
     for note in report.notes:
-        out.print(f"note: {escape(storage.redact(note))}", soft_wrap=True)
+        out.print(f"note: {escape(storage.readable(note))}", soft_wrap=True)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_dict(), indent=2))
 
@@ -285,9 +326,9 @@ PathStyle = Annotated[bool, typer.Option("--path-style", help="Path-style S3 add
 RETRY_SECONDS = storage.RETRY_SECONDS
 RetrySeconds = Annotated[
     float,
-    typer.Option(
+    options.Option(
         "--retry-seconds",
-        min=1,
+        check=options.seconds(1),
         help="Retry every object-store call with backoff for up to this long before giving "
         "up (an outage shorter than this costs only time).",
     ),
@@ -428,9 +469,9 @@ class Typer(typer.Typer):
 # The engine options of every job command.
 WaitForWorkers = Annotated[
     float,
-    typer.Option(
+    options.Option(
         "--wait-for-workers",
-        min=0,
+        check=options.seconds(0),
         help="With --cluster: seconds to wait for the scheduler's first worker before giving "
         "up (exit 2), before anything is written.",
     ),
@@ -495,6 +536,6 @@ class OneLineErrors(TyperGroup):
                 sys.exit(err.exit_code)  # a bare group: its help was printed when raised
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             text = " ".join(err.format_message().split()).replace("Value error, ", "")
-            typer.echo(f"error: {text}{where}", err=True)
+            typer.echo(one_line(f"error: {text}{where}"), err=True)
             sys.exit(getattr(err, "exit_code", 2))
         sys.exit(code if isinstance(code, int) else 0)

@@ -63,6 +63,7 @@ __all__ = [
     "s3_container",
     "set_virtual_refs",
     "snapshot_of",
+    "translate",
     "virtual_locations",
     "writable",
 ]
@@ -294,6 +295,7 @@ class VirtualConfig:
 
 
 def _storage(store: storage.Store) -> ic.Storage:
+    _opened(store)
     if store.is_local:
         return ic.local_filesystem_storage(str(store.local_path))
     if store.scheme == "s3":
@@ -353,7 +355,10 @@ def create_repo(store: storage.Store, config: VirtualConfig) -> ic.Repository:
             raise storage.AccessDenied(
                 store.url, None, "these credentials may not write an Icechunk repo here"
             ) from None
-        raise
+        named = translate(err, store.url, writing=True)
+        if named is None:
+            raise
+        raise named from None
     # the runtime settings (no preload, the caller's retry budget) from here on, not persisted
     return ic.Repository.open(
         st, config=_runtime(store), authorize_virtual_chunk_access=credentials
@@ -380,7 +385,10 @@ def open_repo(
     except ic.IcechunkError as err:
         _refuse_unreachable(store, err)
         if _exists(store, st):
-            raise
+            named = translate(err, store.url)
+            if named is None:
+                raise
+            raise named from None
         raise NotARepo(
             f"no Icechunk repo at {store.url}: "
             + (
@@ -515,7 +523,10 @@ def _exists(store: storage.Store, st: ic.Storage | None = None) -> bool:
             raise named from None
         if not isinstance(err, ic.FormatError):
             _refuse_unreachable(store, err)
-            raise
+            named = translate(err, store.url)
+            if named is None:
+                raise
+            raise named from None
         said = str(err).split("\n", 1)[0].removeprefix("FormatError: ").split(". Please")[0]
         raise NotARepo(
             f"{store.url}: {said}: upgrade icechunk (this toolkit has {ic.__version__}) on this "
@@ -614,7 +625,7 @@ class BranchView:
         if isinstance(err, ic.IcechunkError):
             with contextlib.suppress(Exception):
                 head = snapshot_of(self.ref.open(), self.branch)
-        return corrupt(err, self.ref.url, head)
+        return translate(err, self.ref.url, key, head)
 
 
 @dataclass(frozen=True)
@@ -632,9 +643,9 @@ class SessionView:
         return self.session.store
 
     def explain(self, err: Exception, key: str | None) -> storage.StorageError | None:
-        """A corrupt object of the repo named (None: `err` is not one)."""
+        """An error of the repo's store as `toolkit.storage` says it (None: not one)."""
         repo = self.url.rpartition("@")[0] if "@" in self.url.rpartition("/")[2] else self.url
-        return corrupt(err, repo, getattr(self.session, "snapshot_id", None))
+        return translate(err, repo, key, getattr(self.session, "snapshot_id", None))
 
 
 def finalize_branch(repo: ic.Repository, branch: str, marker: str, base: str = "main") -> str:
@@ -1094,10 +1105,12 @@ def corruption_named(store: storage.Store) -> Iterator[None]:
     try:
         yield
     except ic.IcechunkError as err:
-        named = corrupt(err, store.url)
+        named = translate(err, store.url)
         if named is None:
             raise
-        raise (named if named.key else _corrupt_snapshot(store) or named) from err
+        if isinstance(named, storage.CorruptObject) and not named.key:
+            named = _corrupt_snapshot(store) or named
+        raise named from err
 
 
 def _corrupt_snapshot(store: storage.Store) -> storage.CorruptObject | None:
@@ -1115,3 +1128,102 @@ def _corrupt_snapshot(store: storage.Store) -> storage.CorruptObject | None:
             if named is not None and named.key:
                 return named
     return None
+
+
+# ----------------------------------------------------------------------------- errors
+
+_SEEN: dict[str, storage.Store] = {}  # the repos this process opened, newest last
+_SEEN_LOCK = threading.Lock()
+
+
+def _opened(store: storage.Store) -> None:
+    with _SEEN_LOCK:
+        _SEEN.pop(store.url, None)
+        _SEEN[store.url] = store  # with its options: an error's probes reach it as the job did
+        while len(_SEEN) > 32:
+            del _SEEN[next(iter(_SEEN))]
+
+
+def _seen(url: str) -> storage.Store:
+    with _SEEN_LOCK:
+        return _SEEN.get(url) or storage.Store(url)
+
+
+# Icechunk errors about the repo's objects; the rest (conflicts, refs, nodes, rebases) are
+# states their callers handle by type
+_STORAGE_SAYS = re.compile(r"object not found|\(os error \d+\)|object store error", re.I)
+_OBJECT = re.compile(r'with path="([^"]+)"')  # the key Icechunk's context names
+_PREFIXES = ("StorageError: ", "session error: ", "object store error ", "Generic ")
+
+
+def translate(
+    err: BaseException,
+    url: str | None = None,
+    key: str | None = None,
+    snapshot: str | None = None,
+    writing: bool | None = None,
+) -> storage.StorageError | None:
+    """An Icechunk error as `toolkit.storage` says every storage error (its `explain` asks
+    here): the repo (`url`, else the one this process opened whose object is missing), the
+    object, the cause in words and the fix; Icechunk's context frames dropped. None for an
+    error that is not about storage (a conflict, a missing branch: their callers decide)."""
+    if not isinstance(err, ic.IcechunkError):
+        return None
+    if url is not None and (named := corrupt(err, url, snapshot)) is not None:
+        return named
+    text = str(err)
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if not (isinstance(err, ic.StorageError) or _STORAGE_SAYS.search(first)):
+        return None
+    obj = m.group(1) if (m := _OBJECT.search(text)) else None
+    repo = url or _repo_of(obj)
+    if repo is not None and (local := storage.os_error(err, repo, obj, writing)) is not None:
+        return local
+    if repo is None:
+        return storage.os_error(err, None, None, writing)  # the system's own path, if it said
+    if _unreachable(where := _seen(repo), err):
+        endpoint = where.options.get("endpoint") or repo
+        budget = storage.retry_seconds(where.options)
+        return storage.Unreachable(repo, None, storage.unanswered(endpoint, budget))
+    if _DENIED.search(text):
+        return storage.AccessDenied(repo, obj or key, "these credentials may not use this repo")
+    said = first
+    while said.startswith(_PREFIXES):
+        said = said.split(" ", 1)[1] if said.startswith("Generic ") else said.split(": ", 1)[1]
+    if "object not found" in first.lower():
+        gone = obj if obj and obj.startswith(("snapshots/", "manifests/")) else None
+        gone = gone or _missing_snapshot(repo) or obj or key
+        return storage.MissingObject(repo, gone, "object not found")
+    return storage.StorageError(repo, obj or key, said[:300])
+
+
+def _repo_of(obj: str | None) -> str | None:
+    """Which repo opened here an error is about, when it did not say: the only one, else the
+    newest local one that lacks `obj`, else the newest."""
+    with _SEEN_LOCK:
+        seen = list(_SEEN.values())[::-1]
+    if len(seen) <= 1 or obj is None:
+        return seen[0].url if seen else None
+    for store in seen:
+        with contextlib.suppress(Exception):
+            if store.is_local and not storage.exists(store, obj):
+                return store.url
+    return seen[0].url
+
+
+def _missing_snapshot(url: str) -> str | None:
+    """`snapshots/<id>` of the first branch head whose snapshot object is gone (None: every
+    one is there): what a read that failed with no object named was looking for."""
+    try:
+        store = _seen(url)
+        repo = ic.Repository.open(_storage(store), config=_runtime(store))
+        heads = sorted({repo.lookup_branch(b) for b in repo.list_branches()})
+        return next(
+            (f"snapshots/{h}" for h in heads if not storage.exists(store, f"snapshots/{h}")),
+            None,
+        )
+    except Exception:
+        return None
+
+
+storage.EXPLAINERS.append(translate)

@@ -35,6 +35,21 @@ METHODS = ("mean", "mode", "min", "max", "sum", "circular_mean")
 # a direction's window mean is nodata when its unit vectors cancel: resultant length per pixel
 # (0 for opposite directions, 1 for identical ones) at or below this
 CIRCULAR_CANCEL = 1e-6
+HALF = np.dtype(np.float16)  # numba has no float16: such blocks pool as float32
+
+
+def _half(values: np.ndarray, out_dtype: np.dtype | None) -> bool:
+    return values.dtype == HALF or (out_dtype is not None and np.dtype(out_dtype) == HALF)
+
+
+def _single(dtype: np.dtype) -> np.dtype:
+    """float16 widened to float32, which holds every float16 exactly."""
+    return np.dtype(np.float32) if np.dtype(dtype) == HALF else np.dtype(dtype)
+
+
+def _half_fill(fill: float | int | None) -> float | None:
+    """A fill as the float16 stored values hold it (-9999 is stored as -10000)."""
+    return None if fill is None else float(np.float16(fill))
 
 
 @njit(nogil=True, cache=True)
@@ -71,6 +86,8 @@ def joint_valid(values: np.ndarray, fill: float | int) -> np.ndarray:
     """
     if values.ndim != 3:
         raise ValueError(f"joint_valid wants [band, y, x], got shape {values.shape}")
+    if values.dtype == HALF:
+        values, fill = values.astype(np.float32), _half_fill(fill)  # type: ignore[assignment]
     out = np.empty(values.shape[1:], dtype=np.uint32)
     if values.dtype.kind == "f":
         fill_f = float(fill) if fill is not None else np.nan
@@ -494,7 +511,15 @@ def pool(
     mode of uint8/uint16 labels ranks or counts (a table per output column for uint8) instead
     of sorting each window;
     `fast=False` forces the general kernels, the reference the fast paths are tested on.
+    float16 (in or out) pools in float32 and is returned in the dtype asked for: a min or max
+    exactly, since it picks a value.
     """
+    if _half(values, out_dtype):
+        want = np.dtype(out_dtype) if out_dtype is not None else values.dtype
+        wide = values.astype(np.float32) if values.dtype == HALF else values
+        nd = _half_fill(nodata) if want == HALF else nodata
+        out, count = pool(wide, weights, method, nd, factor, _single(want), fast)  # type: ignore[arg-type]
+        return out.astype(want), count
     _check(values, weights, factor)
     dtype = _out_dtype(values, method, out_dtype)
     nb, oh, ow = _out_shape(values, factor)
@@ -544,6 +569,14 @@ def pool_level0(
     """
     if values.ndim != 3:
         raise ValueError(f"pool_level0 wants [band, y, x], got shape {values.shape}")
+    if _half(values, out_dtype):  # as `pool` does
+        want = np.dtype(out_dtype) if out_dtype is not None else values.dtype
+        wide, fill0 = values, fill
+        if values.dtype == HALF:
+            wide, fill0 = values.astype(np.float32), _half_fill(fill)  # type: ignore[assignment]
+        nd = _half_fill(nodata) if want == HALF else nodata
+        out, count = pool_level0(wide, fill0, method, nd, factor, _single(want), fast)  # type: ignore[arg-type]
+        return out.astype(want), count
     if not (fast and factor == 2 and method == "mean"):
         return pool(values, joint_valid(values, fill), method, nodata, factor, out_dtype, fast)
     dtype = _out_dtype(values, method, out_dtype)
@@ -605,6 +638,13 @@ def pool_circular(
     if values.ndim != 3:
         raise ValueError(f"pool_circular wants [band, y, x], got shape {values.shape}")
     dtype = np.dtype(out_dtype) if out_dtype is not None else np.dtype(np.float32)
+    if _half(values, dtype):  # as `pool` does
+        wide, fill0 = values, fill
+        if values.dtype == HALF:
+            wide, fill0 = values.astype(np.float32), _half_fill(fill)  # type: ignore[assignment]
+        nd = _half_fill(nodata) if dtype == HALF else nodata
+        out, count = pool_circular(wide, fill0, circle, nd, factor, _single(dtype))  # type: ignore[arg-type]
+        return out.astype(dtype), count
     valid = joint_valid(values, fill)
     nb, oh, ow = _out_shape(values, factor)
     count = np.empty((oh, ow), dtype=np.uint32)

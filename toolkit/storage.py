@@ -19,12 +19,14 @@ provider, which refreshes. Explicit secret options are refused when pickling.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +69,7 @@ __all__ = [
     "open_store",
     "put",
     "read",
+    "record_json",
     "zarr_metadata",
 ]
 
@@ -94,15 +97,17 @@ class StorageError(Exception):
     """A storage operation failed; names the store, the key and the cause."""
 
     cause = "storage error"
+    fix = ""  # what to do about it, when the cause alone does not say
 
     def __init__(self, store: str, key: str | None, detail: str = "") -> None:
         self.store = store
         self.key = key
         self.detail = detail
-        where = f"{store.rstrip('/')}/{key}" if key else store
-        msg = f"{self.cause}: {where}"
+        msg = f"{self.cause}: {location(store, key)}"
         if detail:
             msg += f" ({detail})"
+        if self.fix:
+            msg += f"; {self.fix}"
         super().__init__(msg)
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels from a worker as itself
@@ -149,20 +154,72 @@ class CorruptObject(StorageError):
 
     cause = "corrupt object"
 
-    def __init__(self, store: str, key: str | None, what: str, detail: str = "") -> None:
+    def __init__(
+        self, store: str, key: str | None, what: str, detail: str = "", fix: str = ""
+    ) -> None:  # fix: the command that repairs or replaces a record the toolkit keeps
         self.store, self.key, self.what, self.detail = store, key, what, detail
-        where = f"{store.rstrip('/')}/{key}" if key else store
-        Exception.__init__(
-            self,
-            f"{where}: {detail} (not {what}); restore the object, or rerun the job that writes it",
-        )
+        self.fix = fix or "restore the object, or rerun the job that writes it"
+        Exception.__init__(self, f"{location(store, key)}: {detail} (not {what}); {self.fix}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (CorruptObject, (self.store, self.key, self.what, self.detail))
+        return (CorruptObject, (self.store, self.key, self.what, self.detail, self.fix))
 
 
 class AccessDenied(StorageError):
     cause = "access denied (check credentials / anonymous access)"
+
+
+class ReadOnly(AccessDenied):
+    """A local folder this process may not write (its mode, its owner, a read-only mount)."""
+
+    cause = "read-only"
+    fix = "make it writable (chmod u+w, or its owner), or choose another path"
+
+
+class NotReadable(AccessDenied):
+    """A local file or folder this process may not read."""
+
+    cause = "permission denied"
+    fix = "make it readable (chmod u+rx, or its owner), or check the path"
+
+
+class BadPath(StorageError):
+    """A local path that cannot name a store as it is (exit 2: the input must change)."""
+
+
+class NotADirectory(BadPath):
+    cause = "not a directory"
+    fix = "a file is where a folder is needed: pass a folder, or a path that does not exist yet"
+
+
+class SymlinkLoop(BadPath):
+    cause = "symlink loop"
+    fix = "repair or remove the link (ls -l shows where it points)"
+
+
+class NotUtf8(BadPath):
+    """A file name whose bytes are not UTF-8 (a Latin-1 folder, say): object-store keys are
+    text, so it is refused by name instead of being read as some other folder."""
+
+    cause = "file name is not UTF-8"
+    fix = "rename it to UTF-8 (e.g. convmv -f latin1 -t utf8 --notest), or use another path"
+
+
+class FileTooLarge(StorageError):
+    cause = "file too large"
+    fix = "raise the file-size limit (ulimit -f) or write where larger files are allowed"
+
+
+class NoSpace(StorageError):
+    cause = "no space left on the device"
+    fix = "free some space, or write elsewhere"
+
+
+class MissingObject(NotFound):
+    """An object a repository refers to (a snapshot, a manifest) is gone from it."""
+
+    cause = "missing"
+    fix = "the repository lost an object it refers to: restore it from a copy, or rebuild it"
 
 
 class Unreachable(StorageError):
@@ -211,10 +268,16 @@ _UNREACHABLE_HINTS = (
 )
 
 
-def _translate(err: BaseException, store: Store, key: str | None) -> StorageError:
+def _translate(
+    err: BaseException, store: Store, key: str | None, writing: bool | None = None
+) -> StorageError:
     detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
     if isinstance(err, (obx.NotFoundError, FileNotFoundError)):
         return NotFound(store.url, key, detail)
+    if store.is_local:
+        named = os_error(err, store.url, key, writing)
+        if named is not None:
+            return named
     if isinstance(err, obx.AlreadyExistsError):
         return AlreadyExists(store.url, key, detail)
     if isinstance(err, (obx.PreconditionError, obx.NotModifiedError)):
@@ -242,18 +305,157 @@ def unanswered(endpoint: str, budget: float) -> str:
 _PERFORMING = re.compile(r"Error performing (\w+) (\S+) in .*?retry_timeout: ([\d.]+)s", re.S)
 
 
+EXPLAINERS: list[Callable[[BaseException], StorageError | None]] = []
+"""What other edges add to `explain` (toolkit.icechunk: Icechunk's errors), so every storage
+error, whoever raised it, is said by this one function."""
+
+
 def explain(err: BaseException) -> StorageError | None:
-    """A toolkit error for an obstore error that escaped without its store (raised inside
-    zarr's adapter, on a worker): named by the URL the request went to; None if not one."""
-    if isinstance(err, StorageError) or not isinstance(err, obx.BaseError):
+    """The one voice of storage errors: a toolkit error for a store's error that escaped
+    without its store (raised inside zarr's adapter, on a worker, by Icechunk, by the operating
+    system), naming the path or URL, the key, the cause in words and the fix; None if `err` is
+    not a storage error (or already a toolkit one)."""
+    if isinstance(err, StorageError):
         return None
+    for explainer in EXPLAINERS:
+        named = explainer(err)
+        if named is not None:
+            return named
+    if not isinstance(err, obx.BaseError):  # Python's own: a missing file is its callers' to handle
+        local = isinstance(err, (OSError, RuntimeError)) and not isinstance(err, FileNotFoundError)
+        return os_error(err, None, None) if local else None
     found = _PERFORMING.search(str(err))
-    url = found.group(2) if found else "an object store"
-    if found and any(h in str(err).lower() for h in _UNREACHABLE_HINTS):
+    if found is None:  # a local store's error names the path, not a URL
+        named = os_error(err, None, None)
+        path = _OS_PATH.search(str(err))
+        if named is None and path is not None:
+            named = _translate(err, Store(Path(path.group(1)).as_uri()), None)
+        return named or StorageError("an object store (it did not say which)", None, _first(err))
+    url = found.group(2)
+    if any(h in str(err).lower() for h in _UNREACHABLE_HINTS):
         parsed = urlparse(url)
         endpoint = f"{parsed.scheme}://{parsed.netloc}"
         return Unreachable(url, None, unanswered(endpoint, float(found.group(3))))
-    return _translate(err, Store(url if found else "memory://unknown"), None)
+    return _translate(err, Store(url), None)
+
+
+def _first(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+# --------------------------------------------------------------------------- local causes
+
+# what the operating system refused, in words (the error that says it and its fix)
+_OS_CAUSES: dict[int, type[StorageError]] = {
+    errno.ENOENT: NotFound,
+    errno.ENOTDIR: NotADirectory,
+    errno.ELOOP: SymlinkLoop,
+    errno.EFBIG: FileTooLarge,
+    errno.ENOSPC: NoSpace,
+    errno.EDQUOT: NoSpace,
+    errno.EROFS: ReadOnly,
+    errno.EACCES: NotReadable,  # ReadOnly when the call was a write
+    errno.EPERM: NotReadable,
+}
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_OS_ERRNO = re.compile(r"\(os error (\d+)\)")  # how Rust spells errno
+# the path a local store's (or Icechunk's) error names: "... file /p: Not a directory ..."
+_OS_PATH = re.compile(r"(?:file|dir|directory|on|location)\s+(/.*?)(?::\s|\s+not found)")
+_WRITES = re.compile(r"creat|writ|\bput\b|copy|renam|delet|remov|mkdir", re.I)
+
+
+def _errno(err: BaseException) -> int | None:
+    if isinstance(err, OSError) and err.errno:
+        return err.errno
+    found = _OS_ERRNO.search(str(err))
+    if found:
+        return int(found.group(1))
+    if isinstance(err, RuntimeError) and "symlink loop" in str(err).lower():
+        return errno.ELOOP  # pathlib's resolve (Python 3.12)
+    return None
+
+
+def os_error(
+    err: BaseException, url: str | None, key: str | None, writing: bool | None = None
+) -> StorageError | None:
+    """What the operating system refused, said as a toolkit error about the local path at
+    fault: the file in the way of a folder, the link that loops, the folder that may not be
+    written. `url`/`key`: the local store and key the call was about, when known (the error's
+    own path wins: it is what the system looked at). None if `err` says no such cause."""
+    code = _errno(err)
+    kind = _OS_CAUSES.get(code) if code is not None else None
+    if kind is None:
+        return None
+    text = str(err)
+    named = getattr(err, "filename", None) or (m.group(1) if (m := _OS_PATH.search(text)) else None)
+    if named is None and isinstance(err, RuntimeError):  # "Symlink loop from '/p'"
+        named = m.group(1) if (m := re.search(r"'(/[^']*)'", text)) else None
+    if named is not None:
+        target = Path(os.fsdecode(named))
+    elif url is not None and url.startswith("file://"):
+        target = file_path(url) / (key or "")
+    else:
+        return None
+    if writing is None:
+        writing = bool(_WRITES.search(text))
+    if code in _DENIED_ERRNOS and writing:
+        kind = ReadOnly
+    culprit = _at_fault(target, code) if code != errno.ENOENT else target
+    rel = target.relative_to(culprit) if target.is_relative_to(culprit) else None
+    doing = "writing" if writing else "reading"
+    detail = f"{doing} {rel}" if rel is not None and str(rel) != "." else ""
+    return kind(culprit.as_uri(), None, detail)
+
+
+def _at_fault(path: Path, code: int) -> Path:
+    """The component of `path` an error is about: the file where a folder is needed
+    (ENOTDIR), the link that loops (ELOOP), the deepest one there is (denied: the folder
+    that refused a new entry, or the file itself); else `path` itself."""
+    if code not in (errno.ENOTDIR, errno.ELOOP, *_DENIED_ERRNOS):
+        return path
+    seen = Path(path.anchor)
+    for part in path.parts[1:]:
+        step = seen / part
+        try:
+            mode = os.stat(step).st_mode
+        except OSError as err:
+            if code == errno.ELOOP and err.errno == errno.ELOOP:
+                return step
+            return seen if code in _DENIED_ERRNOS else path
+        if code == errno.ENOTDIR and not stat.S_ISDIR(mode):
+            return step
+        seen = step
+    return path
+
+
+def location(url: str, key: str | None = None) -> str:
+    """Where `key` of the store at `url` is, as its user would type it: a local store's path
+    decoded (never percent-encoded), a cloud URL with its user:password hidden."""
+    if url.startswith("file://"):
+        base = unquote(urlparse(url).path, errors="backslashreplace")
+    else:
+        base = redact(url)
+    return f"{base.rstrip('/')}/{key.lstrip('/')}" if key else base
+
+
+_FILE_URL = re.compile(r"file://(/[A-Za-z0-9_.~/%-]*)")  # the letters as_uri leaves as they are
+_RUST_CONTEXT = re.compile(r"\n\s*context:\n.*at \S+\.rs:\d+", re.S)  # to the last frame
+
+
+def readable(text: str) -> str:
+    """`text` (an error line) as a person reads it: every file:// URL in it the path it names,
+    decoded; bytes that are not UTF-8 as \\xNN; a URL's user:password hidden; the Rust context
+    frames of Icechunk's and obstore's errors dropped (--debug prints them, with the
+    traceback)."""
+    text = _RUST_CONTEXT.sub("", text)
+    text = _FILE_URL.sub(lambda m: unquote(m.group(1), errors="backslashreplace"), text)
+    # a name's bytes that are not UTF-8 (Python holds them as lone surrogates) as \xNN
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return redact(text)
 
 
 # --------------------------------------------------------------------------- types
@@ -403,15 +605,34 @@ class Store:
 
 
 def _normalise_url(url: str) -> str:
-    """One spelling per location. A plain path is taken literally (spaces, `%`, `#`, `?` and
-    any letter are part of the name) and becomes a file:// URL, percent-encoded as URLs are;
-    a file:// URL is decoded first, so `file:///a b` and `file:///a%20b` are one store. Cloud
-    URLs are `scheme://bucket/key-prefix` with the key prefix literal (as `aws s3` reads them)."""
-    if "://" not in url:
-        return Path(url).expanduser().resolve().as_uri()
-    if url.startswith("file://"):
-        return file_path(url).resolve().as_uri()
-    return url
+    """One spelling per location. A plain path (relative or absolute) is taken literally
+    (spaces, `%`, `#`, `?` and any letter are part of the name) and becomes a file:// URL,
+    percent-encoded as URLs are; a file:// URL is decoded first, so `file:///a b` and
+    `file:///a%20b` are one store. Cloud URLs are `scheme://bucket/key-prefix` with the key
+    prefix literal (as `aws s3` reads them). A name that is not UTF-8 (`NotUtf8`) or a
+    path that loops (`SymlinkLoop`) is refused by name: no key could spell it."""
+    if "://" in url and not url.startswith("file://"):
+        _refuse_undecodable(url)
+        return url
+    path = file_path(url) if url.startswith("file://") else Path(url).expanduser()
+    _refuse_undecodable(str(path))
+    try:
+        return path.resolve().as_uri()
+    except (RuntimeError, OSError) as err:  # a symlink loop (RuntimeError in Python 3.12)
+        named = os_error(err, None, None)
+        if named is None:
+            raise
+        raise named from None
+
+
+def _refuse_undecodable(text: str) -> None:
+    """`NotUtf8` for a name holding bytes that are not UTF-8 (Python keeps them as lone
+    surrogates), shown with those bytes as \\xNN."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", errors="backslashreplace")
+        raise NotUtf8(shown, None) from None
 
 
 # A key `Path.as_uri` leaves as it is: letters quote() keeps, no empty, "." or ".." segment
@@ -428,8 +649,10 @@ def _local_base(url: str) -> str | None:
 
 
 def file_path(url: str) -> Path:
-    """The local path a file:// URL names, percent-decoded (the inverse of `Path.as_uri`)."""
-    return Path(unquote(urlparse(url).path))
+    """The local path a file:// URL names, percent-decoded (the inverse of `Path.as_uri`): the
+    bytes it spells, as the file system holds them (a %E9 that is not UTF-8 is not read as
+    some other name)."""
+    return Path(unquote(urlparse(url).path, errors="surrogateescape"))
 
 
 def local_path_of(source: str) -> Path | None:
@@ -740,16 +963,16 @@ class ObjectBackend:
             # S3 reports a lost If-Match race as 409 on some servers: a conflict either way.
             if isinstance(mode, Version):
                 raise PreconditionFailed(store.url, key, str(err).splitlines()[0]) from err
-            raise _translate(err, store, key) from err
+            raise _translate(err, store, key, writing=True) from err
         except Exception as err:
-            raise _translate(err, store, key) from err
+            raise _translate(err, store, key, writing=True) from err
         return Version(result.get("e_tag"), result.get("version"))
 
     def delete(self, key: str) -> None:
         try:
             obstore.delete(self.store.inner, key)
         except Exception as err:
-            raise _translate(err, self.store, key) from err
+            raise _translate(err, self.store, key, writing=True) from err
 
     def delete_many(self, keys: list[str], prefix: str) -> None:
         for start in range(0, len(keys), 1000):
@@ -757,7 +980,7 @@ class ObjectBackend:
             try:
                 obstore.delete(self.store.inner, batch)
             except Exception as err:
-                raise _translate(err, self.store, prefix) from err
+                raise _translate(err, self.store, prefix, writing=True) from err
 
     def explain(self, err: Exception) -> StorageError | None:
         return None  # obstore's own errors are named where they are raised
@@ -968,6 +1191,18 @@ def get_json(store: Store | ZarrView, key: str) -> Any:
         return json.loads(body)
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         raise CorruptObject(store.url, key, "JSON", _said(err)) from err
+
+
+def record_json(store: Store | ZarrView, key: str, data: bytes, what: str, fix: str) -> Any:
+    """A record the toolkit keeps (a lease, a manifest) parsed from its bytes; empty or not
+    JSON is a `CorruptObject` naming it, `what` it should be and `fix`, the command that
+    repairs or replaces it. Its shape is the caller's to check (and to refuse the same way)."""
+    if not data.strip():
+        raise CorruptObject(store.url, key, what, "empty", fix)
+    try:
+        return json.loads(data)
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CorruptObject(store.url, key, what, _said(err), fix) from None
 
 
 @contextlib.contextmanager

@@ -412,8 +412,16 @@ def finalize(txn: Txn, moved: Callable[[str], str]) -> str:
     for i, ref in enumerate(txn.refs):
         if i:
             step("finalize_after_replica")
+        repo = ref.open(fresh=True)
+        names = R.branches(repo)
+        if (  # not a replay (that moved base first): the branch was deleted under the job
+            txn.branch not in names
+            and marker(txn.branch) in names
+            and R.snapshot_of(repo, txn.base) == R.snapshot_of(repo, marker(txn.branch))
+        ):
+            raise LookupError(f"{ref.url}: branch {txn.branch!r} not found at finalize")
         try:
-            head = R.finalize_branch(ref.open(fresh=True), txn.branch, marker(txn.branch), txn.base)
+            head = R.finalize_branch(repo, txn.branch, marker(txn.branch), txn.base)
         except R.BranchMoved as err:
             raise R.BranchMoved(moved(ref.url)) from err
     return head

@@ -89,13 +89,15 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
             if ref is not None:
                 from toolkit.virtual.reader import open_dataset
 
-                return open_dataset(
+                ds = open_dataset(
                     ref.store, branch=branch, snapshot=snapshot, credentials=credentials,
                     group=level, **kwargs,
                 )  # fmt: skip
-            from toolkit.pyramid.read import open_level
+            else:
+                from toolkit.pyramid.read import open_level
 
-            return open_level(source, level or ".", **kwargs)
+                ds = open_level(source, level or ".", **kwargs)
+            return crs_as_coords(ds, decoders)
         except (KeyError, FileNotFoundError) as err:
             if level is None:
                 raise
@@ -133,13 +135,17 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         if ref is None:
             from toolkit.pyramid.read import open_datatree
 
-            return open_datatree(source, **kwargs)
+            tree = open_datatree(source, **kwargs)
+            return xr.DataTree.from_dict(
+                {n.path: crs_as_coords(n.to_dataset(inherit=False), decoders) for n in tree.subtree}
+            )
         from toolkit import icechunk as R
         from toolkit.virtual.reader import open_dataset
 
         if snapshot is None:  # pinned: a commit landing meanwhile cannot mix two snapshots
             snapshot = R.snapshot_of(R.open_repo(ref.store, credentials, fresh=True), branch)
         base = open_dataset(ref.store, snapshot=snapshot, credentials=credentials, **kwargs)
+        base = crs_as_coords(base, decoders)
         layout = base.attrs.get("multiscales", {}).get("layout") or []
         if not layout:
             return xr.DataTree(base)
@@ -149,8 +155,11 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
             tree[f"/{BASE[0] if asset in BASE else asset}"] = (
                 base
                 if asset in BASE
-                else open_dataset(
-                    ref.store, snapshot=snapshot, credentials=credentials, group=asset, **kwargs
+                else crs_as_coords(
+                    open_dataset(
+                        ref.store, snapshot=snapshot, credentials=credentials, group=asset, **kwargs
+                    ),
+                    decoders,
                 )
             )
         return xr.DataTree.from_dict(tree)
@@ -163,14 +172,36 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         return {node.path: node.to_dataset() for node in tree.subtree}
 
 
+def crs_as_coords(ds: Any, decoders: Mapping[str, Any]) -> Any:
+    """The dataset with its CF grid-mapping variables (named by a `grid_mapping` attribute,
+    `spatial_ref`) as coordinates, as `decode_coords="all"` makes them: rioxarray reads a CRS
+    and a transform only from a coordinate. `decode_coords=False` keeps the file's view."""
+    if decoders.get("decode_coords", True) is False:
+        return ds
+    named: set[str] = set()
+    for v in ds.variables.values():
+        named |= _grid_mappings(str(v.attrs.get("grid_mapping", "")))
+    return ds.set_coords(sorted(named & set(ds.data_vars)))
+
+
+def _grid_mappings(text: str) -> set[str]:
+    """The variables a `grid_mapping` attribute names: "crs", or CF's extended form
+    "crs: x y crs2: lat lon"."""
+    if ":" not in text:
+        return set(text.split()[:1])
+    return {t[:-1] for t in text.split() if t.endswith(":")}
+
+
 def _local_dir(filename_or_obj: Any) -> Path | None:
     if not isinstance(filename_or_obj, str | os.PathLike):
         return None
     text = os.fspath(filename_or_obj)
     if not isinstance(text, str) or ("://" in text and not text.startswith("file://")):
         return None
-    path = Path(text.removeprefix("file://")).expanduser()
-    return path if path.is_dir() else None
+    from toolkit import storage
+
+    path = storage.local_path_of(text)  # a file:// URL decoded, as every store reads it
+    return path if path is not None and path.is_dir() else None
 
 
 def _named(filename_or_obj: Any) -> str:

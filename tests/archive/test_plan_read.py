@@ -241,7 +241,7 @@ def test_the_plan_matches_the_written_keys(tmp_path: Path) -> None:
         (["--isel", "time=40"], "out of range"),
         (["--sel", "lon=3"], "no coordinate array 'lon'"),
         (["--isel", "time=1", "--sel", "time=2"], "both --isel and --sel"),
-        (["--rate", "fast"], "cannot read size"),
+        (["--rate", "fast"], "rate 'fast': want bytes per second"),
     ],
 )
 def test_cli_refusals_are_one_line_exit_2(tmp_path: Path, args: list[str], says: str) -> None:

@@ -305,7 +305,7 @@ def test_output_refusals_are_one_line(tmp_path):
                             "--executor", "sync"])  # fmt: skip
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
     assert (
-        r.output.startswith(f"error: {odd.as_uri()}: no array to pyramid")
+        r.output.startswith(f"error: {odd}: no array to pyramid")  # the path, not its URL
         and "complex64" in r.output
     )
     assert _hashes(odd) == before

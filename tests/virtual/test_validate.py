@@ -164,9 +164,9 @@ def test_a_corrupted_source_fails_decode_health_and_the_cli_exits_1(world):
     older = CliRunner().invoke(app, [*cli, "--positions", "all", "--max-positions", "2"])
     assert older.exit_code == 1 and "failed" in older.output  # the newest is always in a sweep
     for bad, why in (
-        (["--positions", "0"], "positions must be an int >= 1 or 'all', not 0"),
-        (["--positions", "newest"], "--positions must be a count >= 1 or 'all', not 'newest'"),
-        (["--positions", "all", "--max-positions", "0"], "'--max-positions': Input should be"),
+        (["--positions", "0"], "'--positions': want a count of positions from 1 to"),
+        (["--positions", "newest"], "or all; got 'newest'"),
+        (["--positions", "all", "--max-positions", "0"], "'--max-positions': want a whole"),
     ):
         res = CliRunner().invoke(app, [*cli, *bad])
         assert res.exit_code == 2 and why in res.output, res.output

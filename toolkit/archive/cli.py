@@ -1,14 +1,13 @@
 """`toolkit archive`: partition Zarr stores into archive blobs, resolve keys, report.
 
-Exit codes: 0 ok, 1 a conflict, a missing manifest, a pin overlapping a pin or another failed
-check, 2 bad usage (a bad flag, a missing store or events file, no Zarr stores or no manifests
-where pointed, a key, prefix or scope with a `.`, `..` or empty segment, a pin until a past
-date), a malformed manifest or metadata document, or an unreachable store.
+Exit codes: 0 ok, 1 a conflict, a missing or corrupt manifest or tier state, a pin overlapping
+a pin or another failed check, 2 bad usage (a bad flag, a missing store or events file, no Zarr
+stores or no manifests where pointed, a key, prefix or scope with a `.`, `..` or empty segment,
+a pin until a past date), a malformed metadata document, or an unreachable store.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from toolkit import options
 from toolkit.console import (
     STORAGE,
     WAIT_FOR_WORKERS,
@@ -28,6 +28,7 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
     exit_codes,
+    json_text,
     session,
 )
 
@@ -44,10 +45,16 @@ Manifests = Annotated[str, typer.Option("--manifests", help="Where manifests liv
 Exclude = Annotated[
     list[str] | None, typer.Option("--exclude", help="Glob of scopes/arrays to skip (repeatable).")
 ]
-TMax = Annotated[str, typer.Option("--t-max", help="Largest blob.")]
-THot = Annotated[str, typer.Option("--t-hot", help="Arrays smaller than this stay hot.")]
+TMax = Annotated[str, options.Option("--t-max", check=options.SIZE, help="Largest blob.")]
+THot = Annotated[
+    str,
+    options.Option("--t-hot", check=options.SIZE, help="Arrays smaller than this stay hot."),
+]
 TMin = Annotated[
-    str, typer.Option("--t-min", help="Coalesce small arrays until a group reaches this.")
+    str,
+    options.Option(
+        "--t-min", check=options.SIZE, help="Coalesce small arrays until a group reaches this."
+    ),
 ]
 BreakLock = Annotated[
     bool,
@@ -196,7 +203,7 @@ def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
                 err=True,
             )
     if as_json:
-        _echo(json.dumps([o.to_dict() for o in outcomes], indent=2))
+        _echo(json_text([o.to_dict() for o in outcomes], indent=2))
         return
     for o in outcomes:
         _echo(o.diff.describe())
@@ -347,7 +354,7 @@ def diff(
             hot_always=hot_always or (),
         )
     if as_json:  # one object: the outcome `partition --dry-run --json` lists per scope
-        _echo(json.dumps(out.to_dict()))
+        _echo(json_text(out.to_dict()))
         return
     if out.note:
         typer.echo(f"note: {out.note}", err=True)
@@ -400,7 +407,7 @@ def resolve(
         with _errors():
             tiers = _tiers_of(m, {r["scope"] for _, r in results if r["kind"] == "blob"})
         rows = [{"key": k, **r, "tier": _tier_name(tiers, r)} for k, r in results]
-        _echo(json.dumps(rows, indent=2))
+        _echo(json_text(rows, indent=2))
     else:
         for k, r in results:
             what = r["blob"] if r["kind"] == "blob" else r["kind"]
@@ -456,13 +463,16 @@ def watch(
     ] = False,
     debounce: Annotated[
         float,
-        typer.Option(
-            min=0,
+        options.Option(
+            check=options.seconds(0),
             help="Seconds without a new event that close a batch (a burst is one batch).",
         ),
     ] = 1.0,
     max_wait: Annotated[
-        float, typer.Option(min=0, help="Seconds a batch may wait for the stream to go quiet.")
+        float,
+        options.Option(
+            check=options.seconds(0), help="Seconds a batch may wait for the stream to go quiet."
+        ),
     ] = 30.0,
     exclude: Exclude = None,
     t_max: TMax = "50GiB",
@@ -518,7 +528,7 @@ def watch(
                     _warn_stale(scope, [(blob, writes)], "write(s) into it while on tape")
                 if as_json:
                     doc = {"batch": n, "lines": [lines[0][0], lines[-1][0]], **batch.to_dict()}
-                    _echo(json.dumps(doc))
+                    _echo(json_text(doc))
                 else:
                     _echo(f"batch {n} (lines {lines[0][0]}-{lines[-1][0]}): {batch.line()}")
 
@@ -603,7 +613,7 @@ def mark(
             lambda s: s.mark(blob, state, now, bytes=size, objects=objects, force=force),
         )
     if as_json:
-        _echo(json.dumps({"scope": scope, "blob": blob, "before": before, "state": state,
+        _echo(json_text({"scope": scope, "blob": blob, "before": before, "state": state,
                           "written": before != state}))  # fmt: skip
     elif before == state:
         _echo(f"{scope} {blob}: already {before}, nothing written")
@@ -700,7 +710,7 @@ def _edit(
         new = change(stored.manifest, prefix)
         ms.write(new, stored)
     if as_json:
-        _echo(json.dumps({"scope": scope, "prefix": prefix, "epoch_before": stored.manifest.epoch,
+        _echo(json_text({"scope": scope, "prefix": prefix, "epoch_before": stored.manifest.epoch,
                           "epoch": new.epoch}))  # fmt: skip
         return
     _echo(f"{scope}: epoch {stored.manifest.epoch} -> {new.epoch}")
@@ -770,9 +780,14 @@ def report(
     ] = None,
     data: Data = ".",
     manifests: Manifests = "manifests",
-    rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
+    rate: Annotated[
+        str, options.Option("--rate", check=options.RATE, help="Tape read rate.")
+    ] = "300MB/s",
     mount: Annotated[
-        float, typer.Option("--mount", min=0, help="Seconds per tape mount and seek.")
+        float,
+        options.Option(
+            "--mount", check=options.seconds(0), help="Seconds per tape mount and seek."
+        ),
     ] = 90.0,
     events: Annotated[
         Path | None,
@@ -812,7 +827,7 @@ def report(
             )
     if as_json:
         blobs = [{**r.to_dict(), "tier": _tier_doc(tiers, r)} for r in rows]
-        _echo(json.dumps({"rate_bytes_per_s": bps, "mount_s": mount, "blobs": blobs}, indent=2))
+        _echo(json_text({"rate_bytes_per_s": bps, "mount_s": mount, "blobs": blobs}, indent=2))
     else:
         _report_table(rows, bps, mount, tiers)
     if broken and (scopes is None or set(scopes) & set(broken)):
@@ -888,9 +903,14 @@ def plan_read(
             "as 2020-01-03 (repeatable).",
         ),
     ] = None,
-    rate: Annotated[str, typer.Option("--rate", help="Tape read rate.")] = "300MB/s",
+    rate: Annotated[
+        str, options.Option("--rate", check=options.RATE, help="Tape read rate.")
+    ] = "300MB/s",
     mount: Annotated[
-        float, typer.Option("--mount", min=0, help="Seconds per tape mount and seek.")
+        float,
+        options.Option(
+            "--mount", check=options.seconds(0), help="Seconds per tape mount and seek."
+        ),
     ] = 90.0,
     as_json: Json = False,
     stores: Storage = STORAGE,
@@ -917,7 +937,7 @@ def plan_read(
             )
         except MissingManifest as err:
             raise _fail(1, str(err)) from None
-    _echo(json.dumps(out.to_dict(), indent=2) if as_json else out.table())
+    _echo(json_text(out.to_dict(), indent=2) if as_json else out.table())
 
 
 def _flags(parse: Any, texts: list[str] | None, flag: str) -> Iterator[tuple[str, Any]]:

@@ -3,6 +3,10 @@
 The version used for the conditional write comes from the same GET that read the body, so a
 manifest that changed in between is never overwritten: creation uses create-only, updates use
 if-match, and the loser gets `ManifestConflict` having written nothing.
+
+A stored manifest that is not one (empty, cut short, not JSON, of another shape or scope) is a
+`CorruptObject` naming it (`decode`), with the way back: its previous version, or a new
+partition of the scope.
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ from dataclasses import dataclass
 from toolkit import storage
 from toolkit.archive.model import Manifest, ManifestError
 
-__all__ = ["MANIFEST_NAME", "ManifestConflict", "ManifestStore", "Stored", "scope_of_key"]
+__all__ = [
+    "MANIFEST_NAME",
+    "ManifestConflict",
+    "ManifestStore",
+    "Stored",
+    "decode",
+    "repair",
+    "scope_of_key",
+]
 
 MANIFEST_NAME = "manifest.json"
 
@@ -35,6 +47,33 @@ class Stored:
 
     manifest: Manifest
     version: storage.Version
+
+
+def repair(scope: str) -> str:
+    """What replaces a corrupt manifest of `scope` (a new partition cuts new blob ids)."""
+    return (
+        "restore its previous version (a versioned bucket keeps it), or delete it and "
+        f"partition the scope again (`toolkit archive partition`: new blob ids for {scope})"
+    )
+
+
+def decode(store: storage.Store, scope: str, data: bytes) -> Manifest:
+    """The manifest of `scope` from its stored bytes; anything else is a `CorruptObject`
+    naming the object (never a decoder's or the schema's message about nothing in particular)."""
+    key, what = f"{scope}/{MANIFEST_NAME}", "an archive manifest"
+    doc = storage.record_json(store, key, data, what, repair(scope))
+    try:
+        manifest = Manifest.from_dict(doc)
+    except ManifestError as err:
+        why = f"field {err.field!r}: {err.problem}"
+        raise storage.CorruptObject(store.url, key, what, why, repair(scope)) from None
+    except (TypeError, KeyError, AttributeError) as err:  # a shape the schema did not foresee
+        why = f"{type(err).__name__}: {err}"
+        raise storage.CorruptObject(store.url, key, what, why, repair(scope)) from None
+    if manifest.scope != scope:
+        why = f"holds scope {manifest.scope!r}"
+        raise storage.CorruptObject(store.url, key, what, why, repair(scope))
+    return manifest
 
 
 def scope_of_key(key: str) -> str | None:
@@ -60,15 +99,7 @@ class ManifestStore:
             blob = storage.get(self.store, key)
         except storage.NotFound:
             return None
-        try:
-            manifest = Manifest.loads(blob.data, source=f"{self.store.url}/{key}")
-        except ManifestError as err:
-            raise ManifestError(
-                err.field, f"{err.problem} (in {self.store.url}/{key})", scope
-            ) from None
-        if manifest.scope != scope:
-            raise ManifestError("scope", f"{manifest.scope!r} stored under {key}", scope)
-        return Stored(manifest, blob.version)
+        return Stored(decode(self.store, scope, blob.data), blob.version)
 
     def write(self, manifest: Manifest, previous: Stored | None) -> storage.Version:
         """Create (no previous) or replace exactly the version read; refuse a non-increasing epoch."""
@@ -128,14 +159,15 @@ class ManifestStore:
         return out
 
     def load_each(self) -> tuple[list[Manifest], dict[str, str]]:
-        """Every readable manifest, and scope -> why for each one that is not: one corrupt
+        """Every readable manifest, and scope -> why for each one that is not (the object and
+        its fault, without the repair: the caller says what is lost meanwhile): one corrupt
         manifest costs only its own scope."""
         good, broken = [], {}
         for scope in self.scopes():
             try:
                 stored = self.read(scope)
-            except ManifestError as err:
-                broken[scope] = str(err)
+            except storage.CorruptObject as err:
+                broken[scope] = str(err).removesuffix(f"; {err.fix}")
                 continue
             if stored is not None:
                 good.append(stored.manifest)

@@ -7,11 +7,12 @@ when they hold it (GRIB decoding; Icechunk sessions do not survive fork, so neve
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,99 @@ def check_address(address: str) -> None:
             f"--cluster / TOOLKIT_CLUSTER {address!r} is not a scheduler address ({err}); "
             "want tcp://host:port, or leave it unset for the embedded cluster"
         ) from None
+
+
+def check_dask_env(environ: Mapping[str, str] | None = None) -> None:
+    """Every DASK_* setting in the environment fits what dask and distributed declare for it
+    (their published schemas; a duration or a size where the default is one), or BadOption naming
+    the variable. Distributed reads most of them only as a cluster starts: a bad one failed
+    mid-run (`MemoryError:`), after the job had written."""
+    env = os.environ if environ is None else environ
+    names = sorted(n for n in env if n.startswith("DASK_") and n != "DASK_INTERNAL_INHERIT_CONFIG")
+    if not names:
+        return
+    import dask.config
+    import jsonschema
+    from dask.utils import parse_bytes, parse_timedelta
+
+    schema, defaults = _dask_declared()
+    for name in names:
+        path = name[5:].lower().split("__")
+        value = dask.config.interpret_value(env[name])
+        rule, default = _declared(schema, path, schema=True), _declared(defaults, path)
+        why = None
+        if isinstance(rule, dict) and not jsonschema.Draft7Validator(rule).is_valid(value):
+            why = f"want {_accepted(rule)}"
+        elif isinstance(default, str) and isinstance(value, str):
+            for parse, what in ((parse_timedelta, "a duration"), (parse_bytes, "a size")):
+                if _parses(parse, default) and not _parses(parse, value):
+                    why = f"want {what} such as {default}"
+        if why:
+            raise BadOption(
+                f"{name}={env[name]!r}: not a valid Dask setting {'.'.join(path)} ({why}); "
+                "correct or unset it"
+            )
+
+
+def _parses(parse: Callable[[str], Any], text: str) -> bool:
+    try:
+        parse(text)
+    except (ValueError, KeyError, TypeError):
+        return False
+    return True
+
+
+def _dask_declared() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schema, defaults) of dask and distributed, from the YAML files they ship."""
+    import importlib.util
+
+    import yaml
+
+    schema: dict[str, Any] = {"properties": {}}
+    defaults: dict[str, Any] = {}
+    for package in ("dask", "distributed"):
+        spec = importlib.util.find_spec(package)
+        folder = Path(spec.origin).parent if spec and spec.origin else None
+        if folder is None or not (folder / f"{package}.yaml").is_file():
+            continue
+        defaults.update(yaml.safe_load((folder / f"{package}.yaml").read_text()) or {})
+        declared = yaml.safe_load((folder / f"{package}-schema.yaml").read_text()) or {}
+        schema["properties"].update(declared.get("properties", {}))
+    return schema, defaults
+
+
+def _declared(node: Any, path: list[str], schema: bool = False) -> Any:
+    """The schema rule (or the default) at a config path, or None; dask reads `_` and `-`
+    in a key alike."""
+    for part in path:
+        if schema:
+            node = node.get("properties") if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return None
+        key = next((k for k in (part, part.replace("_", "-")) if k in node), None)
+        if key is None:
+            return None
+        node = node[key]
+    return node
+
+
+def _accepted(rule: dict[str, Any]) -> str:
+    """What a schema rule accepts, in words: `number > 0 and <= 1 or false`."""
+    for key in ("oneOf", "anyOf"):
+        if key in rule:
+            return " or ".join(_accepted(r) for r in rule[key])
+    if "enum" in rule:
+        return " or ".join(json.dumps(v) for v in rule["enum"])
+    kind = rule.get("type", "a value")
+    kind = " or ".join(kind) if isinstance(kind, list) else kind
+    ops = (
+        ("minimum", ">="),
+        ("exclusiveMinimum", ">"),
+        ("maximum", "<="),
+        ("exclusiveMaximum", "<"),
+    )
+    bounds = " and ".join(f"{op} {rule[k]}" for k, op in ops if k in rule)
+    return f"{kind} {bounds}".strip()
 
 
 CONNECT_SECONDS = 10.0  # a scheduler address gets at most this long to answer (or Dask's own)
@@ -271,6 +365,7 @@ class Session:
     ) -> None:
         if isinstance(cluster, str):
             check_address(cluster)
+        check_dask_env()
         if performance_report is not None:
             check_report_path(performance_report)
         self.cluster = cluster

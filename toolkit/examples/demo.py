@@ -86,7 +86,8 @@ def run_demo(
     from toolkit.examples.virtual_demo import demo as virtual_demo
 
     started = time.perf_counter()
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="toolkit-demo-"))
+    # resolved once, here: every store below is named by it (a relative --workdir works too)
+    root = Path(workdir or tempfile.mkdtemp(prefix="toolkit-demo-")).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     say(f"demo stores under {root}")
     store = storage.open_store(str(root / "foundation"))

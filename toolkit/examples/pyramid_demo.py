@@ -20,7 +20,7 @@ def demo(
     from toolkit.examples import synthetic
     from toolkit.pyramid import build, verify
 
-    store = storage.open_store((pathlib.Path(root) / "pyramid-demo.zarr").as_uri())
+    store = storage.open_store(str(pathlib.Path(root) / "pyramid-demo.zarr"))
     synthetic.write_store(store, shape=(720, 1440), shards=(128, 128), chunks=(64, 64), seed=7)
     report = build(store, cluster=cluster, executor=executor, progress=progress)
     result = verify(store, cluster=cluster, executor=executor, progress=progress)

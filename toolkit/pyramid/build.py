@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, Stage, codecs, run
+from toolkit.engine.cluster import check_dask_env
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata, records
 from toolkit.pyramid.levels import level0_bytes, no_positions, plan_source, var_sources
@@ -19,6 +20,7 @@ from toolkit.pyramid.plan import (
     PlanError,
     PyramidPlan,
     ShardTask,
+    check_level_names,
     edited_in_place,
     stale_tasks,
 )
@@ -42,15 +44,20 @@ def plan(
 
     `method` None chooses the operator from what the data means (`choose_method`). `source`
     may be an Icechunk repo (its main branch; `select`/`latest` restrict its positions)."""
+    from toolkit.pyramid.repo import check_levels_free as check_repo_levels_free
     from toolkit.pyramid.repo import open_repo_source, repo_source
 
     ref = open_repo_source(source, **options)
     if ref is not None:
         src, _ = repo_source(ref, variables, select, latest)
-    else:
-        no_positions(source, select, latest)
-        src = read_source(open_source(source, **options), variables)
-    return plan_source(src, method, band_dim, levels, max_shard, force_method)
+        p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+        check_repo_levels_free(ref, src, p)
+        return p
+    no_positions(source, select, latest)
+    src = read_source(open_source(source, **options), variables)
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    check_levels_free(src, p)
+    return p
 
 
 RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
@@ -76,6 +83,29 @@ def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
             "every level with --rebuild-from 2x (it is rewritten then)"
         )
     return doc
+
+
+def _recorded_levels(store: storage.Store) -> list[str]:
+    """The level groups the recorded plan lists (none when there is no plan this toolkit
+    wrote: then only the groups' own `pyramid:factor` marks them as its)."""
+    try:
+        old = recorded_plan(store)
+    except PlanError:
+        return []
+    plans = old["level_plans"] if old else []
+    return (
+        [str(lp.get("group")) for lp in plans if isinstance(lp, dict)]
+        if isinstance(plans, list)
+        else []
+    )
+
+
+def check_levels_free(src: Source, p: PyramidPlan) -> None:
+    """No level group or record of `p` lands on a node of the store's own (user data is never
+    overwritten): checked before the first write."""
+    check_level_names(
+        p, src.nodes, src.store.url, _recorded_levels(src.store), records_group=records.GROUP
+    )
 
 
 def recorded_prints(store: storage.Store) -> dict[str, dict[str, str]] | None:
@@ -241,6 +271,8 @@ def _build(
 ) -> Report:
     from toolkit.pyramid.repo import build_repo, open_repo_source
 
+    if executor != "sync":  # read as a cluster starts: after the levels were created
+        check_dask_env()
     if output is not None:
         if select or latest or rebuild_from is not None:
             raise PlanError(
@@ -276,6 +308,7 @@ def _build(
     store = open_source(source, **options)
     src = read_source(store, variables)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    check_levels_free(src, p)
     start = 0
     notes = list(p.notes)
     accepted = rebuild_from is not None  # a changed level 0 this build takes on
@@ -356,6 +389,8 @@ def _build_output(
     from toolkit.pyramid.output import OUTPUT_BRANCH, open_output, reference_level0
     from toolkit.pyramid.repo import build_repo
 
+    _check_output_source(source, options, variables, method, band_dim, levels, max_shard,
+                         force_method)  # fmt: skip
     ref = open_output(source, output, credentials, **options)
     txn = T.Txn((ref,), OUTPUT_BRANCH)
     T.open_branch(txn)
@@ -373,6 +408,27 @@ def _build_output(
         raise PlanError(f"{storage.open_store(source, **options).url}: {said}") from err
     T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
     return replace(report, notes=(level0.note, *report.notes))
+
+
+def _check_output_source(
+    source: str | storage.Store,
+    options: Mapping[str, Any],
+    variables: list[str] | None,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    max_shard: int,
+    force_method: bool,
+) -> None:
+    """`--output` of a Zarr v3 source: the plan's checks on the source itself (its arrays,
+    codecs, coordinates, level names), before the output repo is made. A v2 source is
+    checked once its level 0 is referenced (on a branch of its own, main untouched)."""
+    store = open_source(source, **options)
+    if not storage.exists(store, "zarr.json"):
+        return
+    src = read_source(store, variables, listed=False)
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    check_level_names(p, src.nodes, store.url, _recorded_levels(store), records.GROUP)
 
 
 def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> None:

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from toolkit import options
 from toolkit.console import (
     STORAGE,
     WAIT_FOR_WORKERS,
@@ -79,11 +80,19 @@ ForceMethod = Annotated[
 ]
 BandDim = Annotated[str | None, typer.Option("--band-dim", help="Joint-mask (band) dimension.")]
 Levels = Annotated[
-    int | None, typer.Option(min=1, help="Levels (default: down to one 512 px tile).")
+    int | None,
+    options.Option(
+        check=options.count(1, what="a count of levels"),
+        help="Levels (default: down to one 512 px tile).",
+    ),
 ]
 MaxShard = Annotated[
     int,
-    typer.Option("--max-shard", min=1, help="Largest output shard side (px); levels grow to it."),
+    options.Option(
+        "--max-shard",
+        check=options.count(1, 2**16, "pixels"),
+        help="Largest output shard side (px); levels grow to it.",
+    ),
 ]
 Cluster = Annotated[str | None, typer.Option("--cluster", help="Dask scheduler address.")]
 Executor = Annotated[
@@ -286,8 +295,8 @@ def verify_cmd(
     source: Source,
     sample: Annotated[
         int,
-        typer.Option(
-            min=1,
+        options.Option(
+            check=options.count(1),
             help="Shards per level and variable compared with the numpy reference, spread "
             "evenly (the first and the last among them).",
         ),

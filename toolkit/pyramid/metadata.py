@@ -7,6 +7,10 @@ the root zarr.json and every level-0 node's zarr.json are backed up first, and t
 then consolidated, so one request serves the whole pyramid and xarray opens any level without a
 warning. A level's count plane is named in its data array's `coordinates`: xarray shows it as a
 coordinate, not a data variable.
+
+Each level's CRS variable describes that level: level 0's CRS with the level's own GDAL
+`GeoTransform` (the pixel size times the factor, the outer corner unchanged), and it is named in
+its data arrays' `coordinates` too, so rioxarray and GDAL georeference a level opened on its own.
 """
 
 from __future__ import annotations
@@ -99,6 +103,63 @@ def spatial_transform(src: Source, plan: PyramidPlan, factor: int) -> list[float
     return [dx * factor, 0.0, x0, 0.0, dy * factor, y0]
 
 
+def level_geotransform(gt0: Any, t0: list[float] | None, factor: int) -> str | None:
+    """A level's GDAL `GeoTransform` ("x0 dx rx y0 ry dy": the outer corner, then the pixel
+    vectors): level 0's (`gt0`) with its pixel `factor` times larger and the same corner, as
+    level 0's coordinates state it (`t0`, affine order; None: no transform holds, none is
+    written). Level 0's own numbers are kept when they agree with its coordinates."""
+    if t0 is None:
+        return None
+    a, b, c, d, e, f = t0
+    ours = [c, a, b, f, d, e]
+    try:
+        theirs = [float(x) for x in str(gt0).split()]
+    except ValueError:
+        theirs = []
+    tol = UNIFORM_RTOL * max(abs(a), abs(e))
+    agree = len(theirs) == 6 and np.allclose(theirs, ours, rtol=0, atol=tol)
+    x0, dx, rx, y0, ry, dy = theirs if agree else ours
+    return " ".join(
+        str(float(x)) for x in (x0, dx * factor, rx * factor, y0, ry * factor, dy * factor)
+    )
+
+
+def crs_attrs(src: Source, plan: PyramidPlan, name: str, factor: int) -> dict[str, Any]:
+    """The CRS variable `name` of the level of `factor`: level 0's CF grid-mapping attributes
+    (none depends on the pixel size) with the level's own `GeoTransform` when level 0 has one."""
+    out = dict(src.attrs.get(name, {}))
+    if "GeoTransform" in out:
+        gt = level_geotransform(out["GeoTransform"], spatial_transform(src, plan, 1), factor)
+        if gt is None:
+            del out["GeoTransform"]  # an irregular axis: readers take the coordinates
+        else:
+            out["GeoTransform"] = gt
+    return out
+
+
+def data_attrs(src: Source, plan: PyramidPlan, v: VarLevel, factor: int) -> dict[str, Any]:
+    """A level data array's attributes: `level_attrs`, the resampling, and its auxiliary
+    coordinates (the CRS variable, which rioxarray reads only as a coordinate, and the count
+    plane, which is no second variable to a reader) in `coordinates`, as xarray writes them."""
+    base = src.attrs.get(v.var, {})
+    method = "circular_mean" if v.circle is not None else plan.method
+    attrs = level_attrs(base, src.arrays[v.var], v, method, factor)
+    attrs["resampling_method"] = RESAMPLING[plan.method]
+    gm = base.get("grid_mapping")
+    coords = [*attrs.get("coordinates", "").split(), *([gm] if gm in src.crs else []), v.count_name]
+    attrs["coordinates"] = " ".join(dict.fromkeys(coords))
+    return attrs
+
+
+def refresh_attrs(store: Any, key: str, attrs: dict[str, Any]) -> None:
+    """Rewrite the attributes of the node whose zarr.json is `key` when they differ (levels
+    built by an earlier toolkit get the current level metadata; chunks are not touched)."""
+    doc = storage.get_json(store, key)
+    if doc.get("attributes", {}) != attrs:
+        doc["attributes"] = attrs
+        storage.put(store, key, json.dumps(doc, indent=2).encode())
+
+
 # A small array written whole (a coordinate, the CRS variable) keeps its one chunk even when it
 # holds only the fill value (a CRS variable's 0): zarr would otherwise delete it, on S3 a batch
 # delete (POST) that the store client does not retry when a pooled connection was reset.
@@ -116,7 +177,14 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
     ydim, xdim = plan.spatial_dims
     for lvl in plan.levels:
         if all(storage.exists(store, k) for k in level_nodes(src, plan, lvl.group)):
-            continue  # metadata is written whole before any shard of the level
+            # metadata is written whole before any shard of the level: only attributes change
+            for name in src.crs:
+                attrs = crs_attrs(src, plan, name, lvl.factor)
+                refresh_attrs(store, f"{lvl.group}/{name}/zarr.json", attrs)
+            for v in lvl.vars:
+                attrs = data_attrs(src, plan, v, lvl.factor)
+                refresh_attrs(store, f"{lvl.group}/{v.var}/zarr.json", attrs)
+            continue
         group_doc = {
             "zarr_format": 3,
             "node_type": "group",
@@ -144,23 +212,14 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 shape=base.shape,
                 dtype=base.dtype,
                 chunks=base.shape,
-                attributes=dict(base.attrs),
+                attributes=crs_attrs(src, plan, name, lvl.factor),
                 dimension_names=base.metadata.dimension_names,
                 fill_value=base.fill_value,
                 config=WHOLE,
             )
             arr[...] = values
         for v in lvl.vars:
-            attrs = level_attrs(
-                src.attrs.get(v.var, {}),
-                src.arrays[v.var],
-                v,
-                "circular_mean" if v.circle is not None else plan.method,
-                lvl.factor,
-            )
-            attrs["resampling_method"] = RESAMPLING[plan.method]
-            # the count plane is an auxiliary coordinate to a reader, not a second variable
-            attrs["coordinates"] = " ".join([*attrs.get("coordinates", "").split(), v.count_name])
+            attrs = data_attrs(src, plan, v, lvl.factor)
             sharded = v.shards != v.chunks
             _create(
                 zstore,

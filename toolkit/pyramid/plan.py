@@ -32,9 +32,12 @@ __all__ = [
     "LevelPlan",
     "PlanError",
     "PyramidPlan",
+    "RootNode",
     "ShardTask",
     "VarLevel",
+    "check_coordinate",
     "check_dtype",
+    "check_level_names",
     "child_shard_size",
     "choose_method",
     "circular_vars",
@@ -482,6 +485,71 @@ def check_dtype(name: str, dtype: np.dtype) -> np.dtype:
             "or leave it out with --variable"
         )
     return dtype
+
+
+def check_coordinate(dim: str, values: np.ndarray, where: str = "") -> None:
+    """A spatial coordinate a level can be derived from: every value finite (a level's
+    coordinate is the mean of its level-0 window, so one NaN makes a whole cell NaN at every
+    level), or one line naming the array, where the first bad value is, and the fix."""
+    values = np.asarray(values)
+    if values.dtype.kind not in "fc":
+        return
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        i = int(bad[0])
+        more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
+        raise PlanError(
+            f"{where}{'/' if where else ''}{dim}: coordinate array {dim!r} holds {values[i]} at "
+            f"index {i} of {values.size}{more}: "
+            "a level's coordinates are means of these; write the cell centres there (e.g. "
+            "interpolated from the neighbours) and build again"
+        )
+
+
+@dataclass(frozen=True)
+class RootNode:
+    """A node at the store's root, as the builder must know it before writing beside it:
+    `ours` when what this toolkit records marks it as its own (a level group's
+    `pyramid:factor`, the records group holding a plan)."""
+
+    kind: str  # "array" or "group"
+    ours: bool = False
+
+
+def check_level_names(
+    p: PyramidPlan,
+    nodes: Mapping[str, RootNode],
+    where: str,
+    recorded: Iterable[str] = (),
+    records_group: str | None = None,
+) -> None:
+    """Every node the build writes (its level groups, `records_group`) is free or this
+    toolkit's own: a group of that name in `recorded` (the levels its record lists) or marked
+    `ours`. A user's array or group there is refused before anything is written, one line
+    naming it, with the fix (its data and attributes would be replaced, or mixed with a
+    level's)."""
+    mine = set(recorded)
+    names = [lvl.group for lvl in p.levels] + ([records_group] if records_group else [])
+    taken = [
+        n
+        for n in names
+        if n in nodes and not (nodes[n].kind == "group" and (nodes[n].ours or n in mine))
+    ]
+    if not taken:
+        return
+    first = taken[0]
+    also = f" (also {', '.join(repr(n) for n in taken[1:])})" if len(taken) > 1 else ""
+    if first == records_group:
+        what, fix = "where the pyramid keeps its records", "rename or move it"
+    else:
+        k = next(lvl.k for lvl in p.levels if lvl.group == first)
+        what = f"where pyramid level {first} goes"
+        fewer = f", or build fewer levels (--levels {k - 1})" if k > 1 else ""
+        fix = f"rename or move it{fewer}"
+    raise PlanError(
+        f"{where}/{first}: the store's own {nodes[first].kind} {first!r}, which this toolkit "
+        f"did not write, is {what}{also}; {fix}"
+    )
 
 
 def _check_arrays(

@@ -5,11 +5,18 @@ one chunk, so the chunk object *is* the JSON: the toolkit reads and writes it as
 while zarr and xarray see a valid hierarchy and warn about nothing on any read of the store,
 consolidated or not. Stores built before this layout kept `.pyramid/<name>.json` objects; those
 are still read, and removed when the record is next written.
+
+A record read back is checked (`decode`): empty, cut short, not JSON or not of its record's
+shape is a `CorruptObject` naming it and the rebuild that rewrites it. The plan's own shape
+is the planner's to check (it names the same rebuild).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+from typing import Any
 
 from toolkit import storage
 
@@ -66,11 +73,52 @@ def exists(store: storage.Store, name: str) -> bool:
 
 
 def get(store: storage.Store, name: str) -> tuple[str, bytes]:
-    """(the key it was read from, the JSON bytes) of record `name`; NotFound if none."""
+    """(the key it was read from, the JSON bytes) of record `name`; NotFound if none, a
+    `CorruptObject` if the bytes are not that record (the plan: if they are not JSON)."""
     try:
-        return chunk_key(name), storage.get(store, chunk_key(name)).data
+        key, data = chunk_key(name), storage.get(store, chunk_key(name)).data
     except storage.NotFound:
-        return legacy_key(name), storage.get(store, legacy_key(name)).data
+        key, data = legacy_key(name), storage.get(store, legacy_key(name)).data
+    if name != PLAN:  # the planner says what a bad plan is, and its rebuild skips reading it
+        decode(store, key, name, data)
+    return key, data
+
+
+def rebuild_fix(store: storage.Store) -> str:
+    """The command that rewrites every record: a rebuild of every level."""
+    return f"rebuild every level: `toolkit pyramid build {store.url} --rebuild-from 2x`"
+
+
+def decode(store: storage.Store, key: str, name: str, data: bytes) -> Any:
+    """Record `name`'s JSON, or a `CorruptObject` naming `key` when it is not that record."""
+    what = f"a pyramid {name} record"
+    doc = storage.record_json(store, key, data, what, rebuild_fix(store))
+    why = SHAPES[name](doc) if name in SHAPES else None
+    if why:
+        raise storage.CorruptObject(store.url, key, what, why, rebuild_fix(store))
+    return doc
+
+
+def _backup_shape(doc: Any) -> str | None:
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(nodes, dict) or "zarr.json" not in nodes:
+        return "no `nodes` object holding the root's zarr.json"
+    try:
+        for body in nodes.values():
+            base64.b64decode(body, validate=True)
+    except (TypeError, binascii.Error):
+        return "a node that is not base64"
+    return None
+
+
+def _prints_shape(doc: Any) -> str | None:
+    ok = isinstance(doc, dict) and all(
+        isinstance(v, dict) and all(isinstance(fp, str) for fp in v.values()) for v in doc.values()
+    )
+    return None if ok else "not {variable: {shard: fingerprint}}"
+
+
+SHAPES = {BACKUP: _backup_shape, PRINTS: _prints_shape}
 
 
 def put(store: storage.Store, name: str, data: bytes, create: bool = False) -> None:
@@ -91,7 +139,8 @@ def migrate(store: storage.Store, name: str) -> None:
 
 
 def get_json(store: storage.Store, name: str) -> object | None:
-    """Record `name` as JSON (None: there is none)."""
+    """Record `name` as JSON (None: there is none; a `CorruptObject` if it is not that
+    record)."""
     try:
         return json.loads(get(store, name)[1])
     except storage.NotFound:

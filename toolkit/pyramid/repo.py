@@ -41,6 +41,7 @@ from toolkit.pyramid.plan import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
+    check_level_names,
     position_cells,
     stale_tasks,
 )
@@ -418,6 +419,14 @@ def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
         )
 
 
+def check_levels_free(ref: R.RepoRef, src: Source, p: PyramidPlan, base: str = "main") -> None:
+    """No level group lands on a node of the repo's own (one its settings do not record and
+    no `pyramid:factor` marks), before the first write."""
+    then = recorded_settings(ref, base) or {}
+    recorded = [f"{2**k}x" for k in range(1, int(then.get("levels", 0)) + 1)]
+    check_level_names(p, src.nodes, ref.url, recorded)
+
+
 def build_repo(
     ref: R.RepoRef,
     variables: list[str] | None = None,
@@ -441,6 +450,7 @@ def build_repo(
     src, _ = repo_source(ref, variables, select, latest, base)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method, circular)
     check_settings(ref, p, base)
+    check_levels_free(ref, src, p, base)
     return run(
         repo_plan(ref, src, p, base=base),
         cluster=cluster,

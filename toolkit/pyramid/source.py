@@ -8,16 +8,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.errors import UnknownCodecError
 
 from toolkit import storage
 from toolkit.cf import CFError, circle, decoding
 from toolkit.pyramid import records
-from toolkit.pyramid.plan import ArrayMeta, PlanError, check_dtype
+from toolkit.pyramid.plan import ArrayMeta, PlanError, RootNode, check_coordinate, check_dtype
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
 
@@ -32,6 +34,7 @@ class Source:
     crs: tuple[str, ...] = ()  # grid-mapping variables named by the chosen arrays
     node_keys: tuple[str, ...] = field(default=())  # zarr.json of every level-0 node
     prints: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> `fingerprint`
+    nodes: dict[str, RootNode] = field(default_factory=dict)  # every root node, by name
 
 
 def _fill(value: Any) -> Any:
@@ -94,6 +97,8 @@ def _nodes(group: Any, store: storage.Store) -> dict[str, Any]:
                 return name, await group._async_group.getitem(name)
         except KeyError:
             return name, None
+        except UnknownCodecError as err:  # read in its metadata: refused before any write
+            raise PlanError(_no_codec(store, name, err, opened=False)) from None
 
     async def every() -> list[tuple[str, Any]]:
         names = [k async for k in zs.list_dir(group.path) if k != "zarr.json"]
@@ -105,6 +110,50 @@ def _nodes(group: Any, store: storage.Store) -> dict[str, Any]:
             out[name] = zarr.Array(node)
         elif isinstance(node, zarr.AsyncGroup):
             out[name] = zarr.Group(node)
+    return out
+
+
+def _no_codec(store: storage.Store, name: str, err: Exception, opened: bool = True) -> str:
+    said = str(err).split(". ")[0]
+    skip = ", or leave the array out with --variable" if opened else ""
+    return (
+        f"{store.url}/{name}: {said}; install the package that provides it (here and on "
+        f"every worker){skip}"
+    )
+
+
+def _codecs(codecs: Any) -> Iterator[Any]:
+    """Every codec of a pipeline, those inside a sharding codec included."""
+    for c in codecs:
+        yield c
+        for inner in ("codecs", "index_codecs"):
+            yield from _codecs(getattr(c, inner, ()))
+
+
+def check_codecs(store: storage.Store, name: str, arr: Any) -> None:
+    """Each codec of `arr` has an implementation here: zarr resolves a numcodecs codec only
+    when it first decodes a chunk, which is mid-build, after the levels were created."""
+    for codec in _codecs(arr.metadata.codecs):
+        if hasattr(type(codec), "_codec"):  # zarr's wrapper of a numcodecs (v2) codec
+            try:
+                codec._codec  # noqa: B018 - resolving it is the check
+            except UnknownCodecError as err:
+                raise PlanError(_no_codec(store, name, err)) from None
+
+
+def root_nodes(store: storage.Store, nodes: dict[str, Any]) -> dict[str, RootNode]:
+    """Each root node's kind, and whether this toolkit's records mark it as its own: a level
+    group carries its `pyramid:factor`, the records group holds the recorded plan."""
+    out: dict[str, RootNode] = {}
+    for name, node in nodes.items():
+        if not isinstance(node, zarr.Group):
+            out[name] = RootNode("array")
+            continue
+        factor = node.attrs.get("pyramid:factor")
+        ours = bool(LEVEL_GROUP.match(name)) and factor == int(name[:-1])
+        if name == records.GROUP:
+            ours = records.exists(store, records.PLAN)
+        out[name] = RootNode("group", ours)
     return out
 
 
@@ -194,6 +243,7 @@ def read_source(
             f"{store.url}: no array to pyramid ({detail or 'the root has no array of 2+ dims'})"
         )
     for name, meta in candidates.items():
+        check_codecs(store, name, members[name])
         if 0 in meta.shape:
             raise PlanError(
                 f"array {name!r} is empty (shape {tuple(meta.shape)}): there is nothing to "
@@ -204,6 +254,7 @@ def read_source(
                 raise PlanError(f"array {name!r}: coordinate {d!r} length differs from its dim")
             if len(coords[d]) < 2:
                 raise PlanError(f"array {name!r}: coordinate {d!r} needs >= 2 values for a spacing")
+            check_coordinate(d, coords[d], store.url)
     listings: dict[str, list[str]] = {name: [] for name in candidates}
     prints: dict[str, dict[str, str]] = {}
     for name in candidates if listed else ():
@@ -226,7 +277,10 @@ def read_source(
             if not (LEVEL_GROUP.match(n) or n == records.GROUP)
         ),
     )
-    return Source(store, candidates, listings, coords, attrs, crs, node_keys, prints)
+    return Source(
+        store, candidates, listings, coords, attrs, crs, node_keys, prints,
+        root_nodes(store, nodes),
+    )  # fmt: skip
 
 
 def fingerprint(info: storage.ObjectInfo) -> str:

@@ -193,14 +193,7 @@ class MetaCheck:
                     gm = self.attrs.get(v["var"], {}).get("grid_mapping")
                     if arr.attrs.get("grid_mapping") != gm:
                         bad(name, f"grid_mapping is {arr.attrs.get('grid_mapping')!r}, want {gm!r}")
-        for crs in self.crs:
-            try:
-                got_attrs = dict(zarr.open_array(z, path=f"{group}/{crs}", mode="r").attrs)
-            except Exception as err:
-                bad(crs, f"CRS variable cannot be opened: {err}")
-                continue
-            if got_attrs != self.attrs.get(crs):
-                bad(crs, "CRS attributes differ from level 0")
+        level_axes: dict[str, np.ndarray] = {}
         for axis, dim in enumerate(self.plan_doc["spatial_dims"]):
             base0 = np.asarray(self.coords[dim], dtype=np.float64)
             try:
@@ -212,6 +205,7 @@ class MetaCheck:
             if len(c) != n:
                 bad(dim, f"coordinate length {len(c)}, want {n}")
                 continue
+            level_axes[dim] = np.asarray(c, dtype=np.float64)
             want = window_means(base0, f, n)
             scale = float(np.max(np.abs(base0)) or 1.0)
             off = np.flatnonzero(~np.isclose(c, want, rtol=0, atol=1e-12 * scale))
@@ -222,6 +216,14 @@ class MetaCheck:
                     f"{off.size} coordinate(s) differ from the mean of their level-0 window "
                     f"(cell {i}: {c[i]!r}, want {want[i]!r})",
                 )
+        for crs in self.crs:
+            try:
+                got_attrs = dict(zarr.open_array(z, path=f"{group}/{crs}", mode="r").attrs)
+            except Exception as err:
+                bad(crs, f"CRS variable cannot be opened: {err}")
+                continue
+            for detail in self._crs(got_attrs, self.attrs.get(crs, {}), level_axes, f):
+                bad(crs, detail)
         root = storage.get_json(self.store, "zarr.json")
         layout = {
             x["asset"]: x
@@ -255,6 +257,42 @@ class MetaCheck:
                     f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
                 )
         return out
+
+    def _crs(
+        self, got: dict[str, Any], base: dict[str, Any], axes: dict[str, np.ndarray], f: int
+    ) -> list[str]:
+        """A level's CRS attributes: level 0's, but a GDAL `GeoTransform` (when level 0 has
+        one) that is the level's own: its outer corner and pixel size as the level's
+        coordinates state them (none on an irregular grid, where no transform holds)."""
+        if _sans_gt(got) != _sans_gt(base):
+            return ["CRS attributes differ from level 0"]
+        if "GeoTransform" not in base:
+            return ["GeoTransform written, level 0 has none"] if "GeoTransform" in got else []
+        ydim, xdim = self.plan_doc["spatial_dims"]
+        if not all(_regular(self.coords[d]) for d in (ydim, xdim)):
+            return ["GeoTransform written for an irregular grid"] if "GeoTransform" in got else []
+        if ydim not in axes or xdim not in axes:
+            return []  # the coordinates' own failure says why
+        want = []
+        for dim in (xdim, ydim):
+            c, c0 = axes[dim], np.asarray(self.coords[dim], dtype=np.float64)
+            step0 = (c0[-1] - c0[0]) / (len(c0) - 1)
+            step = (c[-1] - c[0]) / (len(c) - 1) if len(c) > 1 else step0 * f
+            want.append((float(c[0] - step / 2), float(step)))
+        (x0, dx), (y0, dy) = want
+        want_gt = [x0, dx, 0.0, y0, 0.0, dy]
+        fix = "; run pyramid build to rewrite the levels' metadata"
+        try:
+            gt = [float(x) for x in str(got.get("GeoTransform")).split()]
+        except ValueError:
+            gt = []
+        tol = 1e-6 * max(abs(dx), abs(dy))
+        if len(gt) == 6 and np.allclose(gt, want_gt, rtol=0, atol=tol):
+            return []
+        said = got.get("GeoTransform")
+        if said == base["GeoTransform"] and f > 1:
+            return [f"GeoTransform {said!r} is level 0's, not this level's {want_gt}{fix}"]
+        return [f"GeoTransform {said!r} does not match the level's coordinates {want_gt}{fix}"]
 
 
 # ----------------------------------------------------------------------------- samples
@@ -475,6 +513,10 @@ def _same_fill(got: Any, want: Any) -> bool:
     return (np.isnan(g) and np.isnan(w)) or g == w
 
 
+def _sans_gt(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: x for k, x in attrs.items() if k != "GeoTransform"}
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
 
@@ -502,8 +544,16 @@ class ClientCheck:
         for v in self.variables:
             want = self.crs.get(v)
             gm = ds[v].attrs.get("grid_mapping")
-            if want is not None and (gm not in ds.variables or dict(ds[gm].attrs) != want):
+            if want is None:
+                continue
+            # a level's GeoTransform is its own (the metadata check proves it)
+            if gm not in ds.variables or _sans_gt(ds[gm].attrs) != _sans_gt(want):
                 out.append(Failure(group, v, "client", f"CRS via grid_mapping {gm!r} differs"))
+            elif group != "." and gm not in ds[v].coords:  # what rioxarray reads a CRS from
+                why = "rioxarray finds no CRS; run pyramid build to rewrite the levels' metadata"
+                out.append(
+                    Failure(group, v, "client", f"CRS variable {gm!r} is no coordinate ({why})")
+                )
         for dim, base in self.axes.items():
             if not _regular(base) or dim not in ds.coords:
                 continue

@@ -17,6 +17,10 @@ commit    groups of `fan_in` ingest outputs (one group for a repo on local stora
           the files not yet readable at the newest published position.
 finalize  replicas, then the primary: main := the branch, each only if its main has not moved
           since setup; else fail naming both ways out (`--rebase`, `toolkit virtual abort`).
+
+A branch deleted under a running backfill (`toolkit virtual abort` from another shell, a
+hand) fails whichever node next touches it; that is `BranchGone`, one line naming the branch
+and the rerun, which sets the branch up again from main and converges.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from toolkit.virtual.write import (
     write_refs,
 )
 
-__all__ = ["BackfillOut", "backfill", "backfill_plan", "temp_branch"]
+__all__ = ["BackfillOut", "BranchGone", "backfill", "backfill_plan", "temp_branch"]
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,35 @@ def backfill_plan(
     )
 
 
+class BranchGone(RuntimeError):
+    """The backfill's temp branch was deleted while the backfill ran."""
+
+
+def branch_gone(job: Job, err: BaseException) -> BranchGone | None:
+    """`err`, when it is the backfill's branch missing under it: the error names the branch
+    (a node failed looking it up) and a repo of the job no longer has it."""
+    branch = temp_branch(job)
+    said, cause = [], err
+    while cause is not None and len(said) < 8:
+        said.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not any(branch in text for text in said):
+        return None
+    named = sorted(job.repos, key=lambda ref: not any(ref.url in text for text in said))
+    for ref in named:  # the repo the error names first: a finalized replica lacks it too
+        try:
+            if branch in R.branches(ref.open(fresh=True)):
+                continue
+        except Exception:  # the repo itself is unreadable: that error is the one to show
+            return None
+        return BranchGone(
+            f"{ref.url}: branch {branch!r} was deleted while this backfill ran (`toolkit "
+            "virtual abort`, or by hand); rerun the same backfill command: it sets the "
+            "branch up again from main"
+        )
+    return None
+
+
 class RegionOverlap(RuntimeError):
     """Main's commits since a backfill started wrote into the backfill's region, or another
     backfill over an overlapping region is in flight."""
@@ -363,7 +396,7 @@ def claim(job: Job) -> Lease:
     branch = temp_branch(job)
     bounds = _bounds(job)
     repo = ensure_repo(job)
-    for other in in_flight(repo, job.repo.store):
+    for other in in_flight(repo, job.repo.store, mine=branch):
         if other.branch != branch and other.overlaps(bounds["start"], bounds["end"]):
             who = f"running in {other.holder}" if other.holder else "no process runs it now"
             raise RegionOverlap(
@@ -482,8 +515,14 @@ def backfill(
                 region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
             )
             report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+    except Exception as err:
+        gone = branch_gone(region, err)
+        guard.release(keep=gone is None)  # a branch in flight keeps a guard of what it covers
+        if gone is not None:
+            raise gone from err
+        raise
     except BaseException:
-        guard.release(keep=True)  # the branch stays in flight: its guard says what it covers
+        guard.release(keep=True)
         raise
     guard.release()  # finalized: the branch is gone, and its guard with it
     if guard.took_over:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from toolkit import options
 from toolkit.console import (
     STORAGE,
     WAIT_FOR_WORKERS,
@@ -62,8 +63,8 @@ Anonymous = Annotated[
 ]
 Sample = Annotated[
     int,
-    typer.Option(
-        min=0,
+    options.Option(
+        check=options.count(0),
         help="Cells to decode (each a graph node), at least every variable's first, "
         "interior and last lead and every member at each sampled position (0: none).",
     ),
@@ -157,7 +158,7 @@ def _errors(repo: str | None = None) -> Iterator[None]:
     from toolkit import storage
     from toolkit.console import exit_codes
     from toolkit.icechunk import BranchMoved, OutsideContainers
-    from toolkit.virtual.backfill import RegionOverlap
+    from toolkit.virtual.backfill import BranchGone, RegionOverlap
     from toolkit.virtual.layout import MetadataDrift
     from toolkit.virtual.lease import LeaseHeld, LeaseLost
     from toolkit.virtual.update import BackfillInFlight, FarBehind
@@ -167,6 +168,7 @@ def _errors(repo: str | None = None) -> Iterator[None]:
         usage_errors=(ValueError, KeyError),
         check_errors=(
             BranchMoved,
+            BranchGone,
             RegionOverlap,
             LeaseHeld,
             LeaseLost,
@@ -257,13 +259,20 @@ def backfill(
     ctx: typer.Context,
     dataset: Dataset,
     repo: RepoUrl,
-    start: Annotated[str, typer.Option(help="First append-dim label (e.g. 2025-08-01T00).")],
+    start: Annotated[
+        str,
+        options.Option(check=options.time(), help="First append-dim label (e.g. 2025-08-01T00)."),
+    ],
     source: SourceUrl = None,
-    end: Annotated[str | None, typer.Option(help="Exclusive end; default: last published.")] = None,
+    end: Annotated[
+        str | None,
+        options.Option(check=options.time(), help="Exclusive end; default: last published."),
+    ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(
-            min=1, help="Stripe nodes (contiguous blocks). Default: the cluster's thread count."
+        options.Option(
+            check=options.count(1),
+            help="Stripe nodes (contiguous blocks). Default: the cluster's thread count.",
         ),
     ] = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
@@ -360,31 +369,33 @@ def update(
     source: SourceUrl = None,
     fire_time: Annotated[
         str | None,
-        typer.Option(
-            help="Scheduled fire (UTC, e.g. 2025-08-01T18:00): the window ends here. Default: now."
+        options.Option(
+            check=options.time(now=True),
+            help="Scheduled fire (UTC, e.g. 2025-08-01T18:00): the window ends here. Default: now.",
         ),
     ] = None,
     scheduled_at: Annotated[
         str | None,
-        typer.Option(
+        options.Option(
+            check=options.time(now=True),
             help="Wall-clock UTC time the fire was scheduled ('now': when this process "
             "started, for a simulated clock); the fire ends by it + --deadline, so a "
             "replacement process stops when the one it replaced would have. Default: "
-            "--fire-time."
+            "--fire-time.",
         ),
     ] = None,
     deadline: Annotated[
         float,
-        typer.Option(
-            min=1,
+        options.Option(
+            check=options.seconds(1),
             help="Active deadline, seconds after --scheduled-at: polling, commits and "
             "validation all end inside it (set a CronJob's activeDeadlineSeconds to it).",
         ),
     ] = 600.0,
     lease_wait: Annotated[
         float,
-        typer.Option(
-            min=0,
+        options.Option(
+            check=options.seconds(0),
             help="Seconds to wait for another running update to release the repo's lease "
             "(0: exit 1 at once); refused when the deadline leaves less. A holder that is "
             "gone (a dead process on this host, a heartbeat silent for two beats) is taken "
@@ -396,8 +407,8 @@ def update(
     replica: Replicas = None,
     give_up_after: Annotated[
         int,
-        typer.Option(
-            min=0,
+        options.Option(
+            check=options.count(0),
             help="Fires in a row a published file may be skipped as unreadable before it is "
             "given up as missing for good (retried when its object changes; 0: never).",
         ),
@@ -412,8 +423,8 @@ def update(
     ] = True,
     validation_seconds: Annotated[
         float,
-        typer.Option(
-            min=0.0,
+        options.Option(
+            check=options.seconds(0),
             help="Validation's own time bound, from when it starts, capped by what --deadline "
             f"leaves (at least {VALIDATION_FLOOR:g} s, kept back from polling); checks it "
             "stops are named, and fail.",
@@ -438,7 +449,8 @@ def update(
     ] = False,
     expire_older_than: Annotated[
         str | None,
-        typer.Option(
+        options.Option(
+            check=options.DURATION,
             help="After the commits, inside the fire's lease: expire snapshots older than this "
             "(0s, 12h, 30d) and collect garbage, as `toolkit virtual expire`.",
         ),
@@ -474,6 +486,7 @@ def update(
         anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
         tiers = _tiers(min_present)
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
+        hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
         reserve = min(validation_seconds, VALIDATION_FLOOR) if check else 0.0
         clock = FireClock(anchor, deadline, GRACE, reserve)
         if clock.poll_until <= time.time():
@@ -484,7 +497,6 @@ def update(
                 "only"
             )
         _stac_dir(stac)
-        hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
         report = run_update(
             ds,
             fire_time=fire,
@@ -591,6 +603,13 @@ def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> 
     CLI (this job does not import that one)."""
     if not variables:
         return None, None
+    have = ds.template.variables  # checked before the fire: its commits and record are made
+    for v in variables:  # before the first level is built
+        if v not in have:
+            raise ValueError(
+                f"--pyramid {v!r}: dataset {ds.dataset.name} has no such variable (it has "
+                f"{', '.join(sorted(have))}); name one of them"
+            )
     make = (ctx.find_root().obj or {}).get("pyramid_levels")
     if make is None:
         raise typer.BadParameter("--pyramid needs the toolkit command line (toolkit virtual ...)")
@@ -613,7 +632,9 @@ def _epoch(text: str) -> float:
 @app.command()
 def inspect(
     repo: RepoArg,
-    commits: Annotated[int, typer.Option(min=1, help="How many recent commits to show.")] = 10,
+    commits: Annotated[
+        int, options.Option(check=options.count(1), help="How many recent commits to show.")
+    ] = 10,
     stores: RepoStorage = STORAGE,
     as_json: AsJson = False,
 ) -> None:
@@ -849,10 +870,17 @@ def split_apply(
     repo: RepoArg,
     split: Annotated[
         int,
-        typer.Option("--split", min=1, help="Append-dim positions per manifest, for every array."),
+        options.Option(
+            "--split",
+            check=options.count(1),
+            help="Append-dim positions per manifest, for every array.",
+        ),
     ],
     lease_wait: Annotated[
-        float, typer.Option(min=0, help="Seconds to wait for a running update to finish.")
+        float,
+        options.Option(
+            check=options.seconds(0), help="Seconds to wait for a running update to finish."
+        ),
     ] = 0.0,
     stores: RepoStorage = STORAGE,
     as_json: AsJson = False,
@@ -896,8 +924,9 @@ def expire(
     repo: RepoArg,
     older_than: Annotated[
         str,
-        typer.Option(
+        options.Option(
             "--older-than",
+            check=options.DURATION,
             help="Expire snapshots written longer ago than this (0s, 12h, 30d, 2w) and delete "
             "the objects only they referred to. Main's head, tags and in-flight branches are "
             "kept.",
@@ -906,7 +935,9 @@ def expire(
     replica: Replicas = None,
     lease_wait: Annotated[
         float,
-        typer.Option(min=0, help="Seconds to wait for a running update to finish."),
+        options.Option(
+            check=options.seconds(0), help="Seconds to wait for a running update to finish."
+        ),
     ] = 0.0,
     stores: RepoStorage = STORAGE,
     as_json: AsJson = False,
@@ -944,24 +975,35 @@ def validate(
     source: SourceUrl = None,
     start: Annotated[
         str | None,
-        typer.Option(help="First append-dim label to check. Default: the update window's."),
+        options.Option(
+            check=options.time(),
+            help="First append-dim label to check. Default: the update window's.",
+        ),
     ] = None,
-    end: Annotated[str | None, typer.Option(help="Exclusive end label.")] = None,
+    end: Annotated[
+        str | None, options.Option(check=options.time(), help="Exclusive end label.")
+    ] = None,
     fire_time: Annotated[
         str | None,
-        typer.Option(
+        options.Option(
+            check=options.time(now=True),
             help="Validate the update window of this fire (UTC), with data currency. "
-            "Default, when neither --start nor --end is given: now."
+            "Default, when neither --start nor --end is given: now.",
         ),
     ] = None,
     sample: Sample = 16,
     positions: Annotated[
         str,
-        typer.Option(help="Newest positions with data to sample, or 'all' (an offline sweep)."),
+        options.Option(
+            check=options.positions,
+            help="Newest positions with data to sample, or 'all' (an offline sweep).",
+        ),
     ] = "1",
     max_positions: Annotated[
         int | None,
-        typer.Option(min=1, help="With --positions all: at most this many, spread evenly."),
+        options.Option(
+            check=options.count(1), help="With --positions all: at most this many, spread evenly."
+        ),
     ] = None,
     min_present: MinPresent = None,
     include_var: IncludeVars = None,

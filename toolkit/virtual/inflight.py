@@ -19,7 +19,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
 from toolkit.transaction import marker
-from toolkit.virtual.lease import gone_because, holder_of
+from toolkit.virtual.lease import decode, gone_because, holder_of
 
 PREFIX = "backfill-"
 
@@ -85,9 +85,12 @@ def _age(delta: _dt.timedelta) -> str:
     )
 
 
-def in_flight(repo: Any, store: storage.Store | None = None) -> list[InFlight]:
+def in_flight(
+    repo: Any, store: storage.Store | None = None, mine: str | None = None
+) -> list[InFlight]:
     """Every backfill branch of `repo`, oldest commit first on each; with the repo's `store`,
-    each with the process running it (from its guard)."""
+    each with the process running it (from its guard; a corrupt guard is a `CorruptObject`
+    naming it, but not the guard of `mine`, the branch the caller is about to claim)."""
     found = []
     names = set(R.branches(repo))
     main = R.snapshot_of(repo, "main")
@@ -99,7 +102,7 @@ def in_flight(repo: Any, store: storage.Store | None = None) -> list[InFlight]:
                 break
             commits.append(c)
         setup = next((c for c in reversed(commits) if "main_at_setup" in c.metadata), None)
-        guard = _guard(store, branch) if store is not None else {}
+        guard = _guard(store, branch) if store is not None and branch != mine else {}
         meta = {**(setup.metadata if setup else {}), **guard}
         holder = None
         if store is not None:
@@ -125,12 +128,20 @@ def _ns(value: Any) -> int | None:
 
 def _guard(store: storage.Store, branch: str) -> dict[str, Any]:
     """The branch's guard as its holder wrote it ({}: none)."""
-    import json
-
     try:
-        return dict(json.loads(storage.get(store, guard_key(branch)).data))
+        data = storage.get(store, guard_key(branch)).data
     except storage.NotFound:
         return {}
+    return decode(store, guard_key(branch), data, guard_fix(store.url, branch))
+
+
+def guard_fix(repo_url: str, branch: str) -> str:
+    """What repairs a backfill's corrupt guard: the same backfill takes it over (once nothing
+    rewrote it for two beats), or the backfill is dropped."""
+    return (
+        "rerun the same backfill (it takes the guard over), or drop it: "
+        f"`toolkit virtual abort {repo_url} --branch {branch}` (main is untouched)"
+    )
 
 
 def what_moved(repo: Any, branch: str) -> str:

@@ -10,12 +10,20 @@ The lease records its holder (host, pid, start) and a heartbeat a thread renews 
 `interval` seconds. A holder that is gone does not block the next fire: a dead process on this
 host is taken over at once, and a lease whose heartbeat stopped for two intervals is taken over
 from any host (a CronJob's next pod); `took_over` then names the old holder.
+
+A lease whose bytes are not a lease (empty, truncated, another document: `decode` refuses it,
+naming it) has no heartbeat to read, so its object's age stands in for one: its live holder
+rewrites it at its next beat, and one nothing rewrote for two intervals is taken over by the
+next acquirer (the next fire, `toolkit virtual expire`, the same backfill rerun); before
+that, acquiring is refused naming the object and when to rerun. A holder never steals: it
+replaces a corrupt lease only on the version it read, as any takeover.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import socket
 import threading
@@ -28,7 +36,7 @@ from typing import Any
 
 from toolkit import storage
 
-__all__ = ["HEARTBEAT", "Lease", "LeaseHeld", "LeaseLost"]
+__all__ = ["HEARTBEAT", "Lease", "LeaseHeld", "LeaseLost", "decode"]
 
 HEARTBEAT = 5.0  # seconds between a holder's renewals; two missed ones and the lease is free
 
@@ -39,6 +47,37 @@ class LeaseHeld(RuntimeError):
 
 class LeaseLost(RuntimeError):
     """A newer fire took the lease over: stop before committing again."""
+
+
+NUMBERS = ("fire_time", "expires")  # what every holder's body has, besides its `holder` id
+
+
+def decode(store: storage.Store, key: str, data: bytes, fix: str) -> dict[str, Any]:
+    """A lease's body as its holder wrote it; anything else (empty, cut short, not JSON, a
+    document of another shape) is a `CorruptObject` naming it, with `fix`."""
+    held = storage.record_json(store, key, data, "a lease", fix)
+    if not isinstance(held, dict):
+        raise storage.CorruptObject(store.url, key, "a lease", f"a JSON {json_kind(held)}", fix)
+    bad = [k for k in NUMBERS if not _number(held.get(k))]
+    if not isinstance(held.get("holder"), str):
+        bad.insert(0, "holder")
+    for k in ("heartbeat", "started", "interval"):
+        if k in held and not _number(held[k]):
+            bad.append(k)
+    if bad:
+        why = f"a JSON object without a valid {', '.join(bad)}"
+        raise storage.CorruptObject(store.url, key, "a lease", why, fix)
+    return held
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def json_kind(doc: Any) -> str:
+    """What a JSON value is, in JSON's words."""
+    kinds = {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(doc), "number")
 
 
 @dataclass
@@ -91,6 +130,12 @@ class Lease:
                 expires_in = getattr(err, "expires_in", 1.0)
                 time.sleep(max(0.05, min(1.0, left, expires_in)))
 
+    @property
+    def silence(self) -> float:
+        """Seconds a corrupt lease must go unrewritten before it counts as abandoned: two of
+        the default holder's beats (the holder's own interval is in the bytes that are gone)."""
+        return 2 * max(self.interval, HEARTBEAT)
+
     def _try_acquire(self) -> Lease:
         try:
             storage.put(self.store, self.key, self._body(), mode="create")
@@ -102,7 +147,10 @@ class Lease:
             blob = storage.get(self.store, self.key)
         except storage.NotFound:  # released between our create and our read: try again
             raise _held(self, "changed hands", 0.0) from None
-        held = json.loads(blob.data)
+        try:
+            held = decode(self.store, self.key, blob.data, "")
+        except storage.CorruptObject as err:
+            return self._replace_corrupt(blob, err)
         theirs = held["holder"] != self.holder
         gone = gone_because(held) if theirs else None
         if theirs and gone is None and held["fire_time"] >= self.fire_time:
@@ -121,6 +169,43 @@ class Lease:
             self.took_over = f"took over {self.url} from {holder_of(held)}: {gone}"
         self._renewed = time.monotonic()
         return self
+
+    def _replace_corrupt(self, blob: storage.Blob, err: storage.CorruptObject) -> Lease:
+        """Take over a lease that is not one, once nothing rewrote it for `silence` seconds
+        (a live holder would have); before that, LeaseHeld naming it and when to rerun."""
+        age = max(0.0, time.time() - blob.last_modified.timestamp())
+        left = self.silence - age
+        if left > 0:
+            fix = (
+                f"a live holder rewrites it within {self.interval:g} s; if none does, rerun in "
+                f"{math.ceil(left)} s and this {self.role} takes it over"
+            )
+            held = LeaseHeld(
+                str(storage.CorruptObject(err.store, err.key, err.what, err.detail, fix))
+            )
+            held.expires_in = left  # type: ignore[attr-defined]
+            raise held
+        try:
+            storage.put(self.store, self.key, self._body(), mode=blob.version)
+        except (storage.PreconditionFailed, storage.AlreadyExists):
+            raise _held(self, f"was taken by another {self.role} first", 0.0) from None
+        self.took_over = (
+            f"took over {self.url}: it was not a lease ({err.detail}) and nothing rewrote it "
+            f"for {age:.0f} s"
+        )
+        self._renewed = time.monotonic()
+        return self
+
+    def _read(self) -> tuple[storage.Blob, dict[str, Any] | None]:
+        """The lease's object and its body (None: corrupt); LeaseLost if it is gone."""
+        try:
+            blob = storage.get(self.store, self.key)
+        except storage.NotFound:
+            raise LeaseLost(f"{self.url} vanished") from None
+        try:
+            return blob, decode(self.store, self.key, blob.data, "")
+        except storage.CorruptObject:
+            return blob, None
 
     @contextmanager
     def heartbeat(self) -> Iterator[Lease]:
@@ -150,25 +235,22 @@ class Lease:
         """Raise LeaseLost unless we still hold the lease (call before each commit)."""
         if self._lost is not None:
             raise self._lost
-        try:
-            held = json.loads(storage.get(self.store, self.key).data)
-        except storage.NotFound:
-            raise LeaseLost(f"{self.url} vanished") from None
+        _, held = self._read()
+        if held is None:  # damaged under us: ours until someone else replaces it
+            self.renew(force=True)
+            return
         if held["holder"] != self.holder:
             raise LeaseLost(f"{self.url} taken over by {holder_of(held)}; stopping")
 
     def renew(self, force: bool = False) -> None:
         """Push the heartbeat out (unless `force`, at most once an interval); LeaseLost if
-        someone else holds it."""
+        someone else holds it. A lease damaged under its holder is rewritten whole (on the
+        version read: a takeover meanwhile wins)."""
         with self._lock:  # the heartbeat thread and the caller never race on one version
             if not force and time.monotonic() - self._renewed < self.interval:
                 return
-            try:
-                blob = storage.get(self.store, self.key)
-            except storage.NotFound:
-                raise LeaseLost(f"{self.url} vanished") from None
-            held = json.loads(blob.data)
-            if held["holder"] != self.holder:
+            blob, held = self._read()
+            if held is not None and held["holder"] != self.holder:
                 raise LeaseLost(f"{self.url} taken over by {holder_of(held)}; stopping")
             try:
                 storage.put(self.store, self.key, self._body(), mode=blob.version)
@@ -181,12 +263,11 @@ class Lease:
         marked released (anyone takes it, no warning)."""
         with self._lock:
             try:
-                blob = storage.get(self.store, self.key)
-            except storage.NotFound:
+                blob, held = self._read()
+            except LeaseLost:
                 return
-            held = json.loads(blob.data)
-            if held["holder"] != self.holder:
-                return
+            if held is None or held["holder"] != self.holder:
+                return  # damaged: left to age out (it may be another's by now)
             if not keep:
                 storage.delete(self.store, self.key)
                 return

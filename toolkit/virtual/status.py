@@ -16,10 +16,21 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.virtual import skips
 from toolkit.virtual.inflight import in_flight
+from toolkit.virtual.lease import json_kind
 
-__all__ = ["FIRE_KEY", "fire_summary", "last_fire", "record_fire", "record_validation", "status"]
+__all__ = [
+    "FIRE_KEY",
+    "decode_fire",
+    "fire_summary",
+    "last_fire",
+    "record_fire",
+    "record_validation",
+    "status",
+]
 
 FIRE_KEY = "toolkit-update.last-fire.json"
+FIRE_FIX = "the next `toolkit virtual update` fire rewrites it (or delete it: it is only a record)"
+FIRE_FIELDS = {"fire": str, "validation": dict, "commits": list, "skipped": list, "given_up": list}
 
 
 def _iso(t: _dt.datetime | float | None) -> str | None:
@@ -62,15 +73,36 @@ def record_fire(store: storage.Store, summary: dict[str, Any]) -> None:
 
 
 def last_fire(store: storage.Store) -> dict[str, Any] | None:
+    """The last fire's record (None: no fire yet); one that is not is a `CorruptObject`."""
     try:
-        return dict(json.loads(storage.get(store, FIRE_KEY).data))
+        data = storage.get(store, FIRE_KEY).data
     except storage.NotFound:
         return None
+    return decode_fire(store, data)
+
+
+def decode_fire(store: storage.Store, data: bytes) -> dict[str, Any]:
+    """A fire record's body as a fire (or `validate`) wrote it: a JSON object whose fields the
+    readers use have their types; anything else names the object and how it is rewritten."""
+    doc = storage.record_json(store, FIRE_KEY, data, "a fire record", FIRE_FIX)
+    bad = (
+        [f"a JSON {json_kind(doc)}"]
+        if not isinstance(doc, dict)
+        else [f"a JSON object without {k!r}" for k in ("fire", "validation") if k not in doc]
+        + [
+            f"{k!r} is a JSON {json_kind(doc[k])}"
+            for k, want in FIRE_FIELDS.items()
+            if doc.get(k) is not None and not isinstance(doc[k], want)
+        ]
+    )
+    if bad:
+        raise storage.CorruptObject(store.url, FIRE_KEY, "a fire record", bad[0], FIRE_FIX)
+    return doc
 
 
 def record_validation(store: storage.Store, passed: bool, failures: list[str]) -> dict[str, Any]:
     """The last fire's record with its validation result; returns it."""
-    summary = last_fire(store) or {}
+    summary = last_fire(store) or {"fire": None}
     summary["validation"] = {"passed": passed, "failures": failures}
     record_fire(store, summary)
     return summary

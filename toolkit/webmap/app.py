@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from toolkit import options
 from toolkit.webmap import colors, tiles
 from toolkit.webmap.view import SelectionError, Source, View, open_view, version_of
 
@@ -76,6 +77,8 @@ class Served:
         self.source = source
         if colormap is not None:
             colors.lookup(colormap)  # an unknown name is refused before anything is served
+        if value_range is not None:  # finite, MIN < MAX: refused before anything is served
+            value_range = options.parse_range(",".join(map(str, value_range)))
         self.colormap, self.value_range, self.refresh = colormap, value_range, refresh
         self.tiles = LRU(cached_tiles)
         self._lock = threading.Lock()
@@ -107,12 +110,20 @@ def _query(request: Request) -> tuple[str | None, dict[str, str]]:
     return q.get("variable"), {k: v for k, v in q.items() if k not in RESERVED}
 
 
-def _float(request: Request, name: str) -> float:
-    text = request.query_params.get(name)
+LAT = options.Bounded(float, -90, 90, "a latitude in degrees")
+LON = options.Bounded(float, -360, 360, "a longitude in degrees")
+ZOOM = options.Bounded(float, 0, 30, "a zoom level")  # the page may ask 3.5: its tiles are 3's
+
+
+def _number(request: Request, name: str, check: options.Bounded, default: Any = None) -> Any:
+    """A query parameter through the option layer's check: a bad one is a 400 naming it."""
+    text = request.query_params.get(name, default)
+    if text is None:
+        raise options.BadValue(f"{request.url.path} wants {name}=, {check.what}")
     try:
-        return float(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise SelectionError(f"/point wants {name}= a number, got {text!r}") from None
+        return check(text)
+    except options.BadValue as err:
+        raise options.BadValue(f"{request.url.path} {name}=: {err}") from None
 
 
 def create_app(served: Served) -> Starlette:
@@ -155,10 +166,8 @@ def create_app(served: Served) -> Starlette:
         view = served.view()
         name, given = _query(request)
         var = view.variable(name)
-        lat, lon = _float(request, "lat"), _float(request, "lon")
-        zoom = int(_float(request, "zoom")) if "zoom" in request.query_params else 0
-        if not -90 <= lat <= 90:
-            raise SelectionError(f"/point lat={lat} is outside -90..90")
+        lat, lon = _number(request, "lat", LAT), _number(request, "lon", LON)
+        zoom = int(_number(request, "zoom", ZOOM, default=0))
         body = view.point(var, view.selection(var, given), tiles.tms_named("WebMercatorQuad"),
                           lat, lon, zoom)  # fmt: skip
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
@@ -188,6 +197,7 @@ def create_app(served: Served) -> Starlette:
     ]
     handlers: dict[Any, Any] = {
         SelectionError: bad_selection,
+        options.BadValue: bad_selection,
         tiles.BadTile: bad_tile,
         404: not_found,
         Exception: failed,

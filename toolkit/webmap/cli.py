@@ -7,24 +7,10 @@ from typing import Annotated, Literal
 
 import typer
 
+from toolkit import options
 from toolkit.console import STORAGE, Storage, Typer, exit_codes, out
 
 app = Typer(add_completion=False)
-
-
-def _range(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    lo, sep, hi = text.partition(",")
-    try:
-        pair = (float(lo), float(hi)) if sep else None
-    except ValueError:
-        pair = None
-    if pair is None or not pair[0] < pair[1]:
-        raise typer.BadParameter(
-            f"{text!r}: want MIN,MAX with MIN < MAX, e.g. 250,310", param_hint="'--range'"
-        )
-    return pair
 
 
 @app.command()
@@ -39,7 +25,9 @@ def serve(
     variable: Annotated[
         str | None, typer.Option("--variable", help="The variable the page opens on.")
     ] = None,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8765,
+    port: Annotated[
+        int, options.Option(check=options.count(0, 65535, "a port"), help="Port (0: any free one).")
+    ] = 8765,
     host: Annotated[
         str,
         typer.Option(help="Address to listen on; 0.0.0.0 opens it to the network."),
@@ -56,14 +44,18 @@ def serve(
     ] = None,
     value_range: Annotated[
         str | None,
-        typer.Option(
+        options.Option(
             "--range",
+            check=options.RANGE,
             help="MIN,MAX of the colour scale (default: the data's CF valid_range, else its "
             "2nd..98th percentile).",
         ),
     ] = None,
     refresh: Annotated[
-        float, typer.Option(min=0.0, help="Seconds between looks at a repo's branch for commits.")
+        float,
+        options.Option(
+            check=options.seconds(0), help="Seconds between looks at a repo's branch for commits."
+        ),
     ] = 2.0,
     stores: Storage = STORAGE,
 ) -> None:
@@ -79,7 +71,7 @@ def serve(
 
     interrupt.ending_says("stopped")  # Ctrl-C is how a server ends: exit 130, nothing to resume
     options = stores.for_url(source)
-    pair = _range(value_range)
+    pair = None if value_range is None else options.parse_range(value_range)
     with exit_codes(usage_errors=(SelectionError, ImportError, ValueError, OSError)):
         run(source, variable=variable, host=host, port=port, credentials=credentials,
             store_options=options, branch=branch, colormap=colormap, value_range=pair,

@@ -43,7 +43,10 @@ def _open(target: str, options: dict[str, Any]) -> tuple[Any, str]:
 
     local = storage.local_path_of(target)
     if local is not None:
-        path = local.resolve()
+        try:
+            path = local.resolve()
+        except (RuntimeError, OSError) as err:  # a symlink loop: said as every store says it
+            raise storage.explain(err) or err from None
         if not path.is_file():
             raise InputError(f"no such file: {path}")
         return storage.open_store(str(path.parent)), path.name
@@ -99,9 +102,12 @@ def _window_text(meta: Any) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error as one line: stores append multi-line debug dumps after a blank line."""
+    """An error as one line, its paths as typed (`storage.readable`: decoded, not
+    percent-encoded): stores append multi-line debug dumps after a blank line."""
+    from toolkit import storage
+
     text = str(exc).split("\n\n", 1)[0]
-    return " ".join(text.split())
+    return storage.readable(" ".join(text.split()))
 
 
 def _check_index(store: Any, key: str, index_store: Any, index_key: str) -> list[Row]:
@@ -172,7 +178,7 @@ def scan(
     source = target
     try:
         store, key = _open(target, options)
-        source = storage.object_url(store, key)
+        source = storage.location(store.url, key)  # the path as typed, not its URL
         if index is None:
             rows = _scan_file(store, key)
         else:
