@@ -591,7 +591,7 @@ CASES: tuple[Case, ...] = (
         "a GRIB file that does not exist",
         ("grib", "scan", "none.grib2"),
         2,
-        ("cannot read input", "no such file", "none.grib2"),
+        ("cannot read input", "none.grib2", "no such file", "check the path"),
         absent=("none.grib2",),
     ),
     # ---------------------------------------------------------------- archive
@@ -1394,7 +1394,27 @@ CASES: tuple[Case, ...] = (
         ),
         setup=lambda w: _built_then_emptied(w, ".pyramid/backup/c/0"),
     ),
-    # ---- round 3 (issue 49): input encodings and switches
+    # ---- round 3 (issue 49): input encodings and switches, an adversary's battery
+    Case(
+        "`grib scan` of a folder",
+        ("grib", "scan", "src"),
+        2,
+        ("cannot read input", "src", "is a folder", "name one GRIB2 file in it"),
+    ),
+    Case(
+        "`pyramid verify` of a store with no pyramid",
+        ("pyramid", "verify", "good.zarr"),
+        1,
+        ("good.zarr", "no recorded pyramid plan", "build the pyramid first"),
+        absent=("good.zarr/.pyramid", "good.zarr/2x"),
+    ),
+    Case(
+        "`TOOLKIT_DEBUG=false` (a switch spelled off)",
+        ("pyramid", "plan", "notes.txt"),
+        2,
+        ("notes.txt", "is not a directory"),
+        env={"TOOLKIT_DEBUG": "false"},
+    ),
 )
 
 

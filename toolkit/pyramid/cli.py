@@ -30,6 +30,7 @@ from toolkit.console import (
     WriteStorage,
     emit_json,
     exit_codes,
+    fail,
     hint,
     out,
     print_report,
@@ -340,6 +341,8 @@ def verify_cmd(
     if as_json:
         failures = [dataclasses.asdict(f) for f in result.failures]
         emit_json({"ok": result.ok, "checked": result.checked, "failures": failures})
+    elif not result.checked and len(result.failures) == 1:  # refused before any check ran
+        raise fail(1, f"{source}: {result.failures[0].detail}")
     else:
         _print_verified(result.checked, result.failures)
     if not result.ok:
@@ -377,15 +380,13 @@ def stac_cmd(
 ) -> None:
     """Write the built pyramid's STAC Collection + Item (datacube and xarray-assets
     extensions; one asset per level) to --output, self-contained. See docs/stac.md."""
-    import json
-    import sys
 
     from toolkit.pyramid import stac
 
     with _exit_codes():
         entry = stac(source, output, **_options(source, stores))
     if as_json:
-        sys.stdout.write(json.dumps(entry.as_dict()) + "\n")
+        emit_json(entry.as_dict())
         return
     out.print(f"wrote {escape(str(entry.collection))}", highlight=False, soft_wrap=True)
     out.print(f"bbox {entry.bbox}, interval {entry.interval}", highlight=False, soft_wrap=True)

@@ -28,6 +28,7 @@ from toolkit.console import (
     StorageOptions,
     Typer,
     WaitForWorkers,
+    emit_json,
 )
 from toolkit.virtual.clock import GRACE, VALIDATION_FLOOR, FireClock
 
@@ -583,7 +584,6 @@ def _refresh_stac(repo: str, stores: StorageOptions, output: Path) -> None:
 def _said(ds: Any, as_json: bool, passed: bool, failures: list[str], checked: bool = True) -> None:
     """The fire's record gains its validation result; with --json, it is the one line of
     stdout."""
-    import json
     import sys
 
     from toolkit.virtual.status import last_fire, record_validation
@@ -594,7 +594,7 @@ def _said(ds: Any, as_json: bool, passed: bool, failures: list[str], checked: bo
         else (last_fire(ds.repo.store) or {})
     )
     if as_json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        emit_json(summary)
         sys.stdout.flush()
 
 
@@ -755,8 +755,6 @@ def status(
     skipped, given up, publish-to-main lag, validation), skipped files, backfills in flight
     with their age, manifest bytes per ref. Exit 0; 1 when the last fire's validation failed
     or a backfill in flight is blocked (main moved)."""
-    import json
-    import sys
 
     from toolkit import icechunk as R
     from toolkit.console import out
@@ -769,7 +767,7 @@ def status(
         failed = (fire.get("validation") or {}).get("passed") is False
         blocked = [f["branch"] for f in found["in_flight"] if f["main_moved"]]
         if as_json:
-            sys.stdout.write(json.dumps(found) + "\n")
+            emit_json(found)
         else:
             latest = ", ".join(f"{k} {v}" for k, v in found["latest"].items()) or "empty"
             out.print(f"main: {found['main']} (latest: {latest})", highlight=False, soft_wrap=True)
@@ -830,8 +828,6 @@ def split_advise(
 ) -> None:
     """Per array: manifests, refs and bytes per manifest, against the reader budgets (a few MiB
     per manifest, at least ~1,000 refs), and the split that meets them."""
-    import json
-    import sys
 
     from toolkit import icechunk as R
     from toolkit.console import out
@@ -847,7 +843,7 @@ def split_advise(
             body = {"append_dim": dim, "split": proposal, "current": R.manifest_split(ref.store),
                     "arrays": [{**a.__dict__, "refs_per_manifest": a.refs_per_manifest,
                                 "bytes_per_manifest": a.bytes_per_manifest} for a in found]}  # fmt: skip
-            sys.stdout.write(json.dumps(body) + "\n")
+            emit_json(body)
             return
         out.print(
             f"budgets: at most {TARGET_BYTES >> 20} MiB and at least {FLOOR_REFS:,} refs per "
@@ -1143,8 +1139,6 @@ def stac_cmd(
 ) -> None:
     """Write the virtual dataset's STAC Collection + Item (datacube and xarray-assets
     extensions, main's extents) to --output, self-contained. See docs/stac.md."""
-    import json
-    import sys
 
     from rich.markup import escape
 
@@ -1154,7 +1148,7 @@ def stac_cmd(
         _stac_dir(output)
         entry = _write_stac(repo, stores, output)
     if as_json:
-        sys.stdout.write(json.dumps(entry.as_dict()) + "\n")
+        emit_json(entry.as_dict())
         return
     out.print(f"wrote {escape(str(entry.collection))}", highlight=False, soft_wrap=True)
     out.print(f"bbox {entry.bbox}, interval {entry.interval}", highlight=False, soft_wrap=True)

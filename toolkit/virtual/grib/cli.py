@@ -6,14 +6,13 @@ is unreachable or unreadable.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
 import typer
 
-from toolkit.console import PLAIN_HELP, RETRY_SECONDS, RetrySeconds
+from toolkit.console import PLAIN_HELP, RETRY_SECONDS, RetrySeconds, emit_json
 
 app = typer.Typer(
     help="Inspect GRIB2 files and their wgrib2 indexes.", no_args_is_help=True, **PLAIN_HELP
@@ -47,8 +46,10 @@ def _open(target: str, options: dict[str, Any]) -> tuple[Any, str]:
             path = local.resolve()
         except (RuntimeError, OSError) as err:  # a symlink loop: said as every store says it
             raise storage.explain(err) or err from None
+        if path.is_dir():
+            raise InputError(f"{target}: is a folder: name one GRIB2 file in it")
         if not path.is_file():
-            raise InputError(f"no such file: {path}")
+            raise InputError(f"{target}: no such file: check the path")
         return storage.open_store(str(path.parent)), path.name
     bucket, key = storage.split_bucket(target)
     if not bucket or not key:
@@ -186,25 +187,18 @@ def scan(
             rows = _check_index(store, key, index_store, index_key)
     except GribSourceError as exc:
         if as_json:
-            print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
+            emit_json({"file": source, "index": index, "ok": False, "error": one_line(exc)})
         err.print(f"[red]error: {escape(one_line(exc))}[/red]", soft_wrap=True)
         raise typer.Exit(1) from None
     except (InputError, storage.StorageError, OSError) as exc:
         if as_json:
-            print(json.dumps({"file": source, "index": index, "ok": False, "error": one_line(exc)}))
+            emit_json({"file": source, "index": index, "ok": False, "error": one_line(exc)})
         err.print(f"[red]error: cannot read input:[/red] {escape(one_line(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "file": source,
-                    "index": index,
-                    "ok": True,
-                    "messages": [r.as_dict() for r in rows],
-                }
-            )
+        emit_json(
+            {"file": source, "index": index, "ok": True, "messages": [r.as_dict() for r in rows]}
         )
         return
     table = Table(title=f"{source} ({len(rows)} messages{', index checked' if index else ''})")
