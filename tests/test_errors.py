@@ -43,6 +43,7 @@ class Case:
     setup: Callable[[Path], None] | None = None
     absent: tuple[str, ...] = ()  # paths that must still not exist afterwards
     env: dict[str, str | None] = field(default_factory=dict)  # None unsets
+    stdin: bytes | None = None  # what is piped in (keys, events), as bytes
 
     @property
     def id(self) -> str:
@@ -1409,6 +1410,20 @@ CASES: tuple[Case, ...] = (
         absent=("good.zarr/.pyramid", "good.zarr/2x"),
     ),
     Case(
+        "keys piped in a code page that is not UTF-8 (a BOM, UTF-16 and CRLF are read right)",
+        ("archive", "resolve", "--manifests", "m"),
+        2,
+        ("the keys on stdin", "line 2 is not UTF-8", "0xe9", "save it as UTF-8"),
+        stdin="cordex/a.zarr/tas/c/0/0/0\r\ncordex/a.zarr/t\xe9/c/0\r\n".encode("latin-1"),
+    ),
+    Case(
+        "an events file line that is not UTF-8",
+        ("archive", "report", "--data", "data", "--manifests", "m", "--events", "ev.jsonl"),
+        2,
+        ("ev.jsonl", "line 1 is not UTF-8", "save it as UTF-8"),
+        setup=lambda w: (w / "ev.jsonl").write_bytes(b'{"Records": [{"s3": "\xe9"}]}\n'),
+    ),
+    Case(
         "`TOOLKIT_DEBUG=false` (a switch spelled off)",
         ("pyramid", "plan", "notes.txt"),
         2,
@@ -1541,7 +1556,7 @@ def test_each_bad_input_is_one_line_and_loses_nothing(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.chdir(w)
     before = _files(w)
-    res = CliRunner().invoke(app, argv)
+    res = CliRunner().invoke(app, argv, input=case.stdin)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.exit_code == case.code, (res.exit_code, res.stderr, res.stdout)
     assert "Traceback" not in res.output and "Traceback" not in res.stderr
