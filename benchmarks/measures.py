@@ -187,6 +187,8 @@ MEASURES: dict[str, Measures] = {
         },
     ),
     "pyramid_cf": Measures("pyramid_cf", PYRAMID_BUILD, {"9e028b6": BUILD_OUTPUT}),
+    # a built daily store, one xarray append, then the incremental build and --rebuild-from 2x
+    "pyramid_append": Measures("pyramid_append", PYRAMID_BUILD),
     # both builds of one store: --output (references, then the repo pyramid) and in place
     "pyramid_output": Measures(
         "pyramid_output",

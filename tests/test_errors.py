@@ -368,15 +368,15 @@ CASES: tuple[Case, ...] = (
     Case(
         "a corrupt `.pyramid/plan.json`",
         ("pyramid", "build", "good.zarr", *SYNC),
-        2,
-        ("plan.json", "not", "--rebuild-from 2x"),
+        1,
+        ("plan.json", "Expecting property name", "not a pyramid plan record", "--rebuild-from 2x"),
         setup=_write("good.zarr/.pyramid/plan.json", "{not json"),
     ),
     Case(
         "a foreign `.pyramid/plan.json`",
         ("pyramid", "build", "good.zarr", *SYNC),
-        2,
-        ("plan.json", "--rebuild-from 2x"),
+        1,
+        ("good.zarr/.pyramid/plan.json", "lacks digest", "not a pyramid plan", "--rebuild-from 2x"),
         setup=_write("good.zarr/.pyramid/plan.json", '{"tool": "someone else"}'),
     ),
     Case(

@@ -140,8 +140,8 @@ RECORDS = (
         "pyramid plan",
         "good.zarr/.pyramid/plan/c/0",
         VERIFY,
-        2,
-        ("not a pyramid plan", "--rebuild-from 2x"),
+        1,
+        ("not a pyramid plan record", "toolkit pyramid build", "--rebuild-from 2x"),
         _pyramid,
     ),
     Record(

@@ -107,7 +107,7 @@ def test_pyramid_entry(pyramid: Path, tmp_path: Path) -> None:
     assert cube["cube:dimensions"]["lon"]["reference_system"] == 4326
     assert set(cube["cube:variables"]) == set(data.data_vars) - {"spatial_ref"}
     assert cube["cube:variables"]["field"]["unit"] == data["field"].attrs["units"]
-    assert collection.summaries.to_dict()["multiscales:levels"] == ["1x", "2x", "4x"]
+    assert collection.summaries.to_dict()["multiscales:levels"] == [".", "2x", "4x"]
     asset = collection.assets["data"]
     assert asset.media_type == "application/vnd+zarr" and asset.roles == ["data"]
     opened = xr.open_dataset(asset.href, **asset.extra_fields["xarray:open_kwargs"])

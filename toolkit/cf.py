@@ -26,7 +26,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENCODING_ATTRS", "CFError", "Decoding", "circle", "decoding", "direction", "fill_attr"]
+__all__ = [
+    "ENCODING_ATTRS",
+    "CFError",
+    "Decoding",
+    "circle",
+    "crs_as_coords",
+    "decoding",
+    "direction",
+    "fill_attr",
+    "grid_mappings",
+]
 
 # the attributes that say how stored values encode the quantity: stale on a decoded output
 ENCODING_ATTRS = (
@@ -358,3 +368,24 @@ def circle(attrs: Mapping[str, Any]) -> tuple[float, float, float]:
     lows = [attrs.get("valid_min"), *(attrs.get("valid_range") or [None])[:1]]
     low = min((float(v) for v in lows if isinstance(v, int | float)), default=0.0)
     return (1.0 if rad else math.pi / 180, -period / 2 if low < 0 else 0.0, period)
+
+
+def grid_mappings(text: str) -> set[str]:
+    """The variables a CF `grid_mapping` attribute names: "crs", or the extended form
+    "crs: x y crs2: lat lon"."""
+    if ":" not in text:
+        return set(text.split()[:1])
+    return {t[:-1] for t in text.split() if t.endswith(":")}
+
+
+def crs_as_coords(ds: Any, decode_coords: Any = True) -> Any:
+    """An xarray Dataset with its CF grid-mapping variables (named by a `grid_mapping`
+    attribute, e.g. `spatial_ref`) as coordinates, as `decode_coords="all"` makes them:
+    rioxarray reads a CRS and a transform only from a coordinate. `decode_coords=False`
+    keeps the file's view."""
+    if decode_coords is False:
+        return ds
+    named: set[str] = set()
+    for v in ds.variables.values():
+        named |= grid_mappings(str(v.attrs.get("grid_mapping", "")))
+    return ds.set_coords(sorted(named & set(ds.data_vars)))

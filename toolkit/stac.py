@@ -274,7 +274,7 @@ def cube_variables(ds: Any) -> dict[str, dict[str, Any]]:
     skip = set(grid_mappings(ds))
     out: dict[str, dict[str, Any]] = {}
     chosen = [(str(k), "data") for k in ds.data_vars if str(k) not in skip]
-    chosen += [(str(k), "auxiliary") for k in ds.coords if str(k) not in ds.dims]
+    chosen += [(str(k), "auxiliary") for k in ds.coords if str(k) not in {*ds.dims, *skip}]
     for name, kind in chosen:
         var = ds[name]
         entry: dict[str, Any] = {"dimensions": [str(d) for d in var.dims], "type": kind}

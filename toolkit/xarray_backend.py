@@ -133,9 +133,20 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         kwargs = _zarr_kwargs(drop_variables, decoders)
         source, ref = _open(filename_or_obj, credentials, store_options)
         if ref is None:
+            from toolkit.pyramid.plan import PlanError
             from toolkit.pyramid.read import open_datatree
+            from toolkit.pyramid.source import growth_note, level0_growth
 
-            tree = open_datatree(source, **kwargs)
+            try:
+                tree = open_datatree(source, **kwargs)
+            except PlanError:  # an xarray append replaced the root's layout: say so
+                if not (grew := level0_growth(source)):
+                    raise
+                named = _named(filename_or_obj)
+                raise PlanError(
+                    f"{named}: {growth_note(grew)} since the build: run `toolkit pyramid build "
+                    f"{named}`"
+                ) from None
             return xr.DataTree.from_dict(
                 {n.path: crs_as_coords(n.to_dataset(inherit=False), decoders) for n in tree.subtree}
             )
@@ -173,23 +184,11 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
 
 
 def crs_as_coords(ds: Any, decoders: Mapping[str, Any]) -> Any:
-    """The dataset with its CF grid-mapping variables (named by a `grid_mapping` attribute,
-    `spatial_ref`) as coordinates, as `decode_coords="all"` makes them: rioxarray reads a CRS
-    and a transform only from a coordinate. `decode_coords=False` keeps the file's view."""
-    if decoders.get("decode_coords", True) is False:
-        return ds
-    named: set[str] = set()
-    for v in ds.variables.values():
-        named |= _grid_mappings(str(v.attrs.get("grid_mapping", "")))
-    return ds.set_coords(sorted(named & set(ds.data_vars)))
+    """`toolkit.cf.crs_as_coords` with the caller's `decode_coords` (the readers below apply
+    it already; a DataTree's nodes are rebuilt here)."""
+    from toolkit.cf import crs_as_coords as as_coords
 
-
-def _grid_mappings(text: str) -> set[str]:
-    """The variables a `grid_mapping` attribute names: "crs", or CF's extended form
-    "crs: x y crs2: lat lon"."""
-    if ":" not in text:
-        return set(text.split()[:1])
-    return {t[:-1] for t in text.split() if t.endswith(":")}
+    return as_coords(ds, decoders.get("decode_coords", True))
 
 
 def _local_dir(filename_or_obj: Any) -> Path | None:

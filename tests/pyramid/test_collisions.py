@@ -161,6 +161,88 @@ def test_a_repos_own_array_named_like_a_level_is_refused(tmp_path):
     assert "repo/2x: the store's own array '2x'" in line
 
 
+# ------------------------------------------------------- nodes inside the toolkit's levels
+
+
+def add_inside(path: Path, where: str, kind: str) -> None:
+    """The user's own node `where` (e.g. `2x/notes`) inside a level group the toolkit wrote."""
+    group, name = where.split("/")
+    if kind == "object":
+        (path / group / name).write_text("the user's notes")
+        return
+    g = zarr.open_group(str(path), path=group, mode="a")
+    if kind == "array":
+        a = g.create_array(name, shape=(3,), dtype="int32", attributes={"mine": 1})
+        a[:] = [1, 2, 3]
+    else:
+        g.create_group(name, attributes={"mine": 1}).create_array(
+            "notes", shape=(2,), dtype="int32"
+        )[:] = [7, 8]
+
+
+REBUILDS = {
+    "resume": ("--levels", "2"),
+    "extend": ("--levels", "3", "--rebuild-from", "8x"),
+    "rebuild": ("--levels", "2", "--rebuild-from", "2x"),
+}
+
+
+@pytest.mark.parametrize("how", REBUILDS)
+@pytest.mark.parametrize(
+    ("where", "kind"),
+    [("2x/notes", "array"), ("2x/extra", "group"), ("4x/README.txt", "object")],
+)
+def test_a_users_node_inside_a_level_group_is_refused_by_name(tmp_path, where, kind, how):
+    """--rebuild-from deletes the level groups it rebuilds, a build writes into them: a node
+    the toolkit did not write there is named with the fix, and no byte of the store changes."""
+    path = store(tmp_path / "s.zarr")
+    build(str(path), levels=2, executor="sync")
+    add_inside(path, where, kind)
+    line = refused(path, "pyramid", "build", str(path), *REBUILDS[how], *SYNC)
+    name = where.split("/")[1]
+    assert f"s.zarr/{where}: '{name}', which this toolkit did not write" in line, line
+    assert f"move it out of {where.split('/')[0]}/" in line
+
+
+def test_a_users_array_named_as_a_new_variable_would_be_is_refused(tmp_path):
+    """A user's `2x/extra` array, then a root variable `extra`: the build that adds it would
+    overwrite the user's with its level array; the recorded plan says it is not the toolkit's."""
+    path = store(tmp_path / "s.zarr")
+    build(str(path), levels=2, executor="sync")
+    add_inside(path, "2x/extra", "array")
+    field = zarr.open_array(str(path), path="field", mode="r")
+    root = zarr.open_group(str(path), mode="a")
+    extra = root.create_array(
+        "extra", shape=field.shape, dtype="float32", chunks=field.chunks,
+        dimension_names=list(field.metadata.dimension_names),
+    )  # fmt: skip
+    extra[:] = 1.0
+    line = refused(path, "pyramid", "build", str(path), "-v", "field", "-v", "extra", *SYNC)
+    assert "s.zarr/2x/extra: 'extra', which this toolkit did not write" in line, line
+
+
+def test_plan_names_the_users_node_inside_a_level_too(tmp_path):
+    path = store(tmp_path / "s.zarr")
+    build(str(path), levels=2, executor="sync")
+    add_inside(path, "2x/notes", "array")
+    add_inside(path, "2x/more", "object")
+    line = refused(path, "pyramid", "plan", str(path))
+    assert "s.zarr/2x/more: 'more'" in line and "(also 'notes')" in line
+
+
+def test_what_the_toolkit_writes_in_a_level_is_no_users_node(tmp_path):
+    """Level arrays, `<var>_count`, coordinates and `spatial_ref`: a resume, an extension and
+    a rebuild of a toolkit's pyramid run as before; so does a store whose record was lost."""
+    path = store(tmp_path / "s.zarr")
+    build(str(path), levels=2, executor="sync")
+    assert {p.name for p in (path / "2x").iterdir()} >= {"field", "field_count", "spatial_ref"}
+    for how in REBUILDS.values():
+        assert run("pyramid", "build", str(path), *how, *SYNC)[0] == 0
+    shutil.rmtree(path / ".pyramid")
+    assert run("pyramid", "build", str(path), "--levels", "3", *SYNC)[0] == 0
+    assert verify(str(path), executor="sync").ok
+
+
 # ------------------------------------------------------------------- checks in the plan
 
 

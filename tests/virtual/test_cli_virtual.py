@@ -278,3 +278,34 @@ def test_replica_flag_writes_the_same_dataset_to_every_repo(tmp_path):
         )  # fmt: skip
         assert res.exit_code == 2 and "each replica must be another repo" in res.output
         assert "Traceback" not in res.output
+
+
+def test_a_backfill_from_a_source_that_moved_is_refused_before_anything(tmp_path):
+    """The repo's refs live in the containers registered at its creation: a backfill reading a
+    moved --source would write refs no reader could follow. Refused in one line, before the
+    guard, the temp branch or a ref is written (resume or --overwrite-chunks alike)."""
+    import hashlib
+    import shutil
+
+    archive = four_cycles(tmp_path)
+    archive.publish(archive.files()[:6])
+    repo = str(tmp_path / "repo")
+    base = ["virtual", "backfill", "sim-gfs", "--repo", repo, "--start", "2025-08-01T00",
+            "--executor", "sync"]  # fmt: skip
+    assert runner.invoke(app, [*base, "--source", str(tmp_path / "src")]).exit_code == 0
+    shutil.move(tmp_path / "src", tmp_path / "moved src")
+
+    def files() -> dict[str, str]:
+        root = tmp_path / "repo"
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*")
+                if p.is_file()}  # fmt: skip
+
+    before = files()
+    for extra in ([], ["--overwrite-chunks"]):
+        res = runner.invoke(app, [*base, "--source", str(tmp_path / "moved src"), *extra])
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert res.exit_code == 2, res.output
+        assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+        assert f"{tmp_path / 'src'}" in lines[0] and f"{tmp_path / 'moved src'}" in lines[0]
+        assert "pass the --source the repo was built from" in lines[0]
+        assert files() == before

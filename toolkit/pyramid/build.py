@@ -20,12 +20,15 @@ from toolkit.pyramid.plan import (
     PlanError,
     PyramidPlan,
     ShardTask,
+    check_level_contents,
     check_level_names,
     edited_in_place,
+    one_operator,
+    recorded_operators,
     stale_tasks,
 )
 from toolkit.pyramid.shards import BuildShard, DoneShards
-from toolkit.pyramid.source import Source, open_source, read_source
+from toolkit.pyramid.source import Source, grown_along, growth_note, open_source, read_source
 
 
 def plan(
@@ -42,7 +45,7 @@ def plan(
 ) -> PyramidPlan:
     """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only).
 
-    `method` None chooses the operator from what the data means (`choose_method`). `source`
+    `method` None chooses the operator from what the data means (`choose_methods`). `source`
     may be an Icechunk repo (its main branch; `select`/`latest` restrict its positions)."""
     from toolkit.pyramid.repo import check_levels_free as check_repo_levels_free
     from toolkit.pyramid.repo import open_repo_source, repo_source
@@ -51,13 +54,67 @@ def plan(
     if ref is not None:
         src, _ = repo_source(ref, variables, select, latest)
         p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+        one_operator(p, ref.url)
         check_repo_levels_free(ref, src, p)
         return p
     no_positions(source, select, latest)
-    src = read_source(open_source(source, **options), variables)
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    store = open_source(source, **options)
+    try:
+        old = recorded_plan(store)
+    except storage.CorruptObject:  # `build` names it; the plan is what a rebuild would make
+        old = None
+    src, p, _ = planned(store, old, variables, method, band_dim, levels, max_shard, force_method)
     check_levels_free(src, p)
     return p
+
+
+def planned(
+    store: storage.Store,
+    old: Mapping[str, Any] | None,
+    variables: list[str] | None,
+    method: str | None,
+    band_dim: str | None,
+    levels: int | None,
+    max_shard: int,
+    force_method: bool,
+    rebuilding: bool = False,
+) -> tuple[Source, PyramidPlan, PyramidPlan]:
+    """(source, plan, plan of the recorded variables alone): the variables asked for (every
+    array on the grid when none) and those the recorded pyramid `old` holds, so a variable
+    is added beside the others and never drops them. A recorded variable keeps its recorded
+    operator unless `--method` names it (`--method` is for the `--variable`s given, else for
+    every array). The second plan is what the record must equal for the first to extend it
+    (the first itself when it adds nothing). `rebuilding`: recorded variables level 0 no longer
+    has are let go (a rebuild), else refused."""
+    then = [str(v) for v in (old or {}).get("variables") or ()]
+    src = read_source(store, sorted({*variables, *then}) if variables and then else variables)
+    gone = [v for v in then if v not in src.arrays]
+    if gone and not rebuilding:
+        raise PlanError(
+            f"{store.url}: the pyramid holds {', '.join(map(repr, gone))}, which level 0 no "
+            "longer has (or cannot be pyramided); rebuild with --rebuild-from 2x"
+        )
+    kept = [v for v in then if v in src.arrays]
+    given = dict.fromkeys(variables, method) if method and variables and kept else method
+    recorded = recorded_operators(old) if old else {}
+    if old is not None and not rebuilding:  # unless given, what the kept levels were built with
+        band_dim = old.get("band_dim") if band_dim is None else band_dim
+        levels = old.get("levels") if levels is None else levels
+    args = (band_dim, levels, max_shard, force_method)
+    p = plan_source(src, given, *args, recorded=recorded)
+    if not kept or set(kept) == set(p.variables):
+        return src, p, p
+
+    def only(d: Mapping[str, Any]) -> dict[str, Any]:
+        return {n: d[n] for n in kept if n in d}
+
+    alone = replace(
+        src, arrays=only(src.arrays), listings=only(src.listings), prints=only(src.prints)
+    )
+    q = plan_source(
+        alone, only(given) if isinstance(given, dict) else given, *args, recorded=recorded
+    )
+    return src, p, q
 
 
 RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
@@ -65,23 +122,16 @@ RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "level
 
 def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
     """The plan the last build recorded (None: none); one that is not JSON this toolkit wrote
-    is refused, naming the object and the way out."""
+    is a `CorruptObject` naming it and the rebuild that rewrites it, as every other record."""
     try:
         key, raw = records.get(store, records.PLAN)
     except storage.NotFound:
         return None
-    try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        doc, why = None, f"not JSON ({err})"
-    else:
-        missing = [k for k in RECORDED if not isinstance(doc, dict) or k not in doc]
-        why = f"lacks {', '.join(missing)}" if missing else ""
-    if why:
-        raise PlanError(
-            f"{store.url}/{key}: not a pyramid plan this toolkit wrote ({why}); rebuild "
-            "every level with --rebuild-from 2x (it is rewritten then)"
-        )
+    what, fix = "a pyramid plan record", records.rebuild_fix(store)
+    doc = storage.record_json(store, key, raw, what, fix)
+    missing = [k for k in RECORDED if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise storage.CorruptObject(store.url, key, what, f"lacks {', '.join(missing)}", fix)
     return doc
 
 
@@ -90,7 +140,7 @@ def _recorded_levels(store: storage.Store) -> list[str]:
     wrote: then only the groups' own `pyramid:factor` marks them as its)."""
     try:
         old = recorded_plan(store)
-    except PlanError:
+    except storage.CorruptObject:
         return []
     plans = old["level_plans"] if old else []
     return (
@@ -101,11 +151,42 @@ def _recorded_levels(store: storage.Store) -> list[str]:
 
 
 def check_levels_free(src: Source, p: PyramidPlan) -> None:
-    """No level group or record of `p` lands on a node of the store's own (user data is never
-    overwritten): checked before the first write."""
+    """No level group or record of `p` lands on a node of the store's own, nor does a user's
+    node sit inside one of the toolkit's level groups (user data is never overwritten or
+    deleted): checked before the first write."""
     check_level_names(
         p, src.nodes, src.store.url, _recorded_levels(src.store), records_group=records.GROUP
     )
+    check_level_contents(p, _level_children(src, p), src.store.url, *_written_in_levels(src))
+
+
+def _level_children(src: Source, p: PyramidPlan) -> dict[str, list[str]]:
+    """The immediate children of each level group there is (the plan's and the recorded
+    ones, which `check_level_names` has found to be the toolkit's): one delimiter listing
+    each, no object read (a level's shards are all under its arrays' prefixes)."""
+    from zarr.core.sync import sync
+
+    zs = src.store.zarr(read_only=True)
+    groups = [*(lvl.group for lvl in p.levels), *_recorded_levels(src.store)]
+    there = [g for g in dict.fromkeys(groups) if g in src.nodes]
+
+    async def names(group: str) -> list[str]:
+        return [k async for k in zs.list_dir(group)]
+
+    return {g: sync(names(g)) for g in there}
+
+
+def _written_in_levels(src: Source) -> tuple[set[str], list[str] | None]:
+    """(the coordinates and grid mappings of the root a level carries, the variables of the
+    recorded plan: None when there is none this toolkit wrote)."""
+    try:
+        old = recorded_plan(src.store)
+    except storage.CorruptObject:
+        old = None
+    then = old.get("variables") if old else None
+    named = {c for a in src.attrs.values() for c in str(a.get("coordinates", "")).split()}
+    recorded = [str(v) for v in then] if isinstance(then, list) else None
+    return {*src.coords, *src.crs, *named}, recorded
 
 
 def recorded_prints(store: storage.Store) -> dict[str, dict[str, str]] | None:
@@ -177,9 +258,10 @@ def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None
             f"{store.url}: no recorded pyramid plan, so the levels below {frm} "
             f"cannot be trusted; rebuild with --rebuild-from {first}"
         )
-    kept = ("method", "band_dim", "variables", "max_shard")
-    then = {k: old.get(k) for k in kept}
-    now = {k: p.settings()[k] for k in kept}
+    kept = ("band_dim", "variables", "max_shard")
+    ops = {n: m for n, (m, _) in recorded_operators(old).items()}
+    then = {**{k: old.get(k) for k in kept}, "operators": ops}
+    now = {**{k: p.settings()[k] for k in kept}, "operators": p.operators}
     if then != now:
         raise PlanError(
             f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
@@ -218,7 +300,8 @@ def build(
     **options: Any,
 ) -> Report:
     """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
-    chooses the operator from what the data means (`toolkit.pyramid.plan.choose_method`).
+    chooses each variable's operator from what its data means (`plan.choose_methods`); the
+    variables a built pyramid holds are planned with those asked for (`planned`).
 
     An Icechunk repo as `source` (a virtual dataset's) gets its levels inside it, landed on
     main in one move (`toolkit.pyramid.repo`); `select` {dim: [values]} and `latest` restrict
@@ -306,53 +389,68 @@ def _build(
         )
     no_positions(source, select, latest)
     store = open_source(source, **options)
-    src = read_source(store, variables)
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    try:
+        old = recorded_plan(store)
+    except storage.CorruptObject:  # a record this toolkit did not write: rewritten by a rebuild
+        if rebuild_from is None:
+            raise
+        old = None
+    src, p, q = planned(
+        store, old, variables, method, band_dim, levels, max_shard, force_method,
+        rebuilding=rebuild_from is not None,
+    )  # fmt: skip
     check_levels_free(src, p)
     start = 0
     notes = list(p.notes)
     accepted = rebuild_from is not None  # a changed level 0 this build takes on
+    grew = {} if rebuild_from is not None else _appended(old, q)  # an append since the build
     if rebuild_from is not None:
         start = _level_index(p, rebuild_from)
         if start > 0:
             _check_kept_levels(store, p, start)
             check_complete(store, p, start - 1)
-        try:
-            old = recorded_plan(store)
-        except PlanError:  # a record this toolkit did not write: rewritten by this rebuild
-            old = None
         then = [lp["group"] for lp in old["level_plans"]] if old else []
         first = p.levels[start].factor  # this level and every coarser one, planned or left over
         for group in dict.fromkeys([*(lvl.group for lvl in p.levels[start:]), *then]):
             if int(group.rstrip("x")) >= first:
                 storage.delete_prefix(store, group + "/")
     else:
-        old = recorded_plan(store)
-        if old is not None and old.get("digest") != p.digest:
-            then = {k: old.get(k) for k in p.settings()}
-            frm = p.levels[0].group
-            if then == p.settings():
+        if old is not None and old.get("digest") != q.digest and not grew:
+            then = {k: old.get(k) for k in q.settings()}
+            frm = q.levels[0].group
+            if then == q.settings():
                 why = "level 0 changed since the last build"
             else:
                 why = f"the recorded pyramid was built with {then}"
-                deeper = {**then, "levels": len(p.levels)} == p.settings()
+                deeper = {**then, "levels": len(q.levels)} == q.settings()
                 if (
                     deeper
-                    and then["levels"] < len(p.levels)
-                    and old.get("source_digest") == p.source_digest
+                    and then["levels"] < len(q.levels)
+                    and old.get("source_digest") == q.source_digest
                 ):
-                    why = f"the recorded pyramid has {then['levels']} levels, not {len(p.levels)}"
-                    frm = p.levels[then["levels"]].group  # the first new level; the rest stay
+                    why = f"the recorded pyramid has {then['levels']} levels, not {len(q.levels)}"
+                    frm = q.levels[then["levels"]].group  # the first new level; the rest stay
             raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
-        edited = edited_in_place(recorded_prints(store), p) if old is not None else None
+        if q is not p:  # the recorded variables' levels stay; their shards are done
+            added = [v for v in p.variables if v not in q.variables]
+            notes.append(
+                f"adding {', '.join(added)} beside {', '.join(q.variables)}, whose levels "
+                "are kept as they are"
+            )
+        edited = edited_in_place(recorded_prints(store), q) if old is not None else None
         if edited and any(edited.values()):
             notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
+            accepted = True
+        if grew:  # an append: its positions are built, the levels grow to hold them
+            notes.append(f"{growth_note(grew)} since the last build: building its new shards")
             accepted = True
 
     def setup() -> None:
         records.put(store, records.PLAN, p.to_json().encode())
         records.put(store, records.PRINTS, json.dumps(p.prints, sort_keys=True).encode())
         metadata.write_levels(src, p)
+        if grew:
+            metadata.grow_levels(src, p)
 
     again_while_unanswered(store, setup)
     report = run(
@@ -428,6 +526,7 @@ def _check_output_source(
         return
     src = read_source(store, variables, listed=False)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method)
+    one_operator(p, store.url)
     check_level_names(p, src.nodes, store.url, _recorded_levels(store), records.GROUP)
 
 
@@ -451,6 +550,13 @@ def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> No
                 raise
         time.sleep(pause)  # backing off to the store's own longest pause
         pause = min(2 * pause, storage.MAX_BACKOFF.total_seconds())
+
+
+def _appended(old: Mapping[str, Any] | None, q: PyramidPlan) -> dict[str, tuple[int, int]]:
+    """The leading dims level 0 grew along since the recorded build, when that is all that
+    changed (`toolkit.pyramid.source.grown_along`): the build then extends the levels. The
+    digest alone does not tell: an append that fills a partial last shard adds no task."""
+    return {} if old is None else grown_along(old, q)
 
 
 def _drop_stale(

@@ -40,7 +40,8 @@ def stac(source: str | storage.Store, output_dir: str | Path, **options: Any) ->
 
     Level 0 is the `data` asset; each coarser level (`2x`, `4x`, ...) from the root's
     multiscales layout is an asset of its own with `"group"` in its open kwargs, and the level
-    names are summarised as `multiscales:levels`. An Icechunk repo is refused (PlanError):
+    names are summarised as `multiscales:levels`, as the layout names them ("." is level 0,
+    at the root: no group is named for it that xarray could not open). An Icechunk repo is refused (PlanError):
     its entry is `toolkit.virtual.stac`'s."""
     from toolkit.pyramid.repo import open_repo_source
     from toolkit.stac import StacAsset, write_entry
@@ -89,7 +90,9 @@ def stac(source: str | storage.Store, output_dir: str | Path, **options: Any) ->
             name=name,
             assets=assets,
             keywords=["zarr", "multiscales", "pyramid"],
-            summaries={"multiscales:levels": [BASE if n == "." else n for n in names]},
+            # as the root's multiscales layout names them: "." is the store's root (level
+            # 0), every other name a group `xr.open_zarr(href, group=name)` opens
+            summaries={"multiscales:levels": names},
         )
     finally:
         ds.close()

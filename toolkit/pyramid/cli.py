@@ -70,7 +70,9 @@ Method = Annotated[
         help="mean|mode|min|max|sum|circular_mean. Default: from the data's meaning: mode for "
         "arrays with CF flag_values/flag_meanings (classes), circular_mean for a CF "
         "standard_name ending in _direction, mean for floats and packed integers "
-        "(scale_factor/add_offset); other integers must say."
+        "(scale_factor/add_offset), each variable its own; other integers must say. Given, it "
+        "is for the --variable(s) named (every array when none); a built variable keeps its "
+        "operator."
     ),
 ]
 ForceMethod = Annotated[
@@ -171,6 +173,7 @@ def plan_cmd(
             latest=latest,
             **opts,
         )
+    why = dict(p.operators_from)
     if as_json:
         emit_json(
             {
@@ -178,6 +181,10 @@ def plan_cmd(
                 "method": p.method,
                 "method_from": p.method_from,
                 "variables": list(p.variables),
+                "operators": [
+                    {"variable": n, "operator": op, "from": why.get(n, "")}
+                    for n, op in p.operators.items()
+                ],
                 "levels": [
                     {
                         "group": lvl.group,
@@ -212,6 +219,9 @@ def plan_cmd(
             str(len(lvl.targets)),
         )
     out.print(table)
+    for n, op in p.operators.items():  # each variable's operator, and why
+        because = f" ({escape(why[n])})" if why.get(n) else ""
+        out.print(f"{escape(n)}: {op}{because}", soft_wrap=True, highlight=False)
     for line in p.reading:  # how CF said to read level 0
         out.print(f"level 0 {escape(line)}", soft_wrap=True)
     for note in p.notes:

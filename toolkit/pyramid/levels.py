@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -12,8 +13,7 @@ from toolkit.pyramid.plan import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
-    choose_method,
-    circular_vars,
+    choose_methods,
     declared_classes,
     plan_pyramid,
 )
@@ -34,51 +34,57 @@ def no_positions(source: Any, select: Any, latest: bool) -> None:
 
 def plan_source(
     src: Source,
-    method: str | None,
+    method: str | Mapping[str, str] | None,
     band_dim: str | None,
     levels: int | None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
     circular: tuple[str, ...] | None = None,
+    recorded: Mapping[str, tuple[str, str]] | None = None,
 ) -> PyramidPlan:
-    """The plan of `src`; `circular`: the variables whose mean is circular, as recorded (None:
-    from the data and `method`, `toolkit.pyramid.plan.circular_vars`)."""
+    """The plan of `src`, each variable with its operator (`choose_methods`): `method` for
+    every variable, or for those a mapping names; `recorded` (variable -> (operator, why)) as
+    a build accepted them. `circular`: the variables whose mean is circular, as an older
+    record kept them beside its one `method`."""
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
-    circular = circular_vars(src.arrays, src.attrs, method) if circular is None else circular
-    method = "mean" if method == "circular_mean" else method
-    chosen, why = choose_method(src.arrays, src.attrs, method, force=force_method)
+    if circular and method == "mean":
+        method = {n: "circular_mean" if n in circular else "mean" for n in src.arrays}
+    chosen = choose_methods(src.arrays, src.attrs, method, force=force_method, recorded=recorded)
+    kernel = {n: "mean" if m == "circular_mean" else m for n, (m, _) in chosen.items()}
     if band_dim is None and src.arrays and all(BAND in a.dims[:-2] for a in src.arrays.values()):
         band_dim = BAND  # rioxarray's name for the bands of one pixel: their mask is joint
     p = plan_pyramid(
         src.arrays,
         src.listings,
-        method=chosen,
+        method=kernel,
         band_dim=band_dim,
         levels=levels,
         max_shard=max_shard,
-        method_from=why,
+        method_from="; ".join(sorted({w for _, w in chosen.values() if w})) or "given",
         classes=declared_classes(src.arrays, src.attrs),
         prints=src.prints,
-        circular=circular,
+        circular=tuple(n for n, (m, _) in chosen.items() if m == "circular_mean"),
+        operators_from={n: w for n, (_, w) in chosen.items()},
     )
     reading = tuple(
         f"{n}: {a.cf.describe()}" for n, a in sorted(src.arrays.items()) if a.cf is not None
     )
-    return replace(p, notes=band_notes(src, p.method, band_dim), reading=reading)
+    return replace(p, notes=band_notes(src, p, band_dim), reading=reading)
 
 
 BAND = "band"
 APPEND_DIMS = ("time", "init_time", "lead_time", "valid_time", "step", "forecast_period")
 
 
-def band_notes(src: Source, method: str, band_dim: str | None) -> tuple[str, ...]:
+def band_notes(src: Source, p: PyramidPlan, band_dim: str | None) -> tuple[str, ...]:
     """One line per leading dim a mean pools plane by plane that may be one vector: not the
     band dim, not an append dim (time-like by name or by its coordinate's dtype)."""
-    if method != "mean":
-        return ()
+    means = {v.var for v in p.levels[0].vars if v.method == "mean"}
     dims: dict[str, list[str]] = {}
     for name, a in sorted(src.arrays.items()):
+        if name not in means:
+            continue
         for d in a.dims[:-2]:
             coord = src.coords.get(d)
             timelike = coord is not None and np.asarray(coord).dtype.kind in "mM"
@@ -102,7 +108,7 @@ def var_sources(src: Source, p: PyramidPlan, k: int) -> tuple[VarSource, ...]:
             pv = p.levels[k - 1].var(v.var)
             path = f"{p.levels[k - 1].group}/{pv.classes_name}"
             out.append(VarSource(v, path, None, 0, pv.shape, 2, None, from_classes=True))
-        elif k == 0 or p.method == "mode" or v.circle is not None:
+        elif k == 0 or v.method == "mode" or v.circle is not None:
             out.append(
                 VarSource(
                     v,

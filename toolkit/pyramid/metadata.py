@@ -24,9 +24,9 @@ import numpy as np
 import zarr
 
 from toolkit import storage
-from toolkit.cf import ENCODING_ATTRS, fill_attr
+from toolkit.cf import ENCODING_ATTRS, fill_attr, grid_mappings
 from toolkit.pyramid import records
-from toolkit.pyramid.plan import ArrayMeta, PyramidPlan, VarLevel
+from toolkit.pyramid.plan import MIXED, ArrayMeta, PyramidPlan, VarLevel
 from toolkit.pyramid.source import Source
 
 MULTISCALES_UUID = "d35379db-88df-4056-af3a-620245f8e347"
@@ -142,9 +142,9 @@ def data_attrs(src: Source, plan: PyramidPlan, v: VarLevel, factor: int) -> dict
     coordinates (the CRS variable, which rioxarray reads only as a coordinate, and the count
     plane, which is no second variable to a reader) in `coordinates`, as xarray writes them."""
     base = src.attrs.get(v.var, {})
-    method = "circular_mean" if v.circle is not None else plan.method
+    method = "circular_mean" if v.circle is not None else v.method
     attrs = level_attrs(base, src.arrays[v.var], v, method, factor)
-    attrs["resampling_method"] = RESAMPLING[plan.method]
+    attrs["resampling_method"] = RESAMPLING[v.method]
     gm = base.get("grid_mapping")
     coords = [*attrs.get("coordinates", "").split(), *([gm] if gm in src.crs else []), v.count_name]
     attrs["coordinates"] = " ".join(dict.fromkeys(coords))
@@ -184,6 +184,7 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             for v in lvl.vars:
                 attrs = data_attrs(src, plan, v, lvl.factor)
                 refresh_attrs(store, f"{lvl.group}/{v.var}/zarr.json", attrs)
+            carry_coords(src, plan, lvl.group)
             continue
         group_doc = {
             "zarr_format": 3,
@@ -192,9 +193,11 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
                 "pyramid:factor": lvl.factor,
                 "pyramid:method": plan.method,
                 "pyramid:method_from": plan.method_from,
-                "resampling_method": RESAMPLING[plan.method],
+                **_resampling(plan),
             },
         }
+        if plan.method == MIXED:  # each data array says its own (`data_attrs`)
+            group_doc["attributes"]["pyramid:operators"] = plan.operators
         storage.put(store, f"{lvl.group}/zarr.json", json.dumps(group_doc, indent=2).encode())
         for dim, n in ((ydim, lvl.shape[0]), (xdim, lvl.shape[1])):
             vals = level_coords(src.coords[dim], lvl.factor, n).astype("float64")
@@ -220,6 +223,10 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             arr[...] = values
         for v in lvl.vars:
             attrs = data_attrs(src, plan, v, lvl.factor)
+            mine = [f"{lvl.group}/{n}/zarr.json" for n in (v.var, v.count_name)]
+            if all(storage.exists(store, k) for k in mine):  # a variable added beside it
+                refresh_attrs(store, mine[0], attrs)  # its shards stay as they are
+                continue
             sharded = v.shards != v.chunks
             _create(
                 zstore,
@@ -245,6 +252,76 @@ def write_levels(src: Source, plan: PyramidPlan) -> None:
             )
             if v.classes:
                 _create_classes(zstore, lvl.group, v, src.attrs.get(v.var, {}), sharded)
+        carry_coords(src, plan, lvl.group)
+
+
+def carried_coords(src: Source, plan: PyramidPlan) -> tuple[str, ...]:
+    """Level 0's non-spatial coordinates, as xarray opens level 0: each array a `coordinates`
+    attribute names and each dimension coordinate, on no spatial dim (a forecast's 2-D
+    `valid_time`, a scalar `forecast_period`, `level`). Every level holds them as they are;
+    grid mappings aside (each level writes its own)."""
+    spatial = set(plan.spatial_dims)
+    named = {c for a in src.attrs.values() for c in str(a.get("coordinates", "")).split()}
+    maps = {m for a in src.attrs.values() for m in grid_mappings(str(a.get("grid_mapping", "")))}
+    z = src.store.zarr(read_only=True)
+    out = []
+    for name in sorted((named | set(src.coords)) - spatial - maps - set(src.arrays)):
+        if name not in src.attrs:  # named, but no array of the root
+            continue
+        dims = tuple(zarr.open_array(z, path=name, mode="r").metadata.dimension_names or ())
+        if not spatial & set(dims) and (name in named or dims == (name,)):
+            out.append(name)
+    return tuple(out)
+
+
+def carry_coords(src: Source, plan: PyramidPlan, group: str) -> None:
+    """Level 0's non-spatial coordinates (`carried_coords`) into the level `group`: each
+    array copied whole (values as stored, attributes, fill, dims) where the level's differs
+    or is missing, so a level's `valid_time` follows level 0's as it grows. The level's own
+    leading dimension coordinates are written with its arrays (`write_levels`)."""
+    store = src.store
+    z = store.zarr(read_only=True)
+    lvl = plan.level(group)
+    own = {d for v in lvl.vars for d in v.dims[:-2] if d in src.coords}
+    for name in [n for n in carried_coords(src, plan) if n not in own]:
+        base = zarr.open_array(z, path=name, mode="r")
+        values = storage.read(store, base)
+        if _same_array(store, f"{group}/{name}", base, values):
+            continue
+        arr = _create(
+            store.zarr(),
+            f"{group}/{name}",
+            shape=base.shape,
+            dtype=base.dtype,
+            chunks=tuple(max(1, n) for n in base.shape),
+            attributes=dict(base.attrs),
+            dimension_names=base.metadata.dimension_names,
+            fill_value=base.fill_value,
+            config=WHOLE,
+        )
+        arr[...] = values
+
+
+def _same_array(store: Any, path: str, base: Any, values: np.ndarray) -> bool:
+    """Whether `path` holds `base` as it is: its dtype, dims, fill, attributes and values."""
+    if not storage.exists(store, f"{path}/zarr.json"):
+        return False
+    got = zarr.open_array(store.zarr(read_only=True), path=path, mode="r")
+    same_meta = (
+        got.dtype == base.dtype
+        and got.metadata.dimension_names == base.metadata.dimension_names
+        and dict(got.attrs) == dict(base.attrs)
+        and same_values(np.asarray(got.fill_value), np.asarray(base.fill_value))
+    )
+    return same_meta and same_values(storage.read(store, got), values)
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shapes and values, NaN (NaT) equal to NaN, for any dtype (strings too)."""
+    try:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    except TypeError:  # a dtype without NaN
+        return bool(np.array_equal(a, b))
 
 
 def _create_classes(zstore: Any, group: str, v: Any, attrs: dict[str, Any], sharded: bool) -> None:
@@ -398,7 +475,7 @@ def read_backup(store: storage.Store) -> dict[str, bytes]:
 def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     """The layout: each level's shape, its scale relative to the asset it derives from, and
     `spatial:transform` only where the grid is uniform (an irregular axis has none)."""
-    method = RESAMPLING[plan.method]
+    method = _resampling(plan)
     base: dict[str, Any] = {
         "asset": ".",
         "transform": {"scale": [1.0, 1.0], "translation": [0.0, 0.0]},
@@ -408,7 +485,7 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
     factors = {".": 1}
     for lvl in plan.levels:
         # each level pooled from level 0: mode, or only directions (circular means)
-        direct = plan.method == "mode" or set(plan.circular) == set(plan.variables)
+        direct = all(v.method == "mode" or v.circle is not None for v in lvl.vars)
         source = "." if direct or not lvl.parent else lvl.parent
         factors[lvl.group] = lvl.factor
         rel = float(lvl.factor // factors[source])  # relative to `derived_from`
@@ -417,7 +494,7 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
                 "asset": lvl.group,
                 "derived_from": source,
                 "transform": {"scale": [rel, rel], "translation": [0.0, 0.0]},
-                "resampling_method": method,
+                **method,
                 "spatial:shape": list(lvl.shape),
             }
         )
@@ -425,7 +502,12 @@ def multiscales(src: Source, plan: PyramidPlan) -> dict[str, Any]:
         t = spatial_transform(src, plan, factor)
         if t is not None:
             item["spatial:transform"] = t
-    return {"layout": layout, "resampling_method": method}
+    return {"layout": layout, **method}
+
+
+def _resampling(plan: PyramidPlan) -> dict[str, str]:
+    """The level's one `resampling_method`, or none when its variables have their own."""
+    return {"resampling_method": RESAMPLING[plan.method]} if plan.method != MIXED else {}
 
 
 def spatial_attrs(src: Source, plan: PyramidPlan) -> dict[str, Any]:

@@ -37,10 +37,10 @@ __all__ = [
     "VarLevel",
     "check_coordinate",
     "check_dtype",
+    "check_level_contents",
     "check_level_names",
     "child_shard_size",
-    "choose_method",
-    "circular_vars",
+    "choose_methods",
     "declared_classes",
     "decode_keys",
     "desired_shard",
@@ -48,7 +48,9 @@ __all__ = [
     "inner_chunk",
     "level_count",
     "max_levels",
+    "one_operator",
     "plan_pyramid",
+    "recorded_operators",
     "task_bytes",
 ]
 
@@ -135,6 +137,7 @@ class VarLevel:
     # a direction's circular mean (radians per unit, lowest value, period); not composable
     # from a coarser level's angles, so every level pools level 0 (factor 2^k)
     circle: tuple[float, float, float] | None = None
+    method: str = "mean"  # this variable's reducer (a store may hold quantities and classes)
 
     @property
     def count_name(self) -> str:
@@ -191,9 +194,12 @@ class LevelPlan:
         return tuple(sorted(k for t in self.tasks for k in t.objects))
 
 
+MIXED = "mixed"  # a plan's `method` when its variables have different reducers
+
+
 @dataclass(frozen=True)
 class PyramidPlan:
-    method: str
+    method: str  # the reducer every variable shares, or MIXED (each VarLevel has its own)
     band_dim: str | None
     variables: tuple[str, ...]
     spatial_dims: tuple[str, str]
@@ -202,14 +208,23 @@ class PyramidPlan:
     naive: tuple[int, ...]  # tasks per level before pruning
     source_digest: str  # hash of the level-0 shard listing the plan was derived from
     max_shard: int = MAX_SHARD
-    method_from: str = "given"  # why this operator (`choose_method`)
+    method_from: str = "given"  # why these operators (`choose_methods`), joined
     notes: tuple[str, ...] = ()  # told to the user with the plan and the build's report
     circular: tuple[str, ...] = ()  # variables whose mean is circular (directions)
     reading: tuple[str, ...] = ()  # how each variable's level 0 is read (`Decoding.describe`)
-    # each level-0 shard's content fingerprint {var: {"i.j": hash of size and ETag}}: recorded
-    # beside the plan, not in it (two stores of the same data have other ETags, and the same
-    # plan); an in-place edit shows here
+    # each level-0 shard's content fingerprint {var: {"i.j": `source.settle_print`}}: recorded
+    # beside the plan, not in it (two stores of the same data have other fingerprints, and the
+    # same plan); an in-place edit shows here
     prints: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    operators_from: tuple[tuple[str, str], ...] = ()  # (variable, why its operator)
+
+    @property
+    def operators(self) -> dict[str, str]:
+        """Each variable's operator as the user names it (`circular_mean` for directions)."""
+        return {
+            v.var: "circular_mean" if v.circle is not None else v.method
+            for v in self.levels[0].vars
+        }
 
     @property
     def digest(self) -> str:
@@ -236,6 +251,8 @@ class PyramidPlan:
         }
         if self.circular:  # only when there are any: records made before stay equal
             out["circular"] = list(self.circular)
+        if self.method == MIXED:  # likewise: one operator for all is what `method` says
+            out["operators"] = self.operators
         return out
 
     def to_json(self) -> str:
@@ -244,6 +261,8 @@ class PyramidPlan:
             "source_digest": self.source_digest,
             **self.settings(),
             "method_from": self.method_from,
+            "operators": self.operators,
+            "operators_from": dict(self.operators_from),
             "spatial_dims": list(self.spatial_dims),
             "base_shape": list(self.base_shape),
             "naive": list(self.naive),
@@ -352,35 +371,45 @@ def flagged(attrs: Mapping[str, Any]) -> bool:
     return any(k in attrs for k in FLAG_ATTRS)
 
 
-def choose_method(
+def choose_methods(
     arrays: Mapping[str, ArrayMeta],
     attrs: Mapping[str, Mapping[str, Any]],
-    method: str | None = None,
+    method: str | Mapping[str, str] | None = None,
     *,
     force: bool = False,
-) -> tuple[str, str]:
-    """(operator, why) from what the data means, unless given.
+    recorded: Mapping[str, tuple[str, str]] | None = None,
+) -> dict[str, tuple[str, str]]:
+    """{array: (operator, why)}, each array's from what its data means unless given.
 
-    No `method`: CF-flagged arrays (classes) get mode, floats get mean, and any other integer
-    array is refused: counts and classes look alike, and averaging classes makes fractions that
-    are no class. A given `method` other than mode on a flagged array is refused unless `force`.
-    """
+    By meaning: CF-flagged arrays (classes) get mode, directions circular_mean, floats and
+    packed integers mean, and any other integer array is refused: counts and classes look
+    alike, and averaging classes makes fractions that are no class. `method` is given for every
+    array, or for those a mapping names; other than mode on a flagged array it is refused
+    unless `force`. `recorded`: operators a build already accepted (never refused again)."""
+    given = dict(method) if isinstance(method, Mapping) else dict.fromkeys(arrays, method)
     chosen: dict[str, tuple[str, str]] = {}
     for name, a in sorted(arrays.items()):
         kind = np.dtype(a.dtype).kind
         cf = flagged(attrs.get(name, {}))
-        if method is not None:
-            if cf and method != "mode" and not force:
+        said = given.get(name)
+        if said is not None:
+            if cf and said != "mode" and not force:
                 keys = ", ".join(k for k in FLAG_ATTRS if k in attrs.get(name, {}))
+                others = ", or name the arrays it is for (--variable)" if len(arrays) > 1 else ""
                 raise PlanError(
-                    f"array {name!r} has CF {keys}: it holds classes, and --method {method} "
-                    "would make values that are no class; use --method mode, or --force-method"
+                    f"array {name!r} has CF {keys}: it holds classes, and --method {said} "
+                    f"would make values that are no class; use --method mode, or --force-method{others}"
                 )
-            chosen[name] = (method, "given")
+            chosen[name] = (said, "given")
+        elif recorded and name in recorded:
+            chosen[name] = recorded[name]
         elif cf:
             chosen[name] = ("mode", "CF flag_values/flag_meanings/flag_masks: classes")
         elif (sn := direction(attrs.get(name, {}))) and (kind == "f" or a.packed):
-            chosen[name] = ("mean", f"CF standard_name {sn}: a direction, averaged circularly")
+            chosen[name] = (
+                "circular_mean",
+                f"CF standard_name {sn}: a direction, averaged circularly",
+            )
         elif a.packed:
             chosen[name] = ("mean", "CF scale_factor/add_offset: a packed quantity")
         elif kind == "f":
@@ -393,16 +422,34 @@ def choose_method(
             )
         else:
             chosen[name] = ("mean", "")  # refused by the dtype check, with its own message
-    methods = {m for m, _ in chosen.values()}
-    if len(methods) > 1:
-        which = ", ".join(f"{n} ({m})" for n, (m, _) in chosen.items())
+    return chosen
+
+
+def recorded_operators(doc: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """{variable: (operator, why)} a recorded plan (or a repo's settings) was built with; a
+    record from before operators were per variable has one `method` (and its `circular`)."""
+    why = str(doc.get("method_from") or "given")
+    ops = doc.get("operators")
+    froms = doc.get("operators_from") or {}
+    if isinstance(ops, Mapping):
+        return {str(n): (str(m), str(froms.get(n, why))) for n, m in ops.items()}
+    circ = set(doc.get("circular") or ())
+    return {
+        str(n): ("circular_mean" if n in circ else str(doc.get("method")), why)
+        for n in doc.get("variables") or ()
+    }
+
+
+def one_operator(p: PyramidPlan, where: str) -> None:
+    """An Icechunk repo's levels hold one operator (its settings and level updates have one
+    `method`): a plan whose variables need several is refused, naming them."""
+    if p.method == MIXED:
+        which = ", ".join(f"{n} ({m})" for n, m in p.operators.items())
         raise PlanError(
-            f"the arrays need different operators: {which}; pyramid them one operator at a "
-            "time (--variable), or give --method"
+            f"{where}: the variables need different operators ({which}), and an Icechunk "
+            "repo's levels hold one; choose the variables of one operator (--variable), or "
+            "give --method"
         )
-    only = methods.pop() if methods else (method or "mean")
-    reasons = {w for _, w in chosen.values() if w}
-    return only, "; ".join(sorted(reasons)) or "given"
 
 
 # ----------------------------------------------------------------------------- planning
@@ -437,24 +484,6 @@ def declared_classes(
 def classes_dtype(k: int) -> str:
     """Counts of a 2^k x 2^k window: uint16 while 4^k fits, else uint32."""
     return "uint16" if 4**k <= np.iinfo(np.uint16).max else "uint32"
-
-
-def circular_vars(
-    arrays: Mapping[str, ArrayMeta], attrs: Mapping[str, Mapping[str, Any]], method: str | None
-) -> tuple[str, ...]:
-    """The variables a mean pools as directions: every one for `--method circular_mean`,
-    none for a given `--method mean`, else those whose CF standard_name names a direction."""
-    if method == "circular_mean":
-        return tuple(sorted(arrays))
-    if method is not None:
-        return ()
-    return tuple(
-        sorted(
-            n
-            for n, a in arrays.items()
-            if direction(attrs.get(n, {})) and (np.dtype(a.dtype).kind == "f" or a.packed)
-        )
-    )
 
 
 def _output_dtype(method: str, dtype: str, packed: bool = False) -> str:
@@ -552,14 +581,43 @@ def check_level_names(
     )
 
 
+def check_level_contents(
+    p: PyramidPlan,
+    children: Mapping[str, Iterable[str]],
+    where: str,
+    written: Iterable[str] = (),
+    recorded: Iterable[str] | None = None,
+) -> None:
+    """Inside this toolkit's level groups, only what it writes there: `children` holds each
+    existing level group's immediate children (one listing each), `written` the coordinates
+    and grid mappings it carries there, `recorded` the variables of the recorded plan (whose
+    arrays it wrote; None: no record, the plan's own are taken as its). Anything else is the
+    user's: `--rebuild-from` would delete it and a level array of its name overwrite it, so
+    the build is refused before writing, naming it."""
+    mine = {"zarr.json", "spatial_ref", *written}
+    names = p.variables if recorded is None else recorded
+    for v in names:
+        mine |= {v, f"{v}_count", f"{v}_class_count", f"{v}_class"}  # as `VarLevel` names them
+    for group, there in children.items():
+        stray = sorted(set(there) - mine)
+        if stray:
+            also = f" (also {', '.join(map(repr, stray[1:]))})" if len(stray) > 1 else ""
+            raise PlanError(
+                f"{where}/{group}/{stray[0]}: {stray[0]!r}, which this toolkit did not write, "
+                f"is inside pyramid level {group}{also}, which a build rewrites and a rebuild "
+                f"deletes; move it out of {group}/ (e.g. to the store's root) and build again"
+            )
+
+
 def _check_arrays(
-    arrays: Mapping[str, ArrayMeta], method: str, band_dim: str | None
+    arrays: Mapping[str, ArrayMeta], methods: Mapping[str, str], band_dim: str | None
 ) -> tuple[tuple[str, str], tuple[int, int]]:
-    if method not in METHODS:
-        raise PlanError(
-            f"unknown method {method!r}: choose one of {', '.join(METHODS)} "
-            "(nearest is not offered: it aliases continuous data)"
-        )
+    for method in dict.fromkeys(methods.values()):
+        if method not in METHODS:
+            raise PlanError(
+                f"unknown method {method!r}: choose one of {', '.join(METHODS)} "
+                "(nearest is not offered: it aliases continuous data)"
+            )
     if not arrays:
         raise PlanError(
             "no variables to pyramid: the store has no array with two spatial dimensions"
@@ -583,7 +641,7 @@ def _check_arrays(
                 f"array {name!r}: --band-dim {band_dim!r} is not one of its leading dims {a.dims[:-2]}"
             )
         kind = check_dtype(name, np.dtype(a.dtype)).kind
-        if method == "mode" and kind not in "iu":
+        if methods[name] == "mode" and kind not in "iu":
             raise PlanError(f"array {name!r}: mode is for categorical integers, not {a.dtype}")
     assert spatial is not None and shape is not None
     return spatial, shape
@@ -630,6 +688,7 @@ def _var_level(
         classes=classes if (method == "mode" and band_dim is None) else (),
         classes_dtype=classes_dtype(k),
         circle=a.circle if (circular and method == "mean") else None,
+        method=method,
     )
 
 
@@ -676,7 +735,7 @@ def plan_pyramid(
     arrays: Mapping[str, ArrayMeta],
     listings: Mapping[str, Iterable[str]],
     *,
-    method: str = "mean",
+    method: str | Mapping[str, str] = "mean",
     band_dim: str | None = None,
     levels: int | None = None,
     tile: int = TILE,
@@ -686,12 +745,16 @@ def plan_pyramid(
     classes: Mapping[str, tuple[int, ...]] | None = None,
     prints: Mapping[str, Mapping[str, str]] | None = None,
     circular: Sequence[str] = (),
+    operators_from: Mapping[str, str] | None = None,
 ) -> PyramidPlan:
     """Plan every level from the level-0 arrays and their listed shard keys (relative to each
-    array); `prints` are the listed objects' fingerprints (key -> `source.fingerprint`). Refused: more levels than halvings to one pixel, and any level whose largest task
+    array); `prints` are the listed objects' fingerprints (key -> `source.fingerprint`).
+    `method`: the reducer of every array, or of each (a store of quantities and classes).
+    Refused: more levels than halvings to one pixel, and any level whose largest task
     would read more than `max_task_bytes`. `classes`: each array's declared classes
     (`declared_classes`), which a mode pyramid without a band dim carries counts of."""
-    spatial, base = _check_arrays(arrays, method, band_dim)
+    methods = dict.fromkeys(arrays, method) if isinstance(method, str) else dict(method)
+    spatial, base = _check_arrays(arrays, methods, band_dim)
     n_levels = level_count(base, tile) if levels is None else levels
     if n_levels < 1:
         raise PlanError(f"--levels must be >= 1, got {n_levels}")
@@ -733,7 +796,7 @@ def plan_pyramid(
             sy = min(shape[0], child_shard_size(py, desired_shard(py, max_shard)))
             sx = min(shape[1], child_shard_size(px, desired_shard(px, max_shard)))
             v = _var_level(
-                a, method, band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k,
+                a, methods[name], band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k,
                 circular=name in circular,
             )  # fmt: skip
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
@@ -742,7 +805,7 @@ def plan_pyramid(
             kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
             n_naive += _prod(grid)
             tasks.extend(_task(group, v, i, band_axis) for i in kids)
-            need = task_bytes(a, v, method, k, prev_shape[name], prev_classes.get(name, ""))
+            need = task_bytes(a, v, v.method, k, prev_shape[name], prev_classes.get(name, ""))
             if need > max_task_bytes and v.classes:  # too many classes to carry: re-read
                 rest = {n: c for n, c in (classes or {}).items() if n != name}
                 return plan_pyramid(
@@ -758,10 +821,11 @@ def plan_pyramid(
                     classes=rest,
                     prints=prints,
                     circular=circular,
+                    operators_from=operators_from,
                 )
             if need > max_task_bytes:
                 raise PlanError(
-                    f"level {group} of {name!r}: one {method} task would read "
+                    f"level {group} of {name!r}: one {v.method} task would read "
                     f"{need / 2**30:.1f} GiB, over the {max_task_bytes / 2**30:g} GiB a task may "
                     f"use; lower --max-shard (now {max_shard}) or --levels (now {n_levels})"
                 )
@@ -773,8 +837,9 @@ def plan_pyramid(
         out_levels.append(LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks)))
         naive.append(n_naive)
         parent_group = group
+    shared = set(methods.values())
     return PyramidPlan(
-        method=method,
+        method=shared.pop() if len(shared) == 1 else MIXED,
         band_dim=band_dim,
         variables=names,
         spatial_dims=spatial,
@@ -785,7 +850,8 @@ def plan_pyramid(
         max_shard=max_shard,
         method_from=method_from,
         prints=_shard_prints(arrays, prints or {}),
-        circular=tuple(sorted(n for n in names if n in circular and method == "mean")),
+        circular=tuple(sorted(n for n in names if n in circular and methods[n] == "mean")),
+        operators_from=tuple(sorted((operators_from or {}).items())),
     )
 
 
@@ -809,14 +875,19 @@ def edited_in_place(
     then: Mapping[str, Mapping[str, str]] | None, p: PyramidPlan
 ) -> dict[str, set[tuple[int, ...]]] | None:
     """The level-0 shards (by var) whose content changed since fingerprints `then` were
-    recorded, for a plan over the same objects; None when that cannot be told (none recorded,
-    or other objects: an append or a deletion changes the plan itself)."""
+    recorded, each compared by its content token (the last: `source.settle_print`); objects
+    new since then (an append's) are no edit. None when that cannot be told (none recorded,
+    or a recorded object is gone)."""
     if not then:
         return None
-    if {n: set(v) for n, v in then.items()} != {n: set(v) for n, v in p.prints.items()}:
+    if any(not set(v) <= set(p.prints.get(n, {})) for n, v in then.items()):
         return None
     return {
-        n: {tuple(int(i) for i in k.split(".")) for k, fp in v.items() if then[n][k] != fp}
+        n: {
+            tuple(int(i) for i in k.split("."))
+            for k, fp in v.items()
+            if k in then.get(n, {}) and then[n][k].split(" ")[-1] != fp.split(" ")[-1]
+        }
         for n, v in p.prints.items()
     }
 

@@ -3,7 +3,8 @@
 `xr.open_datatree(store)` refuses this layout: level 0 stays at the root (so the store is
 unchanged for existing readers) and every level reuses level 0's dimension names, which
 DataTree's parent/child alignment rule rejects. `open_datatree` here builds the same tree with
-an empty root (the root's attributes only) and one child per level, level 0 as `1x`.
+an empty root (the root's attributes only) and one child per level, level 0 as `1x`: the
+tree's name for the store's root, not a group (the layout and STAC name it ".").
 `xr.open_groups(url, engine="zarr")` and `xr.open_zarr(url, group="4x")` also work as they are.
 """
 
@@ -31,14 +32,18 @@ def levels(source: str | storage.Store, **options: Any) -> list[str]:
 
 
 def open_level(source: str | storage.Store, level: str = ".", **kwargs: Any) -> Any:
-    """One level as an xarray Dataset ("." or "1x" is level 0); `kwargs` go to `xr.open_zarr`."""
+    """One level as an xarray Dataset ("." or "1x" is level 0); `kwargs` go to `xr.open_zarr`.
+    The CRS variable is a coordinate (`toolkit.cf.crs_as_coords`), so rioxarray finds it."""
     import xarray as xr
+
+    from toolkit.cf import crs_as_coords
 
     store = open_source(source)
     group = None if level in (".", BASE, "") else level
     consolidated = _root(store).get("consolidated_metadata") is not None
     kwargs.setdefault("consolidated", consolidated)
-    return xr.open_zarr(store.zarr(read_only=True), group=group, **kwargs)
+    ds = xr.open_zarr(store.zarr(read_only=True), group=group, **kwargs)
+    return crs_as_coords(ds, kwargs.get("decode_coords", True))
 
 
 def open_datatree(source: str | storage.Store, **kwargs: Any) -> Any:

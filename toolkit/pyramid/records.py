@@ -9,6 +9,25 @@ are still read, and removed when the record is next written.
 A record read back is checked (`decode`): empty, cut short, not JSON or not of its record's
 shape is a `CorruptObject` naming it and the rebuild that rewrites it. The plan's own shape
 is the planner's to check (it names the same rebuild).
+
+The `prints` record holds one fingerprint per level-0 object, `{var: {"i.j": print}}`: what
+tells an edit in place (`to_zarr(region=...)`) from an object left alone, so a build rebuilds
+exactly the shards that depend on the edited ones. A print is `"<fast key> <content>"` (one
+token when both are the same; `toolkit.pyramid.source.settle_print` makes it):
+
+- the fast key is what the listing says, chosen to survive a faithful copy: on a local store
+  the size and modification time to the second (`cp -a`, `rsync -a` and `shutil.copy2` keep
+  them; the local ETag holds the inode, which no copy keeps); elsewhere size and ETag (an S3
+  copy keeps a single-part object's ETag, an MD5 of its bytes). No object is read for it, so a
+  build of 10^7 objects costs a listing, as before.
+- the content token is what builds compare: carried over while the fast key matches; a hash
+  of the bytes (`#...`) for an object modified within a second of the listing (a rewrite in
+  that second, of the same size, would keep the fast key: git's "racily clean" case), whose
+  fast key is then recorded as `-` so the next build hashes it once more, settled. An object
+  whose fast key changed is hashed only when the record holds a hash to compare with; else it
+  counts as edited. So a copy that keeps neither mtime nor ETag (plain `cp`, a multipart
+  re-upload, Azure) is rebuilt where it was not hashed, never taken as unchanged by mistake.
+  Prints of an earlier toolkit (size and ETag, one token) still match the object they named.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from toolkit.pyramid.plan import (
     PlanError,
     PyramidPlan,
     check_level_names,
+    one_operator,
     position_cells,
     stale_tasks,
 )
@@ -449,6 +450,7 @@ def build_repo(
     branch of `pyramid build --output`, which then moves main once)."""
     src, _ = repo_source(ref, variables, select, latest, base)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method, circular)
+    one_operator(p, ref.url)
     check_settings(ref, p, base)
     check_levels_free(ref, src, p, base)
     return run(

@@ -269,7 +269,7 @@ class BuildShard:
 
     store: storage.Store
     group: str
-    method: str
+    method: str  # the plan's (a label): each variable pools with its own `VarLevel.method`
     sources: tuple[VarSource, ...]
     arrays: Memo = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -303,7 +303,7 @@ class BuildShard:
 
     def _write(self, spec: VarSource, reg: tuple[slice, ...]) -> None:
         memo = self.arrays
-        data, count, classes = compute_region(self.store, spec, self.method, reg, memo)
+        data, count, classes = compute_region(self.store, spec, spec.out.method, reg, memo)
         # count (and class counts) first: the data object is the task's "done" marker
         open_array(self.store, spec.count_path(self.group), True, memo)[
             _count_region(reg, spec.band_axis)

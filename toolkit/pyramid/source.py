@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,7 +22,15 @@ from zarr.errors import UnknownCodecError
 from toolkit import storage
 from toolkit.cf import CFError, circle, decoding
 from toolkit.pyramid import records
-from toolkit.pyramid.plan import ArrayMeta, PlanError, RootNode, check_coordinate, check_dtype
+from toolkit.pyramid.plan import (
+    ArrayMeta,
+    PlanError,
+    PyramidPlan,
+    RootNode,
+    check_coordinate,
+    check_dtype,
+    decode_keys,
+)
 
 LEVEL_GROUP = re.compile(r"^\d+x$")
 
@@ -33,7 +44,7 @@ class Source:
     attrs: dict[str, dict[str, Any]]  # attributes of every root array
     crs: tuple[str, ...] = ()  # grid-mapping variables named by the chosen arrays
     node_keys: tuple[str, ...] = field(default=())  # zarr.json of every level-0 node
-    prints: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> `fingerprint`
+    prints: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> `settle_print`
     nodes: dict[str, RootNode] = field(default_factory=dict)  # every root node, by name
 
 
@@ -257,11 +268,13 @@ def read_source(
             check_coordinate(d, coords[d], store.url)
     listings: dict[str, list[str]] = {name: [] for name in candidates}
     prints: dict[str, dict[str, str]] = {}
+    then = _recorded_prints(store) if listed and isinstance(store, storage.Store) else {}
     for name in candidates if listed else ():
         if isinstance(store, storage.Store):  # an object store: keys with what they hold
+            since = time.time()  # before the listing: what is modified from here on is racy
             infos = storage.list_objects(store, name + "/")
             listings[name] = [i.key[len(name) + 1 :] for i in infos]
-            prints[name] = {i.key[len(name) + 1 :]: fingerprint(i) for i in infos}
+            prints[name] = level0_prints(store, candidates[name], infos, then.get(name), since)
         else:  # a repo's view: its history versions content
             listings[name] = [k[len(name) + 1 :] for k in storage.list_keys(store, name + "/")]
     crs = tuple(
@@ -283,11 +296,175 @@ def read_source(
     )  # fmt: skip
 
 
+def _recorded_prints(store: storage.Store) -> dict[str, dict[str, str]]:
+    """The fingerprints the last build recorded ({} when none can be read: every object is
+    then new to the comparison; the build names a bad record itself)."""
+    try:
+        doc = records.get_json(store, records.PRINTS)
+    except (storage.StorageError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def fingerprint(info: storage.ObjectInfo) -> str:
-    """What one object holds, as its listing tells: a hash of its size and ETag (or version,
-    or last-modified), of one length whatever the store."""
+    """The fast key of an object on a store whose ETag (or version) names its content: a hash
+    of its size and ETag (or version, or last-modified), of one length whatever the store.
+    Also what every build recorded before fast keys became store-aware (`level0_prints`)."""
     tag = info.version.etag or info.version.version or info.last_modified.isoformat()
     return hashlib.sha256(f"{info.size}:{tag}".encode()).hexdigest()[:16]
+
+
+def _by_mtime(store: storage.Store, info: storage.ObjectInfo) -> bool:
+    """The fast key is the modification time: a local file's ETag holds its inode, which no
+    copy keeps; a store with neither ETag nor version has nothing else."""
+    return store.is_local or not (info.version.etag or info.version.version)
+
+
+def fast_key(store: storage.Store, info: storage.ObjectInfo) -> str:
+    """What the listing says of an object, kept by a faithful copy: size and modification time
+    to the second on a local store (`cp -a`, `rsync -a`, `shutil.copy2` keep it), else
+    `fingerprint` (S3 keeps a single-part object's ETag, an MD5 of its bytes, on copy)."""
+    if not _by_mtime(store, info):
+        return fingerprint(info)
+    second = int(info.last_modified.timestamp())
+    return hashlib.sha256(f"{info.size}:s{second}".encode()).hexdigest()[:16]
+
+
+RACY = "-"  # a recorded fast key that matches nothing: the object is hashed the next time
+
+
+def _racy(store: storage.Store, info: storage.ObjectInfo, since: float) -> bool:
+    """Modified within a second of the listing (or during it): a rewrite in that same second,
+    of the same size, would keep the fast key (git's "racily clean"), so only the bytes tell.
+    The margin covers a file system's coarse clock and rounding to the second."""
+    return _by_mtime(store, info) and info.last_modified.timestamp() >= int(since) - 1
+
+
+def digest(store: storage.Store, key: str) -> str:
+    """The content token of one object: `#` and a hash of its bytes."""
+    return "#" + hashlib.sha256(storage.get(store, key).data).hexdigest()[:32]
+
+
+def settle_print(
+    store: storage.Store, info: storage.ObjectInfo, then: str | None, since: float
+) -> str | None:
+    """An object's fingerprint now, `"<fast key> <content>"` (one token when they are the same),
+    given the one recorded (`then`); None when only its bytes can say (`digest` them).
+
+    The content token is what the build compares (`toolkit.pyramid.plan.edited_in_place`); it
+    is carried over while the fast key matches, so a copy that keeps the fast key is the same
+    content for free. When the fast key changed, the bytes are hashed only if the record holds
+    a hash to compare with (an object that was racy once); otherwise the object counts as
+    changed (its dependants are rebuilt). A racy object is hashed and its fast key recorded as
+    `RACY`, so the next build hashes it again, by then settled."""
+    fast = fast_key(store, info)
+    if _racy(store, info, since):
+        return None
+    if then is not None:
+        was, _, content = then.partition(" ")
+        content = content or was
+        if was in (fast, fingerprint(info)):  # the same, or as an earlier toolkit recorded it
+            return fast if content == fast else f"{fast} {content}"
+        if content.startswith("#"):
+            return None
+    return fast
+
+
+def level0_prints(
+    store: storage.Store,
+    a: ArrayMeta,
+    infos: list[storage.ObjectInfo],
+    then: dict[str, str] | None,
+    since: float,
+) -> dict[str, str]:
+    """{key: fingerprint} of one array's listed objects (`settle_print`); `then` is the
+    record's {"i.j": fingerprint} of the array, `since` when the listing began. Only the racy
+    objects and those whose recorded hash must be checked are read, concurrently."""
+    out: dict[str, str] = {}
+    hash_these: dict[str, tuple[str, storage.ObjectInfo]] = {}
+    for info in infos:
+        rel = info.key[len(a.name) + 1 :]
+        idx = decode_keys(a.encoding, [rel], len(a.shape)) if then else set()
+        was = then.get(".".join(map(str, next(iter(idx))))) if then and idx else None
+        fp = settle_print(store, info, was, since)
+        if fp is None:
+            fast = fast_key(store, info)
+            hash_these[rel] = (RACY if _racy(store, info, since) else fast, info)
+        else:
+            out[rel] = fp
+    if hash_these:
+        with ThreadPoolExecutor(max_workers=min(16, len(hash_these))) as pool:
+            digests = pool.map(lambda i: digest(store, i.key), [i for _, i in hash_these.values()])
+            for (rel, (fast, _)), d in zip(hash_these.items(), digests, strict=True):
+                out[rel] = f"{fast} {d}"
+    return out
+
+
+SHAPED = ("shape", "count_shape")  # what an append changes in a level's record of a variable
+
+
+def _fields(doc: Mapping[str, Any], keys: list[str]) -> str:
+    return json.dumps({k: doc[k] for k in keys}, sort_keys=True, default=list)
+
+
+def grown_along(old: Mapping[str, Any], p: PyramidPlan) -> dict[str, tuple[int, int]]:
+    """{dim: (extent then, now)} for each leading dim level 0 grew along since the build that
+    recorded plan `old`, when that is all that differs (an xarray `append_dim` write); {}
+    when anything else does (settings, the spatial grid, a dim that shrank, the band dim)."""
+    if {k: old.get(k) for k in p.settings()} != p.settings():
+        return {}
+    plans = old.get("level_plans") or []
+    if list(old.get("base_shape") or ()) != list(p.base_shape) or len(plans) != len(p.levels):
+        return {}
+    grew: dict[str, tuple[int, int]] = {}
+    for lp, lvl in zip(plans, p.levels, strict=True):
+        then = {v.get("var"): v for v in lp.get("vars", ()) if isinstance(v, dict)}
+        if lp.get("group") != lvl.group or set(then) != {v.var for v in lvl.vars}:
+            return {}
+        for v in lvl.vars:
+            t, now = then[v.var], asdict(v)
+            same = [k for k in t if k in now and k not in SHAPED]
+            a, b = list(t.get("shape") or ()), list(v.shape)
+            if _fields(t, same) != _fields(now, same) or len(a) != len(b) or a[-2:] != b[-2:]:
+                return {}
+            for d, x, y in zip(v.dims[:-2], a, b, strict=False):
+                if y < x or (y > x and d == p.band_dim):
+                    return {}
+                if y > x:
+                    grew[d] = (x, y)
+    return grew
+
+
+def level0_growth(store: storage.Store) -> dict[str, tuple[int, int]]:
+    """What a reader checks when the levels do not open: the leading dims the recorded
+    variables' level-0 arrays grew along since the build (from their zarr.json alone, no
+    listing); {} when there is no record, or nothing grew."""
+    try:
+        old = json.loads(records.get(store, records.PLAN)[1])
+        then = {v["var"]: v for v in old["level_plans"][0]["vars"]}
+    except (storage.StorageError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+    grew: dict[str, tuple[int, int]] = {}
+    for name, v in then.items():
+        try:
+            now = storage.get_json(store, f"{name}/zarr.json").get("shape") or []
+        except (storage.StorageError, ValueError):
+            return {}
+        a = list(v.get("shape") or ())  # level 1's: level 0's leading extents
+        if len(now) != len(a) or now[-2:] != list(old.get("base_shape") or ()):
+            return {}
+        for d, x, y in zip(v.get("dims") or (), a[:-2], now[:-2], strict=False):
+            if y < x:
+                return {}
+            if y > x:
+                grew[d] = (x, y)
+    return grew
+
+
+def growth_note(grew: Mapping[str, tuple[int, int]]) -> str:
+    """How build, verify and readers say it: "level 0 grew along time (365 -> 366)"."""
+    dims = " and ".join(f"{d} ({x} -> {y})" for d, (x, y) in sorted(grew.items()))
+    return f"level 0 grew along {dims}"
 
 
 def read_json(store: storage.Store, key: str) -> dict[str, Any]:

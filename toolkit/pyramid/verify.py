@@ -1,9 +1,12 @@
 """Prove a pyramid, cheapest check first; every check is a graph node and reports, never raises.
 
-counts vs the recorded plan -> per-level metadata (coordinates recomputed from level 0) -> the
-root diff against the backup -> sampled shards (spread over each level: existence, joint mask,
-count range, and tiles compared with a plain numpy reference pooled straight from level 0,
-which shares no code with the builder's kernels) -> an anonymous xarray read of every level.
+counts vs the recorded plan -> per-level metadata (coordinates recomputed from level 0, its
+non-spatial coordinates carried) -> the root diff against the backup -> coverage (every window
+with level-0 data has a value, every other is nodata) -> value range (every value within its
+level-0 window's) -> sampled shards (existence, joint mask, count range, and tiles compared with
+a plain numpy reference pooled straight from level 0, which shares no code with the builder's
+kernels) -> an anonymous xarray read of every level. Samples are spread over each level and, for
+a repo build, are also the first, middle and last task of every worker stripe.
 Each failure names the level, the shard (or node) and the check.
 """
 
@@ -19,10 +22,12 @@ from toolkit import storage
 from toolkit.engine import Plan, Stage, run
 from toolkit.plan import Report
 from toolkit.pyramid.levels import plan_source, var_sources
-from toolkit.pyramid.origin import Failure, Origin, open_origin
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask
+from toolkit.pyramid.metadata import carried_coords, same_values
+from toolkit.pyramid.origin import Failure, Origin, RepoOrigin, open_origin
+from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask, recorded_operators
 from toolkit.pyramid.shards import VarSource, count_region
-from toolkit.tasks import stable
+from toolkit.pyramid.source import grown_along, growth_note
+from toolkit.tasks import stable, stripe
 
 __all__ = ["Failure", "VerifyResult", "verify"]
 
@@ -106,6 +111,7 @@ class MetaCheck:
     attrs: dict[str, dict[str, Any]]  # level-0 attributes of data vars and CRS vars
     crs: tuple[str, ...]
     node_keys: tuple[str, ...]
+    carried: tuple[str, ...] = ()  # level 0's non-spatial coordinates, in every level
 
     @property
     def store(self) -> Any:
@@ -224,6 +230,10 @@ class MetaCheck:
                 continue
             for detail in self._crs(got_attrs, self.attrs.get(crs, {}), level_axes, f):
                 bad(crs, detail)
+        for name in self.carried:
+            detail = self._carried(z, group, name)
+            if detail:
+                bad(name, detail)
         root = storage.get_json(self.store, "zarr.json")
         layout = {
             x["asset"]: x
@@ -257,6 +267,23 @@ class MetaCheck:
                     f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
                 )
         return out
+
+    def _carried(self, z: Any, group: str, name: str) -> str | None:
+        """A non-spatial coordinate of level 0 (`valid_time`, ...): in the level, as level 0
+        holds it (values and attributes)."""
+        import zarr
+
+        fix = "; run pyramid build to rewrite the levels' metadata"
+        base = zarr.open_array(z, path=name, mode="r")
+        try:
+            arr = zarr.open_array(z, path=f"{group}/{name}", mode="r")
+        except Exception:
+            return f"level 0's coordinate {name!r} is missing{fix}"
+        if dict(arr.attrs) != dict(base.attrs):
+            return f"attributes differ from level 0's{fix}"
+        if not same_values(storage.read(self.store, arr), storage.read(self.store, base)):
+            return f"values differ from level 0's{fix}"
+        return None
 
     def _crs(
         self, got: dict[str, Any], base: dict[str, Any], axes: dict[str, np.ndarray], f: int
@@ -344,7 +371,7 @@ class SampleCheck:
         canon = _canonical(data, spec.band_axis)
         cnt = count.reshape((-1, *count.shape[-2:]))
         nod = np.isnan(canon) if canon.dtype.kind == "f" else canon == spec.out.fill_value
-        if not (self.method == "sum" and canon.dtype.kind != "f"):
+        if not (spec.out.method == "sum" and canon.dtype.kind != "f"):
             empty = np.broadcast_to((cnt == 0)[:, None, :, :], nod.shape)
             # a circular mean is also nodata where its vectors cancel (checked against the
             # reference below); any other level is nodata exactly where nothing was valid
@@ -414,7 +441,7 @@ class SampleCheck:
         )
         raw = storage.read(self.store, base, (*lead, ys, xs))
         block = _canonical(decoded_level0(raw, dict(base.attrs), base.fill_value), l0.band_axis)
-        method = "circular_mean" if spec.out.circle is not None else self.method
+        method = "circular_mean" if spec.out.circle is not None else spec.out.method
         want, want_count = reduce_level0(block, np.nan, method, factor, dict(base.attrs))
         got, got_count = canon[:, :, tile[0], tile[1]], cnt[:, tile[0], tile[1]]
         where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
@@ -428,7 +455,7 @@ class SampleCheck:
             off = (np.isnan(got) != np.isnan(want)) & (want_count > 0)[:, None]
             off |= valid & ~(angle_gap(got, want, turn) <= turn * 1e-6)
             what = "not within 1e-6 of a turn (or of nodata)"
-        elif self.method == "mean" or (self.method == "sum" and got.dtype.kind == "f"):
+        elif method == "mean" or (method == "sum" and got.dtype.kind == "f"):
             top, _ = reduce_level0(np.abs(block), np.nan, "max", factor)
             tol = mean_tolerance(int(np.log2(factor)), top, got.dtype)
             off = valid & ~(np.abs(got.astype(np.float64) - want) <= tol)
@@ -444,6 +471,167 @@ class SampleCheck:
                 f"({where}; e.g. {got[i]!r} vs {want[i]!r})",
             )
         return []
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window check of one sampled shard (`kind`: "coverage" or "range"): one node."""
+
+    kind: str
+    task: ShardTask
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.task.key}"
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """Each level cell against the level-0 window it pools, on the sampled shard's corner
+    tiles (as the reference check), with no reduction: cheaper than the reference.
+
+    coverage: a window with a valid level-0 cell has a count and a value (a direction may still
+    cancel out); a window with none is nodata, its count 0.
+    range: a value lies within its window's valid level-0 values: min..max for a mean (to
+    the cascade's rounding), on the window's arc for a circular mean (when its directions fit
+    in half a turn, where the mean direction provably does), one of them for mode, min and
+    max. A sum has no such bound."""
+
+    store: storage.Store
+    method: str
+    sources: dict[str, tuple[VarSource, ...]]
+    level0: dict[str, Level0]
+
+    def __call__(self, w: Window) -> list[Failure]:
+        t = w.task
+        spec = next(s for s in self.sources[t.group] if s.out.var == t.var)
+        if not all(storage.exists(self.store, k) for k in t.objects):
+            return []  # the reference check names what is missing
+        from toolkit.pyramid.plan import region
+
+        reg = region(spec.out, t.index)
+        factor = int(t.group.rstrip("x"))
+        out: list[Failure] = []
+        for tile in _tiles(reg, factor):
+            got, count, block = self._read(t, spec, reg, tile, factor)
+            where = f"tile y {tile[0].start}:{tile[0].stop}, x {tile[1].start}:{tile[1].stop}"
+            check = self._coverage if w.kind == "coverage" else self._range
+            detail = check(spec, got, count, block, factor)
+            if detail:
+                out.append(Failure(t.group, t.data_key, w.kind, f"{detail} ({where})"))
+                break
+        return out
+
+    def _read(
+        self, t: ShardTask, spec: VarSource, reg: tuple[slice, ...], tile: tuple[slice, slice],
+        factor: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """(level values [T, B, h, w] float64, NaN at nodata; its count plane [T, h, w];
+        the level-0 windows [T, B, h, w, f*f] float64, NaN where not valid in every band)."""
+        from toolkit.pyramid.reference import _windows, decoded_level0
+
+        z = self.store.zarr(read_only=True)
+        sel = (*reg[:-2], *(
+            slice(o.start + s.start, o.start + s.stop) for o, s in zip(reg[-2:], tile, strict=True)
+        ))  # fmt: skip
+        raw = _canonical(storage.read(self.store, zarr_open(z, spec.path(t.group)), sel),
+                         spec.band_axis)  # fmt: skip
+        nod = np.isnan(raw) if raw.dtype.kind == "f" else raw == spec.out.fill_value
+        got = np.where(nod, np.nan, raw.astype(np.float64))
+        csel = (*count_region(spec, t.index)[:-2], *sel[-2:])
+        count = storage.read(self.store, zarr_open(z, spec.count_path(t.group)), csel)
+        count = count.reshape((-1, *count.shape[-2:]))
+        l0 = self.level0[t.var]
+        base = zarr_open(z, l0.path)
+        lead = [slice(0, base.shape[d]) if d == l0.band_axis else s for d, s in enumerate(reg[:-2])]
+        ys, xs = (
+            slice((o.start + s.start) * factor, min((o.start + s.stop) * factor, n))
+            for o, s, n in zip(reg[-2:], tile, base.shape[-2:], strict=True)
+        )
+        raw0 = storage.read(self.store, base, (*lead, ys, xs))
+        block = _canonical(decoded_level0(raw0, dict(base.attrs), base.fill_value), l0.band_axis)
+        joint = ~np.isnan(block).any(axis=1, keepdims=True)
+        block = np.where(joint, block, np.nan)
+        return got, count, _windows(block, factor, np.nan)
+
+    def _coverage(
+        self, spec: VarSource, got: np.ndarray, count: np.ndarray, block: np.ndarray, f: int
+    ) -> str | None:
+        has = (~np.isnan(block[:, 0])).any(axis=-1)  # [T, h, w]: a valid level-0 cell
+        empty = np.isnan(got).all(axis=1)  # [T, h, w]: nodata in every band
+        value = not (spec.out.method == "sum" and np.dtype(spec.out.dtype).kind != "f")
+        lost = has & ((count == 0) | (empty if value and spec.out.circle is None else False))
+        if lost.any():
+            i = tuple(int(x[0]) for x in np.nonzero(lost))
+            return (
+                f"{int(lost.sum())} window(s) with valid level-0 data are empty at the level "
+                f"(e.g. cell {i[1:]})"
+            )
+        extra = ~has & ((count != 0) | (~empty if value else False))
+        if extra.any():
+            i = tuple(int(x[0]) for x in np.nonzero(extra))
+            return (
+                f"{int(extra.sum())} window(s) without level-0 data hold a value or a count "
+                f"(e.g. cell {i[1:]})"
+            )
+        return None
+
+    def _range(
+        self, spec: VarSource, got: np.ndarray, count: np.ndarray, block: np.ndarray, f: int
+    ) -> str | None:
+        if spec.out.method == "sum":
+            return None
+        ok = ~np.isnan(got) & (~np.isnan(block)).any(axis=-1)
+        if spec.out.circle is not None:
+            from toolkit.pyramid.reference import angle_units
+
+            turn = angle_units(dict(zarr_open(self.store.zarr(read_only=True),
+                                              self.level0[spec.out.var].path).attrs))[0]  # fmt: skip
+            off = ok & ~_on_arc(got, block, turn)
+            what = "off the arc of its level-0 window's directions"
+        elif spec.out.method == "mode":
+            off = ok & ~(block == got[..., None]).any(axis=-1)
+            what = "not among its level-0 window's labels"
+        else:
+            # an all-NaN window has no bound (NaN) and is not compared; fmin/fmax skip NaN
+            # without the warning nanmin gives (a warnings filter is process-wide, not per
+            # thread, and the in-process executor runs these nodes on threads)
+            lo, hi = np.fmin.reduce(block, axis=-1), np.fmax.reduce(block, axis=-1)
+            tol = 0.0
+            if spec.out.method == "mean":
+                from toolkit.pyramid.reference import mean_tolerance
+
+                top = np.maximum(np.abs(lo), np.abs(hi))
+                tol = mean_tolerance(max(1, int(np.log2(f))), np.nan_to_num(top), spec.out.dtype)
+            off = ok & ~((got >= lo - tol) & (got <= hi + tol))
+            what = "outside its level-0 window's min..max"
+        if off.any():
+            i = tuple(int(x[0]) for x in np.nonzero(off))
+            return f"{int(off.sum())} value(s) {what} (e.g. cell {i[2:]}: {got[i].item()!r})"
+        return None
+
+
+def _on_arc(got: np.ndarray, block: np.ndarray, turn: float) -> np.ndarray:
+    """Whether each direction lies on the shortest arc holding its window's valid directions;
+    True where those do not fit in half a turn (no arc bounds their mean) or none is valid."""
+    a = np.sort(np.mod(block, turn), axis=-1)  # NaN last
+    n = (~np.isnan(a)).sum(axis=-1)
+    k = a.shape[-1]
+    idx = np.arange(k)
+    nxt = np.concatenate([a[..., 1:], a[..., :1] + turn], axis=-1)
+    gaps = nxt - a
+    last = np.take_along_axis(a, np.maximum(n - 1, 0)[..., None], axis=-1)[..., 0]
+    wrap = a[..., 0] + turn - last
+    gaps = np.where(idx < (n - 1)[..., None], gaps, -np.inf)
+    j = np.nanargmax(np.where(np.isnan(gaps), -np.inf, gaps), axis=-1)
+    inner = np.take_along_axis(gaps, j[..., None], axis=-1)[..., 0]
+    use_wrap = ~(inner > wrap)
+    start = np.where(use_wrap, last, np.take_along_axis(a, j[..., None], axis=-1)[..., 0])
+    size = np.where(use_wrap, wrap, inner)
+    tol = turn * 1e-6
+    into = np.mod(got - start, turn)
+    inside_gap = (into > tol) & (into < size - tol)
+    return ~inside_gap | (size < turn / 2) | (n == 0)
 
 
 def _pixel_bytes(src: Any) -> int:
@@ -484,6 +672,18 @@ def spread_samples(tasks: Sequence[ShardTask], n: int) -> list[ShardTask]:
     k = min(n, len(tasks))
     picks = sorted({round(i * (len(tasks) - 1) / max(1, k - 1)) for i in range(k)})
     return [tasks[i] for i in picks]
+
+
+def stripe_samples(tasks: Sequence[ShardTask], stripes: int) -> list[ShardTask]:
+    """The first, middle and last task of each of `stripes` contiguous stripes of a level's
+    stable task list, as a repo build's workers take them (`toolkit.tasks.stripe`): where a
+    worker started, stood midway and stopped. The build's stripe count follows its cluster;
+    verifying with a multiple of it keeps every edge of the build's stripes among these."""
+    out: list[ShardTask] = []
+    for i in range(min(stripes, len(tasks))):
+        mine = stripe(tasks, i, min(stripes, len(tasks)), "contiguous")
+        out += [mine[0], mine[(len(mine) - 1) // 2], mine[-1]]
+    return list(dict.fromkeys(out))
 
 
 def window_means(values: np.ndarray, factor: int, n: int) -> np.ndarray:
@@ -651,15 +851,18 @@ def verify(
     try:
         p: PyramidPlan = plan_source(
             src,
-            doc["method"],
+            None,
             doc["band_dim"],
             doc["levels"],
             doc.get("max_shard", MAX_SHARD),
-            force_method=True,  # the build accepted this operator; the check re-plans with it
-            circular=tuple(doc.get("circular", ())),
+            # the build accepted each variable's operator; the check re-plans with it
+            recorded=recorded_operators(doc),
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
+    if grew := grown_along(doc, p):  # an append since the build: one line, not every check
+        why = f"{growth_note(grew)} since the build: run `toolkit pyramid build {origin.url}`"
+        return VerifyResult((Failure("-", ".pyramid/plan", "plan", why),))
     doc = origin.expected(doc, p)
     if p.digest != doc["digest"]:
         failures.append(
@@ -701,10 +904,13 @@ def verify(
     sources = {lvl.group: var_sources(src, p, k) for k, lvl in enumerate(p.levels)}
     samples = []
     for lvl in p.levels:
+        picked = []
         for var in p.variables:
-            samples += [
-                Sample(t) for t in spread_samples([t for t in lvl.tasks if t.var == var], sample)
-            ]
+            picked += spread_samples([t for t in lvl.tasks if t.var == var], sample)
+        if isinstance(origin, RepoOrigin):  # its workers built contiguous stripes
+            picked += stripe_samples(lvl.tasks, sample)
+        samples += [Sample(t) for t in dict.fromkeys(picked)]
+    windows = {kind: [Window(kind, s.task) for s in samples] for kind in ("coverage", "range")}
     level0 = {
         n: Level0(n, a.dims.index(p.band_dim) if p.band_dim else None)
         for n, a in src.arrays.items()
@@ -720,8 +926,16 @@ def verify(
         _stage(
             "verify-metadata",
             [Check("meta", g) for g in [".", *groups]],
-            MetaCheck(origin, doc, coords, meta_attrs, src.crs, src.node_keys),
+            MetaCheck(
+                origin, doc, coords, meta_attrs, src.crs, src.node_keys, carried_coords(src, p)
+            ),
         ),
+        _stage(
+            "verify-coverage",
+            windows["coverage"],
+            WindowCheck(store, p.method, sources, level0),
+        ),
+        _stage("verify-range", windows["range"], WindowCheck(store, p.method, sources, level0)),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources, level0)),
         _stage(
             "verify-client",

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from toolkit import icechunk as R
+from toolkit import storage
 from toolkit import transaction as T
 from toolkit.engine import run
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
@@ -56,6 +57,7 @@ from toolkit.virtual.write import (
     ensure_repo,
     filter_already_present,
     process_virtual_refs,
+    virtual_config,
     write_refs,
 )
 
@@ -344,6 +346,26 @@ def backfill_plan(
     )
 
 
+def check_containers(job: Job) -> None:
+    """Refs into the source must fall in a virtual chunk container the repo registered when it
+    was created: a repo built from a source that has since moved could never read refs into
+    the new place. Refused before the guard, the branch or any ref is written."""
+    wanted = [c.url_prefix for c in virtual_config(job.dataset).containers]
+    for ref in (*job.replicas, job.repo):
+        if not R.is_repo(ref.store):
+            continue  # created with these containers
+        have = R.container_prefixes(ref.open(fresh=True))
+        lost = [w for w in wanted if not any(w.startswith(h) for h in have)]
+        if lost:
+            raise ValueError(
+                f"{storage.location(ref.url)}: its refs point into "
+                f"{', '.join(storage.location(h) for h in have)}, and --source "
+                f"{storage.location(job.dataset.source.store.url)} lies outside them (the "
+                "source it was built from moved?): pass the --source the repo was built from, "
+                "or backfill into a new --repo"
+            )
+
+
 class BranchGone(RuntimeError):
     """The backfill's temp branch was deleted while the backfill ran."""
 
@@ -482,6 +504,7 @@ def backfill(
     _check_span(job, start, end)
     for ref in (*job.replicas, job.repo):
         R.refuse_foreign(ref.store)
+    check_containers(job)
     if end is None:
         newest = last_published(job.region(start, None))
         if newest is None:

@@ -24,8 +24,11 @@ def open_dataset(
     **kwargs: Any,
 ) -> Any:
     """The dataset at `branch` (or `snapshot`) as an xarray Dataset, lazily; `kwargs` go to
-    `xr.open_zarr`. Sources are read anonymously unless `credentials="env"`."""
+    `xr.open_zarr`. Sources are read anonymously unless `credentials="env"`. The CRS variable
+    is a coordinate (`toolkit.cf.crs_as_coords`), so rioxarray finds it."""
     import xarray as xr
+
+    from toolkit.cf import crs_as_coords
 
     try:
         store = storage.open_store(repo, must_exist=True, **(store_options or {}))
@@ -33,4 +36,5 @@ def open_dataset(
         raise R.NotARepo(f"no Icechunk repo at {repo}: the path does not exist; check it") from None
     handle = R.open_repo(store, credentials, fresh=True)
     kwargs.setdefault("consolidated", False)
-    return xr.open_zarr(R.readonly(handle, branch, snapshot).store, **kwargs)
+    ds = xr.open_zarr(R.readonly(handle, branch, snapshot).store, **kwargs)
+    return crs_as_coords(ds, kwargs.get("decode_coords", True))

@@ -70,11 +70,11 @@ def serve(
         out.print(f"serving {source} at {url} (Ctrl-C stops)", highlight=False, soft_wrap=True)
 
     interrupt.ending_says("stopped")  # Ctrl-C is how a server ends: exit 130, nothing to resume
-    options = stores.for_url(source)
+    store_options = stores.for_url(source)  # not `options`: that is the option layer
     pair = None if value_range is None else options.parse_range(value_range)
     with exit_codes(usage_errors=(SelectionError, ImportError, ValueError, OSError)):
         run(source, variable=variable, host=host, port=port, credentials=credentials,
-            store_options=options, branch=branch, colormap=colormap, value_range=pair,
+            store_options=store_options, branch=branch, colormap=colormap, value_range=pair,
             refresh=refresh, on_ready=ready)  # fmt: skip
 
 
