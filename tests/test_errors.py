@@ -735,7 +735,7 @@ CASES: tuple[Case, ...] = (
         "`archive show` of a scope with no manifest",
         ("archive", "show", "cordex/none.zarr", "--manifests", "m"),
         1,
-        ("no manifest for scope 'cordex/none.zarr'",),
+        ("no manifest for scope 'cordex/none.zarr'", "/w/m: check the scope"),
     ),
     Case(
         "an executor that does not exist",

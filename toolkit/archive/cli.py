@@ -81,8 +81,10 @@ def _echo(text: str) -> None:
 
 
 def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
+    """One `error:` line through the console's one renderer (paths as typed, no markup)."""
+    from toolkit.console import fail
+
+    return fail(code, message)
 
 
 def _errors() -> Any:
@@ -664,7 +666,11 @@ def show(
         m = _open(manifests, stores)
         stored = ManifestStore(m).read(scope)
         if stored is None:
-            raise _fail(1, f"no manifest for scope {scope!r} under {m.url}")
+            raise _fail(
+                1,
+                f"no manifest for scope {scope!r} under {m.url}: check the scope "
+                "(`toolkit archive show` lists them), or partition it first",
+            )
     man = stored.manifest
     if as_json:
         _echo(man.dumps().decode().rstrip())
