@@ -184,3 +184,19 @@ def test_the_storage_flags_are_declared_once() -> None:
             assert param.help == declared[name], (path, name)
     assert seen == 26  # status, expire and split advise/apply joined the 18; archive plan-read;
     # pyramid stac and virtual stac; serve
+
+
+def test_a_size_with_a_huge_exponent_is_refused_at_once() -> None:
+    """`1e1000000` overflows Decimal and `1e999999` would spell a million digits: both are
+    refused as out of range, in no time, never a traceback."""
+    import time
+
+    from toolkit import options
+
+    for text in ("1e1000000", "1e999999", "1e999999MB"):
+        started = time.monotonic()
+        with pytest.raises(options.BadValue, match="out of range"):
+            options.parse_size(text)
+        assert time.monotonic() - started < 0.5
+    with pytest.raises(options.BadValue):
+        options.parse_rate("1e999999MB/s")

@@ -297,3 +297,22 @@ def test_readable_decodes_file_urls_and_drops_context_frames() -> None:
     )
     assert said == "bad: /tmp/dir ü é/my store.zarr/k: oops (--debug shows the traceback)"
     assert storage.location("file:///a%20b%25c", "k%20") == "/a b%c/k%20"  # keys are literal
+
+
+def test_readable_drops_each_context_block_and_keeps_what_stands_between() -> None:
+    two = (
+        "first failed: x\n context:\n   0: a::b\n      at src/a.rs:10\n   1: c\n      at src/c.rs:3"
+        "\nsecond failed: /data/keep me\n context:\n   at src/b.rs:20\nlast words"
+    )
+    assert storage.readable(two) == "first failed: x\nsecond failed: /data/keep me\nlast words"
+
+
+def test_an_os_error_about_a_relative_path_is_named_not_a_crash(tmp_path, monkeypatch) -> None:
+    """The system reports the path as the call gave it: relative ones have no file URI."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    for code, name, cause in ((13, "out/x.json", "permission denied"),
+                              (20, "afile/x.json", "not a directory")):  # fmt: skip
+        named = storage.explain(OSError(code, "refused", name))
+        assert named is not None and cause in str(named), named
+        assert str(tmp_path) in str(named)

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Any
 
 __all__ = [
@@ -119,8 +119,10 @@ def parse_size(text: str | int) -> int:
         if m is None or unit not in _UNITS or len(m.group(1)) > 40:
             raise BadValue(f"cannot read size {text!r}: use {_SIZE_HELP}")
         try:
-            size = int(Decimal(m.group(1)) * _UNITS[unit])
-        except (InvalidOperation, OverflowError):
+            number = Decimal(m.group(1))
+            # an exponent past any size is refused before int() spells out its digits
+            size = BYTES_MAX + 1 if number.adjusted() > 25 else int(number * _UNITS[unit])
+        except (DecimalException, OverflowError):
             size = BYTES_MAX + 1
     if not 0 <= size <= BYTES_MAX:
         raise BadValue(f"size {text!r} is out of range: use {_SIZE_HELP}")

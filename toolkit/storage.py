@@ -391,8 +391,8 @@ def os_error(
     named = getattr(err, "filename", None) or (m.group(1) if (m := _OS_PATH.search(text)) else None)
     if named is None and isinstance(err, RuntimeError):  # "Symlink loop from '/p'"
         named = m.group(1) if (m := re.search(r"'(/[^']*)'", text)) else None
-    if named is not None:
-        target = Path(os.fsdecode(named))
+    if named is not None:  # the system's path, made absolute (a relative one has no URI)
+        target = Path(os.path.abspath(os.fsdecode(named)))
     elif url is not None and url.startswith("file://"):
         target = file_path(url) / (key or "")
     else:
@@ -440,7 +440,11 @@ def location(url: str, key: str | None = None) -> str:
 
 
 _FILE_URL = re.compile(r"file://(/[A-Za-z0-9_.~/%-]*)")  # the letters as_uri leaves as they are
-_RUST_CONTEXT = re.compile(r"\n\s*context:\n.*at \S+\.rs:\d+", re.S)  # to the last frame
+# a `context:` block of Rust frames: its indented lines, to the `at file.rs:N` of its last frame
+# (each block on its own: never what stands between two blocks, nor what follows the last frame)
+_RUST_CONTEXT = re.compile(
+    r"\n\s*context:\n(?:[ \t]+[^\n]*\n)*?[ \t]+at \S+\.rs:\d+(?=[^\n]*(?:\n(?![ \t])|$))"
+)
 
 
 def readable(text: str) -> str:

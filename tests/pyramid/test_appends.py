@@ -139,3 +139,33 @@ def test_a_region_rewrite_goes_through_the_in_place_edit_path(tmp_path):
     assert changed and {_time_index(k) for k in changed} == {3}
     _assert_levels_are_window_means(path)
     assert _cli("verify", str(path), "--executor", "sync")[0] == 0
+
+
+def test_an_edit_at_the_old_positions_beside_an_append_is_never_left_stale(
+    tmp_path: Path,
+) -> None:
+    """The digest cannot vouch for the old positions once level 0 grew, so their prints must.
+    A region write that empties a chunk (zarr deletes an all-nodata chunk) leaves nothing to
+    compare: refused, nothing rebuilt on a guess. A chunk written where there was none (the
+    hole filled) is an edit, not an append: its shards are rebuilt with the new ones."""
+    store = _store(tmp_path / "emptied.zarr", 3, 1)
+    _build_json(store)
+    blank = _days(0, 1).isel(time=slice(0, 1))
+    blank["t"][:] = np.nan
+    blank.drop_vars(["y", "x"]).to_zarr(store, region={"time": slice(1, 2)})
+    _days(3, 1).to_zarr(store, append_dim="time")
+    code, out = _cli("build", str(store), *ARGS)
+    assert code != 0 and "is gone since the last build" in out and "--rebuild-from 2x" in out
+
+    store = tmp_path / "filled.zarr"
+    first = _days(0, 3)
+    first["t"][1] = np.nan  # day 1 all nodata: no chunk objects at all
+    first.to_zarr(store, zarr_format=3, mode="w", encoding={"t": {"chunks": (1, 32, 32)}})
+    _build_json(store)
+    _days(1, 1).drop_vars(["y", "x"]).assign_coords(time=first.time[1:2]).to_zarr(
+        store, region={"time": slice(1, 2)}
+    )
+    _days(3, 1).to_zarr(store, append_dim="time")
+    doc = _build_json(store)
+    assert any("changed in place" in n for n in doc["notes"]), doc["notes"]
+    _assert_levels_are_window_means(store)

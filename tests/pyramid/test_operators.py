@@ -240,3 +240,22 @@ def test_an_icechunk_output_of_several_operators_is_refused_in_one_line(tmp_path
     assert not out.exists()
     res = pyramid("build", str(path), "-v", "t2m", "--output", str(out), "--executor", "sync")
     assert res.exit_code == 0, res.output
+
+
+def test_a_plain_build_of_a_built_store_keeps_to_its_recorded_variables(tmp_path) -> None:
+    """`pyramid build STORE` again (the growth hint's advice) builds what the record names:
+    an array the first build left out (an integer array with no CF flags, which would need a
+    --method) is neither pyramided nor a reason to refuse; adding it is `--variable NEW`."""
+    store = tmp_path / "s.zarr"
+    write_store(store)
+    g = zarr.open_group(str(store), mode="a")
+    counts = g.create_array("counts", shape=(H, W), dtype="int16", chunks=(16, 16),
+                            dimension_names=["lat", "lon"])  # fmt: skip
+    counts[...] = 1
+    res = pyramid("build", str(store), "-v", "t2m", "--levels", "2", "--executor", "sync")
+    assert res.exit_code == 0, res.output
+    again = pyramid("build", str(store), "--levels", "2", "--executor", "sync", "--json")
+    assert again.exit_code == 0, again.output
+    doc = json.loads(again.stdout)
+    assert sum(s["written"] for s in doc["stages"]) == 0, doc
+    assert not (store / "2x" / "counts").exists()

@@ -23,6 +23,7 @@ from toolkit.pyramid.plan import (
     check_level_contents,
     check_level_names,
     edited_in_place,
+    filled_in_place,
     one_operator,
     recorded_operators,
     stale_tasks,
@@ -87,6 +88,8 @@ def planned(
     (the first itself when it adds nothing). `rebuilding`: recorded variables level 0 no longer
     has are let go (a rebuild), else refused."""
     then = [str(v) for v in (old or {}).get("variables") or ()]
+    if not variables and then:  # a pyramid's own variables: adding one is `--variable NEW`
+        variables = list(then)
     src = read_source(store, sorted({*variables, *then}) if variables and then else variables)
     gone = [v for v in then if v not in src.arrays]
     if gone and not rebuilding:
@@ -437,7 +440,16 @@ def _build(
                 f"adding {', '.join(added)} beside {', '.join(q.variables)}, whose levels "
                 "are kept as they are"
             )
-        edited = edited_in_place(recorded_prints(store), q) if old is not None else None
+        prints = recorded_prints(store) if old is not None else None
+        edited = edited_in_place(prints, q) if old is not None else None
+        if grew:  # the digest cannot vouch for the old positions: their prints must
+            if edited is None:
+                raise PlanError(
+                    f"{store.url}: {growth_note(grew)}, and an object of the old positions is "
+                    "gone since the last build (rewritten as all-nodata?), so what changed "
+                    f"cannot be told; rebuild with --rebuild-from {q.levels[0].group}"
+                )
+            edited = filled_in_place(edited, prints or {}, q, src.arrays, grew)
         if edited and any(edited.values()):
             notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
             accepted = True

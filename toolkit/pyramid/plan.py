@@ -892,6 +892,31 @@ def edited_in_place(
     }
 
 
+def filled_in_place(
+    edited: Mapping[str, set[tuple[int, ...]]],
+    then: Mapping[str, Mapping[str, str]],
+    p: PyramidPlan,
+    arrays: Mapping[str, ArrayMeta],
+    grew: Mapping[str, tuple[int, int]],
+) -> dict[str, set[tuple[int, ...]]]:
+    """`edited` plus the level-0 shards new since the build that lie at its old positions (a
+    region write into what was all-nodata, not an append): a shard is an append's only when it
+    starts past the old extent of a dim level 0 grew along."""
+    out = {n: set(edited.get(n, ())) for n in p.prints}
+    for n, now in p.prints.items():
+        a = arrays[n]
+        for key in set(now) - set(then.get(n, {})):
+            idx = tuple(int(i) for i in key.split("."))
+            appended = any(
+                idx[a.dims.index(d)] * a.grid[a.dims.index(d)] >= x
+                for d, (x, _) in grew.items()
+                if d in a.dims
+            )
+            if not appended:
+                out[n].add(idx)
+    return out
+
+
 def stale_tasks(
     p: PyramidPlan, arrays: Mapping[str, ArrayMeta], changed: Mapping[str, set[tuple[int, ...]]]
 ) -> list[list[ShardTask]]:
