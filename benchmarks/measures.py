@@ -148,6 +148,14 @@ SHIP_ONLY = {"b1aa640": "the distribution name in --ship's zip metadata; no benc
 # and the CLI one option; no benchmark builds with --output
 BUILD_OUTPUT = "build(output=...) adds a branch no benchmark takes (output is None there)"
 
+# cff67ff: storage.explain/readable change only how an error is rendered, options.parse_size
+# only what a command line's size spells, and build()/plan.py only a build whose level 0 grew
+# (an append) or a store rebuilt without --variable beside other arrays; no timed path of these
+# benchmarks errs, parses a size, appends or has other arrays (pyramid_append does: rerun)
+REVIEW_FIXES = {
+    "cff67ff": "error rendering, size parsing and the append path only (none timed here)"
+}
+
 MEASURES: dict[str, Measures] = {
     "archive_bench": Measures(
         "archive_bench",
@@ -285,6 +293,8 @@ MEASURES: dict[str, Measures] = {
         SHIP_ONLY,
     ),
 }
+for _name in MEASURES.keys() - {"pyramid_append"}:  # see REVIEW_FIXES
+    MEASURES[_name] = replace(MEASURES[_name], known={**MEASURES[_name].known, **REVIEW_FIXES})
 
 
 def _known(names: Sequence[str], reason: str, *commits: str) -> None:
