@@ -372,3 +372,21 @@ def test_output_of_a_refused_source_creates_no_repo(tmp_path):
         path, "pyramid", "build", str(path), "--output", str(out), "--levels", "2", *SYNC
     )
     assert "s.zarr/4x" in line and not out.exists()
+
+
+def test_a_lost_record_does_not_disown_the_toolkits_other_variables(tmp_path):
+    """With no record to ask, a level variable is known by the count plane written beside it:
+    a rebuild of one variable never calls another the toolkit wrote the user's (and advises
+    moving it out), while a user's array inside a level is still refused."""
+    from tests.pyramid.test_operators import write_store
+
+    path = tmp_path / "two.zarr"
+    write_store(path)
+    assert run("pyramid", "build", str(path), "--levels", "2", *SYNC)[0] == 0
+    shutil.rmtree(path / ".pyramid")
+    code, out = run("pyramid", "build", str(path), "-v", "t2m", "--levels", "2",
+                    "--rebuild-from", "2x", *SYNC)  # fmt: skip
+    assert code == 0 and "did not write" not in out, out
+    add_node(path, "2x/notes", "array")
+    argv = ("pyramid", "build", str(path), "-v", "t2m", "--levels", "2", "--rebuild-from", "2x")
+    assert "'notes', which this toolkit did not write" in refused(path, *argv, *SYNC)

@@ -599,7 +599,12 @@ def check_level_contents(
     for v in names:
         mine |= {v, f"{v}_count", f"{v}_class_count", f"{v}_class"}  # as `VarLevel` names them
     for group, there in children.items():
-        stray = sorted(set(there) - mine)
+        ours = set(mine)
+        if recorded is None:  # no record to ask (lost, corrupt): a level variable of this
+            # toolkit's is known by the count plane it writes beside it
+            for v in (x for x in there if f"{x}_count" in there):
+                ours |= {v, f"{v}_count", f"{v}_class_count", f"{v}_class"}
+        stray = sorted(set(there) - ours)
         if stray:
             also = f" (also {', '.join(map(repr, stray[1:]))})" if len(stray) > 1 else ""
             raise PlanError(
