@@ -210,7 +210,10 @@ def test_a_long_build_survives_its_credentials_expiring(seaweed_endpoint: str) -
         synthetic.write_store(storage.open_store(f"s3://{bucket}/{name}", **where),
                               shape=(1024, 2048), shards=(32, 32))  # fmt: skip
     t0 = time.time()
-    rotating = Rotating(t0, ttl=0.3, count=ROTATING)
+    # the server refuses a key 1.5 s after its end: a request signed in time may reach it late
+    # on a loaded 2-core runner (0.5 s was once not enough there); a client that never refreshed
+    # would still be caught, seconds into the build
+    rotating = Rotating(t0, ttl=0.3, count=ROTATING, grace=1.5)
     with FaultProxy(seaweed_endpoint, expires=rotating.expires) as proxy:
         options = {**where, "endpoint": proxy.url}
         store = storage.open_store(f"s3://{bucket}/p.zarr", credential_provider=rotating, **options)
