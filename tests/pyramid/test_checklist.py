@@ -8,10 +8,8 @@ and a line naming the check, the level and the shard."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
 
 import numpy as np
-import pytest
 import xarray as xr
 import zarr
 from typer.testing import CliRunner
@@ -123,21 +121,6 @@ def test_a_direction_off_its_windows_arc_fails_the_range_check(tmp_path):
     assert code == 0, out  # means across 0/360 lie on their arcs
     shard = plant(store, "4x", "wd", (3, 5), 180.0)
     assert "off the arc of its level-0 window's directions" in failing(store, "range", "4x", shard)
-
-
-@pytest.fixture
-def gfs_repo(tmp_path):
-    from toolkit.examples.simulate import make_archive
-
-    archive = make_archive(
-        storage.open_store(str(tmp_path / "src")), kind="gfs", leads=[0, 3, 6], publish=False,
-        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(3)],
-    )  # fmt: skip
-    archive.publish(archive.files())
-    code, out = cli("virtual", "backfill", "sim-gfs", "--repo", tmp_path / "repo",
-                    "--source", tmp_path / "src", "--start", "2025-08-01T00", *SYNC)  # fmt: skip
-    assert code == 0, out
-    return tmp_path / "repo"
 
 
 def test_a_repo_build_is_sampled_at_the_edges_of_every_stripe(gfs_repo):

@@ -6,7 +6,6 @@ oracle is xarray's own decoding of level 0: each level's coordinate equals it (v
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
@@ -95,22 +94,6 @@ def test_verify_names_a_level_without_level_0s_coordinate_and_build_restores_it(
     assert code == 0, out
     same_coords(xr.open_zarr(store), xr.open_zarr(store, group="4x"), "4x")
     assert cli("pyramid", "verify", store, *SYNC)[0] == 0
-
-
-@pytest.fixture
-def gfs_repo(tmp_path):
-    """A simulated GFS archive backfilled into a virtual repo by the CLI (as users do)."""
-    from toolkit.examples.simulate import make_archive
-
-    archive = make_archive(
-        storage.open_store(str(tmp_path / "src")), kind="gfs", leads=[0, 3, 6], publish=False,
-        inits=[datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(3)],
-    )  # fmt: skip
-    archive.publish(archive.files())
-    code, out = cli("virtual", "backfill", "sim-gfs", "--repo", tmp_path / "repo",
-                    "--source", tmp_path / "src", "--start", "2025-08-01T00", *SYNC)  # fmt: skip
-    assert code == 0, out
-    return tmp_path / "repo"
 
 
 def test_the_levels_of_a_virtual_repo_keep_valid_time(gfs_repo):
