@@ -24,7 +24,6 @@ from toolkit.pyramid.plan import (
     check_level_names,
     edited_in_place,
     filled_in_place,
-    one_operator,
     recorded_operators,
     stale_tasks,
 )
@@ -48,16 +47,12 @@ def plan(
 
     `method` None chooses the operator from what the data means (`choose_methods`). `source`
     may be an Icechunk repo (its main branch; `select`/`latest` restrict its positions)."""
-    from toolkit.pyramid.repo import check_levels_free as check_repo_levels_free
-    from toolkit.pyramid.repo import open_repo_source, repo_source
+    from toolkit.pyramid.repo import open_repo_source, repo_planned
 
     ref = open_repo_source(source, **options)
     if ref is not None:
-        src, _ = repo_source(ref, variables, select, latest)
-        p = plan_source(src, method, band_dim, levels, max_shard, force_method)
-        one_operator(p, ref.url)
-        check_repo_levels_free(ref, src, p)
-        return p
+        args = (band_dim, levels, max_shard, force_method, select, latest)
+        return repo_planned(ref, variables, method, *args)[1]
     no_positions(source, select, latest)
     store = open_source(source, **options)
     try:
@@ -538,7 +533,6 @@ def _check_output_source(
         return
     src = read_source(store, variables, listed=False)
     p = plan_source(src, method, band_dim, levels, max_shard, force_method)
-    one_operator(p, store.url)
     check_level_names(p, src.nodes, store.url, _recorded_levels(store), records.GROUP)
 
 

@@ -39,17 +39,13 @@ def plan_source(
     levels: int | None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
-    circular: tuple[str, ...] | None = None,
     recorded: Mapping[str, tuple[str, str]] | None = None,
 ) -> PyramidPlan:
     """The plan of `src`, each variable with its operator (`choose_methods`): `method` for
     every variable, or for those a mapping names; `recorded` (variable -> (operator, why)) as
-    a build accepted them. `circular`: the variables whose mean is circular, as an older
-    record kept them beside its one `method`."""
+    a build accepted them."""
     if max_shard < 1:
         raise PlanError(f"--max-shard must be >= 1, got {max_shard}")
-    if circular and method == "mean":
-        method = {n: "circular_mean" if n in circular else "mean" for n in src.arrays}
     chosen = choose_methods(src.arrays, src.attrs, method, force=force_method, recorded=recorded)
     kernel = {n: "mean" if m == "circular_mean" else m for n, (m, _) in chosen.items()}
     if band_dim is None and src.arrays and all(BAND in a.dims[:-2] for a in src.arrays.values()):

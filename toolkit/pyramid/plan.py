@@ -48,7 +48,6 @@ __all__ = [
     "inner_chunk",
     "level_count",
     "max_levels",
-    "one_operator",
     "plan_pyramid",
     "recorded_operators",
     "task_bytes",
@@ -438,18 +437,6 @@ def recorded_operators(doc: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
         str(n): ("circular_mean" if n in circ else str(doc.get("method")), why)
         for n in doc.get("variables") or ()
     }
-
-
-def one_operator(p: PyramidPlan, where: str) -> None:
-    """An Icechunk repo's levels hold one operator (its settings and level updates have one
-    `method`): a plan whose variables need several is refused, naming them."""
-    if p.method == MIXED:
-        which = ", ".join(f"{n} ({m})" for n, m in p.operators.items())
-        raise PlanError(
-            f"{where}: the variables need different operators ({which}), and an Icechunk "
-            "repo's levels hold one; choose the variables of one operator (--variable), or "
-            "give --method"
-        )
 
 
 # ----------------------------------------------------------------------------- planning

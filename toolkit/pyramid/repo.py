@@ -42,8 +42,8 @@ from toolkit.pyramid.plan import (
     PlanError,
     PyramidPlan,
     check_level_names,
-    one_operator,
     position_cells,
+    recorded_operators,
     stale_tasks,
 )
 from toolkit.pyramid.shards import BuildShard, DoneShards, runs
@@ -52,6 +52,7 @@ from toolkit.pyramid.source import Source, read_source
 PREFIX = "pyramid-"
 RUN_SHARDS = 8  # neighbouring shards (along one leading dim) a worker builds at once
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
+GEOMETRY = ("band_dim", "levels", "max_shard", "spatial_dims")  # settings every variable shares
 BUILT_FROM = "pyramid:level0_snapshot"  # root attribute: main's snapshot the levels were built on
 
 __all__ = [
@@ -385,17 +386,12 @@ class FireLevels:
                 if label not in select.setdefault(dim, []):
                     select[dim].append(label)
         then = recorded_settings(self.ref) or {}
-        return build_repo(
+        return build_repo(  # each variable's operator as main's levels were built with
             self.ref,
             list(self.variables),
-            method=then.get("method"),
-            band_dim=then.get("band_dim"),
-            levels=then.get("levels"),
             select=select,
             max_shard=then.get("max_shard", MAX_SHARD),
-            force_method=bool(then),
             executor="sync",  # in the fire's own process, like its commits
-            circular=tuple(then.get("circular", ())) if then else None,
         )
 
 
@@ -406,18 +402,43 @@ def recorded_settings(ref: R.RepoRef, base: str = "main") -> dict[str, Any] | No
 
 
 def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
-    """Levels already on main were built with these settings, or are refused by name."""
+    """Levels already on main were built with these settings, or are refused by name: the
+    geometry, and each recorded variable's operator and classes (a variable may be added)."""
     then = recorded_settings(ref, base)
     if then is None:
         return
     now = settings_record(p)
-    if then != now:
-        diff = sorted(k for k in now if then.get(k) != now[k])
+    was = recorded_operators(then)
+    diff = {k: (then.get(k), now[k]) for k in GEOMETRY if then.get(k) != now[k]}
+    for n, (m, _) in sorted(was.items()):
+        if p.operators.get(n) != m:
+            diff[f"{n}'s operator"] = (m, p.operators.get(n))
+    for n, c in sorted((then.get("classes") or {}).items()):
+        if now["classes"].get(n) != c:
+            diff[f"{n}'s classes"] = (c, now["classes"].get(n))
+    if diff:
         raise PlanError(
-            f"{ref.url}: main's levels were built with {', '.join(f'{k}={then.get(k)!r}' for k in diff)}, "
-            f"not {', '.join(f'{k}={now[k]!r}' for k in diff)}; build with the same settings "
-            "(or drop the level groups in a new commit first)"
+            f"{ref.url}: main's levels were built with "
+            f"{', '.join(f'{k}={a!r}' for k, (a, _) in diff.items())}, "
+            f"not {', '.join(f'{k}={b!r}' for k, (_, b) in diff.items())}; build with the same "
+            "settings (or drop the level groups in a new commit first)"
         )
+
+
+def with_recorded(
+    then: Mapping[str, Any] | None,
+    variables: list[str] | None,
+    method: str | Mapping[str, str] | None,
+) -> tuple[list[str] | None, str | Mapping[str, str] | None]:
+    """(variables, method) of a build beside main's levels: the recorded variables (their
+    operators are `recorded_operators`) and those asked for, `method` for the ones named;
+    none asked for builds the recorded ones (adding one is `--variable NEW`)."""
+    was = [str(v) for v in (then or {}).get("variables") or ()]
+    if not was:
+        return variables, method
+    if method is not None and not isinstance(method, Mapping):
+        method = dict.fromkeys(variables or was, method)
+    return sorted({*was, *(variables or ())}), method
 
 
 def check_levels_free(ref: R.RepoRef, src: Source, p: PyramidPlan, base: str = "main") -> None:
@@ -428,10 +449,37 @@ def check_levels_free(ref: R.RepoRef, src: Source, p: PyramidPlan, base: str = "
     check_level_names(p, src.nodes, ref.url, recorded)
 
 
+def repo_planned(
+    ref: R.RepoRef,
+    variables: list[str] | None,
+    method: str | Mapping[str, str] | None,
+    band_dim: str | None,
+    levels: int | None,
+    max_shard: int = MAX_SHARD,
+    force_method: bool = False,
+    select: Mapping[str, Sequence[str]] | None = None,
+    latest: bool = False,
+    base: str = "main",
+) -> tuple[Source, PyramidPlan]:
+    """(level 0, plan) of a build on `base`: beside what its levels hold (`with_recorded`;
+    their band dim and level count unless given), checked against them before any write."""
+    then = recorded_settings(ref, base)
+    variables, method = with_recorded(then, variables, method)
+    if then is not None:
+        levels = then.get("levels") if levels is None else levels
+        band_dim = then.get("band_dim") if band_dim is None else band_dim
+    src, _ = repo_source(ref, variables, select, latest, base)
+    was = recorded_operators(then) if then is not None else None
+    p = plan_source(src, method, band_dim, levels, max_shard, force_method, recorded=was)
+    check_settings(ref, p, base)
+    check_levels_free(ref, src, p, base)
+    return src, p
+
+
 def build_repo(
     ref: R.RepoRef,
     variables: list[str] | None = None,
-    method: str | None = None,
+    method: str | Mapping[str, str] | None = None,
     band_dim: str | None = None,
     levels: int | None = None,
     select: Mapping[str, Sequence[str]] | None = None,
@@ -441,18 +489,15 @@ def build_repo(
     progress: Callable[[str, int, int], None] | None = None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
-    circular: tuple[str, ...] | None = None,
     base: str = "main",
 ) -> Report:
-    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main
-    (`circular`: the directions, as main's levels recorded them; None: from the data).
-    `base`: the branch level 0 is read from and the levels land on, when not main (the
-    branch of `pyramid build --output`, which then moves main once)."""
-    src, _ = repo_source(ref, variables, select, latest, base)
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method, circular)
-    one_operator(p, ref.url)
-    check_settings(ref, p, base)
-    check_levels_free(ref, src, p, base)
+    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main, beside
+    the variables main's levels hold (`with_recorded`). `base`: the branch level 0 is read
+    from and the levels land on, when not main (the branch of `pyramid build --output`, which
+    then moves main once)."""
+    src, p = repo_planned(
+        ref, variables, method, band_dim, levels, max_shard, force_method, select, latest, base
+    )
     return run(
         repo_plan(ref, src, p, base=base),
         cluster=cluster,
