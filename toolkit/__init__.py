@@ -7,11 +7,13 @@ from typing import Any
 DISTRIBUTION = "zarr-toolkit"  # what importlib.metadata and pip know it by
 
 
-def serve(source: str, **options: Any) -> None:
-    """`toolkit serve` from Python: a web map of a pyramid or a virtual repo, served until
-    interrupted (`toolkit.webmap.serve` has the options; docs/serve.md). Loaded by name when
-    called, as the CLI loads it: every layer imports this package (for DISTRIBUTION), so it
-    depends on nothing above them, and `import toolkit` loads no web server."""
-    from importlib import import_module
+def __getattr__(name: str) -> Any:
+    """`toolkit.serve` is `toolkit.webmap.serve` (docs/serve.md), found when first asked for.
+    By name, not by an import: the engine imports this package (for DISTRIBUTION), so an import
+    of the web map here would be an arrow from the engine's floor up to the face's, and
+    `import toolkit` would load the web server."""
+    if name == "serve":
+        from importlib import import_module
 
-    import_module("toolkit.webmap").serve(source, **options)
+        return import_module("toolkit.webmap").serve
+    raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

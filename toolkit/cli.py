@@ -21,7 +21,7 @@ from toolkit import DISTRIBUTION
 from toolkit.archive.cli import app as archive_app
 from toolkit.console import PLAIN_HELP, OneLineErrors, configure_logging, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
-from toolkit.virtual.cli import app as virtual_app
+from toolkit.virtual import cli as virtual_cli
 from toolkit.virtual.grib.cli import app as grib_app
 
 
@@ -52,7 +52,7 @@ app = typer.Typer(
     **PLAIN_HELP,
 )
 app.add_typer(pyramid_app, name="pyramid")
-app.add_typer(virtual_app, name="virtual")
+app.add_typer(virtual_cli.app, name="virtual")
 app.add_typer(grib_app, name="grib")
 app.add_typer(archive_app, name="archive")
 
@@ -84,9 +84,11 @@ def _pyramid_levels(repo: Any, variables: list[str]) -> tuple[Any, Any]:
     return FireLevels(repo, tuple(variables)), check
 
 
+virtual_cli.pyramid_levels = _pyramid_levels  # the toolkit command composes the two jobs
+
+
 @app.callback()
 def _main(
-    ctx: typer.Context,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -125,7 +127,6 @@ def _main(
     if quiet and verbose:
         raise typer.BadParameter("--quiet and --verbose contradict each other: give one")
     configure_logging(quiet, verbose)
-    ctx.obj = {"pyramid_levels": _pyramid_levels}
 
 
 def main() -> None:

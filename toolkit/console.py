@@ -31,7 +31,14 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from toolkit import options, storage, textin
-from toolkit.engine import BadOption, ClusterUnreachable, Session, VersionMismatch, progress_bar
+from toolkit.engine import (
+    BadOption,
+    ClusterUnreachable,
+    Runner,
+    Session,
+    VersionMismatch,
+    progress_bar,
+)
 from toolkit.engine.cluster import WAIT_FOR_WORKERS
 from toolkit.engine.interrupt import Interrupts, interrupted
 from toolkit.plan import IncompleteStageError, Report, task_context
@@ -167,7 +174,8 @@ def _code(
     check_errors: tuple[type[BaseException], ...],
 ) -> int:
     """2: bad usage, an unreachable store or cluster, mismatched versions; 1: anything else."""
-    if isinstance(err, (*OUT_OF_REACH, ClusterUnreachable, VersionMismatch, BadOption)):
+    bad = (BadOption, storage.BadStorageOption)
+    if isinstance(err, (*OUT_OF_REACH, ClusterUnreachable, VersionMismatch, *bad)):
         return 2
     if isinstance(err, storage.StorageError):
         return 1
@@ -223,6 +231,26 @@ def session(
         ship=ship,
         quiet=not debugging(),
     )
+
+
+@contextmanager
+def runner(
+    ctx: typer.Context,
+    cluster: str | None = None,
+    performance_report: Path | None = None,
+    ship: bool = False,
+    executor: str = "auto",
+    wait_for_workers: float = WAIT_FOR_WORKERS,
+    bars: bool = True,
+) -> Iterator[Runner]:
+    """The one `Runner` of a job command, made from its flags: its `session` (the cluster),
+    the executor, and a progress bar per stage on stderr unless `bars` is False or --quiet."""
+    with session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where:
+        if not bars:
+            yield Runner(where, executor)  # type: ignore[arg-type]
+            return
+        with progress_bars() as drawn:
+            yield Runner(where, executor, drawn)  # type: ignore[arg-type]
 
 
 AsJson = Annotated[
@@ -341,53 +369,7 @@ _FLAGS: dict[str, tuple[Any, Any]] = {  # parameter -> (declaration, default), i
     "allow_http": (AllowHttp, False),
     "path_style": (PathStyle, False),
 }
-CLOUD_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs")
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """What a command line said about its object stores (--endpoint, --region, --anonymous,
-    --allow-http, --path-style, --retry-seconds), as one value."""
-
-    endpoint: str | None = None
-    region: str | None = None
-    anonymous: bool = False
-    allow_http: bool = False
-    path_style: bool = False
-    retry_seconds: float | None = None  # None: toolkit.storage's own default
-
-    @property
-    def given(self) -> bool:
-        """Whether any S3 flag was given (--retry-seconds is not one: it has a default)."""
-        return any((self.endpoint, self.region, self.anonymous, self.allow_http, self.path_style))
-
-    def for_url(self, url: str) -> dict[str, Any]:
-        """The options of toolkit.storage for `url`: for a URL of a cloud scheme only, with the
-        retry budget."""
-        scheme = url.split("://", 1)[0] if "://" in url else "file"
-        if scheme not in CLOUD_SCHEMES:
-            return {}
-        options: dict[str, Any] = {}
-        for name, value in (("endpoint", self.endpoint), ("region", self.region)):
-            if value is not None:
-                options[name] = value
-        if self.retry_seconds is not None:
-            options["retry_seconds"] = float(self.retry_seconds)
-        for name, flag in (
-            ("anonymous", self.anonymous),
-            ("allow_http", self.allow_http),
-            ("path_style", self.path_style),
-        ):
-            if flag:
-                options[name] = True
-        return options
-
-    def checked(self, url: str) -> dict[str, Any]:
-        """`for_url`, refusing a plain-http endpoint without --allow-http (BadOption, exit 2)."""
-        options = self.for_url(url)
-        if str(options.get("endpoint", "")).startswith("http://") and not self.allow_http:
-            raise BadOption(f"--endpoint {self.endpoint} is plain http: add --allow-http to use it")
-        return options
+StorageOptions = storage.Options  # the storage flags as one value (`toolkit.storage.Options`)
 
 
 @dataclass(frozen=True)

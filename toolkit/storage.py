@@ -41,6 +41,8 @@ import obstore
 from obstore import exceptions as obx
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
+from toolkit import tenure
+
 __all__ = [
     "AccessDenied",
     "AlreadyExists",
@@ -742,14 +744,74 @@ def retry_seconds(options: dict[str, Any]) -> float:
     return float(options.get("retry_seconds", RETRY_SECONDS))
 
 
+CLOUD_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs")
+
+
+class BadStorageOption(ValueError):
+    """Storage options that cannot work together (a plain-http endpoint without allow_http):
+    refused before anything is read or written (exit 2 on the command line)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to reach a user's object stores, as one value: what a command line's --endpoint,
+    --region, --anonymous, --allow-http, --path-style and --retry-seconds said, and how the
+    GRIB sources of an Icechunk repo are read (`credentials`: anonymously, or with the
+    environment's). `open_store(url, options)` applies them to the URLs they concern."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    anonymous: bool = False
+    allow_http: bool = False
+    path_style: bool = False
+    retry_seconds: float | None = None  # None: RETRY_SECONDS
+    credentials: Literal["anonymous", "env"] = "anonymous"
+
+    @property
+    def given(self) -> bool:
+        """Whether any S3 option was given (`retry_seconds` is not one: it has a default)."""
+        return any((self.endpoint, self.region, self.anonymous, self.allow_http, self.path_style))
+
+    def for_url(self, url: str) -> dict[str, Any]:
+        """The keyword options of `open_store` for `url`: for a URL of a cloud scheme only,
+        with the retry budget."""
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        if scheme not in CLOUD_SCHEMES:
+            return {}
+        options: dict[str, Any] = {}
+        for name, value in (("endpoint", self.endpoint), ("region", self.region)):
+            if value is not None:
+                options[name] = value
+        if self.retry_seconds is not None:
+            options["retry_seconds"] = float(self.retry_seconds)
+        for name, flag in (
+            ("anonymous", self.anonymous),
+            ("allow_http", self.allow_http),
+            ("path_style", self.path_style),
+        ):
+            if flag:
+                options[name] = True
+        return options
+
+    def checked(self, url: str) -> dict[str, Any]:
+        """`for_url`, refusing a plain-http endpoint without allow_http (`BadStorageOption`)."""
+        options = self.for_url(url)
+        if str(options.get("endpoint", "")).startswith("http://") and not self.allow_http:
+            raise BadStorageOption(
+                f"--endpoint {self.endpoint} is plain http: add --allow-http to use it"
+            )
+        return options
+
+
 def open_store(
     url: str | Store,
+    given: Options | None = None,
     *,
     credential_provider: Callable[[], Any] | None = None,
     must_exist: bool = False,
     **options: Any,
 ) -> Store:
-    """Open a store by URL.
+    """Open a store by URL, with the `Options` that concern it (`given`) or keyword options.
 
     `memory://name`, `file:///abs/path` or a plain path, `s3://bucket/prefix` (options:
     `endpoint`, `region`, `anonymous`, `allow_http`, `path_style`), `gs://bucket/prefix`,
@@ -761,6 +823,8 @@ def open_store(
     """
     if isinstance(url, Store):
         return url
+    if given is not None:
+        options = {**given.checked(url), **options}
     if options.get("endpoint") is not None and "://" in url and not url.startswith("file://"):
         check_endpoint(url, str(options["endpoint"]))
     store = Store(url, options, credential_provider)
@@ -1087,57 +1151,51 @@ def _zsync(coro: Any) -> Any:
     return sync(coro)
 
 
-LOCK_TTL_S = 30.0  # a local lock's lease: far longer than the head + put it guards
-LOCK_WAIT_S = 5.0  # how long a writer waits for a live lease before naming its owner
+LOCK_TTL_S = 30.0  # a local lock's term: far longer than the head + put it guards
+LOCK_WAIT_S = 5.0  # how long a writer waits for a live term before naming its owner
 
 
 def _lock_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _lock_lease(store: Store, lock: str) -> tuple[str, float] | None:
-    """(owner, seconds left) of a held lock, None if it is gone; a lock from before leases had
-    owners (a bare pid) has the lease its mtime gives."""
+def _lock_term(store: Store, lock: str) -> tenure.Term | None:
+    """The term of a held lock (`tenure.read_lock`), None if it is gone."""
     try:
         blob = get(store, lock)
     except NotFound:
         return None
-    try:
-        doc = json.loads(blob.data)
-        return str(doc["owner"]), float(doc["expires"]) - time.time()
-    except (ValueError, KeyError, TypeError):
-        modified = blob.last_modified.timestamp()
-        return f"pid {blob.data[:20].decode(errors='replace')}", modified + LOCK_TTL_S - time.time()
+    return tenure.read_lock(blob.data, blob.last_modified.timestamp(), time.time(), LOCK_TTL_S)
 
 
 def _take_lock(store: Store, key: str, break_lock: bool) -> str:
     """Create `<key>.toolkit-lock` holding an owner and an expiry. Waits while another writer's
-    lease runs; takes over an expired (or, with `break_lock`, any) lock, saying so; raises
-    `LockHeld` naming the owner when the lease outlives the wait."""
+    term runs; takes over a lapsed (or, with `break_lock`, any) lock, saying so; raises
+    `LockHeld` naming the owner when the term outlives the wait."""
     lock = f"{key}.toolkit-lock"
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
-        body = json.dumps({"owner": _lock_owner(), "expires": time.time() + LOCK_TTL_S})
+        body = tenure.lock_body(tenure.granted(_lock_owner(), time.time(), LOCK_TTL_S))
         try:
-            obstore.put(store.inner, lock, body.encode(), mode="create")
+            obstore.put(store.inner, lock, body, mode="create")
             return lock
         except obx.AlreadyExistsError:
             pass
-        lease = _lock_lease(store, lock)
-        if lease is None:  # released meanwhile: try again (never delete what we did not see)
+        held = _lock_term(store, lock)
+        if held is None:  # released meanwhile: try again (never delete what we did not see)
             continue
-        owner, left = lease
-        if left <= 0 or break_lock:
-            why = "broken (--break-lock)" if break_lock else f"expired {-left:.0f} s ago"
+        now = time.time()
+        why = tenure.takeover(held, now, "broken (--break-lock)" if break_lock else None)
+        if why is not None:
             logging.getLogger("toolkit.storage").warning(
-                "%s/%s: lock held by %s %s: taken over", store.url, lock, owner, why
+                "%s/%s: lock held by %s %s: taken over", store.url, lock, held.owner, why
             )
             with contextlib.suppress(FileNotFoundError, obx.NotFoundError):
                 obstore.delete(store.inner, lock)
             break_lock = False  # break what is there now, not a successor's fresh lock
             continue
         if time.monotonic() > deadline:
-            raise LockHeld(store.url, key, lock, owner, left)
+            raise LockHeld(store.url, key, lock, held.owner, held.left(now))
         time.sleep(0.01)
 
 

@@ -18,7 +18,7 @@ from distributed import LocalCluster
 from tests.engine.test_engine import three_stages
 from toolkit import storage
 from toolkit.engine import Session, run
-from toolkit.engine.run import IN_PROCESS_BYTES, choose_executor
+from toolkit.engine.runner import IN_PROCESS_BYTES, choose_executor
 
 
 @pytest.fixture

@@ -93,13 +93,11 @@ def test_a_statistics_file_waits_for_its_hours_lead_0(world):
     zero, stat = files_of(3)
     archive.publish(stat)  # the source publishes hour 3's accumulation first
     fire = hour(3) + np.timedelta64(10, "m")
-    early = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
-    result = early.stage("update").result
+    result = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
     assert result.ingested == [] and archive.data_url(stat) in result.pending  # withheld
     assert committed_extent(R.readonly(job.repo.open(fresh=True)), job.template) == 3
     archive.publish(zero)
-    late = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
-    result = late.stage("update").result
+    result = update(job, fire_time=fire, scheduled_at=time.time(), deadline_seconds=2.5)
     assert sorted(result.ingested) == sorted(archive.data_url(f) for f in (zero, stat))
     assert len(result.commits) == 1  # together: the position appears whole
     assert leading_edge_whole(job) == []
@@ -121,10 +119,10 @@ def test_out_of_order_publication_never_shows_a_ragged_edge(world):
     publisher = threading.Thread(target=lambda: [archive.publish(f) for f in order])
     publisher.start()
     try:
-        report = update(job, fire_time=hour(3) + np.timedelta64(5, "m"), deadline_seconds=60)
+        done = update(job, fire_time=hour(3) + np.timedelta64(5, "m"), deadline_seconds=60)
     finally:
         publisher.join()
-    assert sorted(report.stage("update").result.ingested) == sorted(map(archive.data_url, order))
+    assert sorted(done.ingested) == sorted(map(archive.data_url, order))
     assert leading_edge_whole(job) == []
     res = CliRunner().invoke(
         app,

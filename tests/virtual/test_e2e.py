@@ -194,16 +194,14 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
     reader.start()
     try:
         with at_steps(at_commit_step):
-            fire = update(
-                ds, fire_time=np.datetime64("2025-08-01T12", "ns"), deadline_seconds=60
-            ).stage("update")
+            fire = update(ds, fire_time=np.datetime64("2025-08-01T12", "ns"), deadline_seconds=60)
         after = reader.read_now()
     finally:
         reader.done.set()
         reader.join(timeout=120)
     assert not reader.errors, reader.errors
     assert not reader.is_alive()
-    result = fire.result
+    result = fire
     assert sorted(result.ingested) == sorted(urls[6:9]) and not result.pending
     assert len(result.commits) == 3  # one whole file per commit, as each published
     # at each commit step the reader still saw the state before that file ...
@@ -220,8 +218,8 @@ def test_backfill_then_updates_with_a_live_reader(kind, tmp_path, request, four_
         fire_time=np.datetime64("2025-08-01T18", "ns"),
         deadline_seconds=0.5,
         grace_seconds=0.0,
-    ).stage("update")
-    assert fire.result.ingested == [urls[9]] and sorted(fire.result.pending) == urls[10:]
+    )
+    assert fire.ingested == [urls[9]] and sorted(fire.pending) == urls[10:]
     _, final = observe(ds, archive)
     assert final == frozenset(urls[:10])  # exact values for every ingested file
     x = xr.open_zarr(R.readonly(ds.repo.open(fresh=True)).store, consolidated=False)

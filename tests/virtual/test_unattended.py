@@ -274,3 +274,39 @@ def test_update_json_and_status_say_what_a_monitor_needs(tmp_path: Path) -> None
     record_validation(ds.repo.store, False, ["completeness: 1 file missing"])
     assert subprocess.run([TOOLKIT, "virtual", "status", repo], capture_output=True,
                           timeout=120).returncode == 1  # fmt: skip
+
+
+def test_the_one_fire_function_shows_the_fire_then_validates_and_records(tmp_path: Path) -> None:
+    """`unattended.fire`, all `toolkit virtual update` calls: the fire is handed to `shown`
+    before validation has written anything, the STAC entry follows main, the verdict lands in
+    the fire's record; with validation off the record keeps none, and a fire past its poll
+    deadline says it sweeps once."""
+    from toolkit.virtual.status import last_fire
+    from toolkit.virtual.unattended import Checks, Schedule, fire
+    from toolkit.virtual.update import Fire
+
+    archive, files, ds = sim(storage.open_store(str(tmp_path / "src")),
+                             storage.open_store(str(tmp_path / "repo")), publish=6)  # fmt: skip
+    backfill(ds, start=START, executor="sync")
+    archive.publish(files[6:])
+    at = np.datetime64(FIRE, "ns")
+    seen: list = []
+    said: list[str] = []
+
+    def shown(done: Fire) -> None:
+        seen.append((done, (last_fire(ds.repo.store) or {}).get("validation")))
+
+    out = fire(ds, Schedule(at, time.time(), 60), Checks(sample=2), stac=tmp_path / "stac",
+               say=said.append, shown=shown)  # fmt: skip
+    ((done, verdict_then),) = seen
+    assert done is out.fire and len(done.ingested) == 6 and not done.pending
+    assert verdict_then is None  # shown before validation ran
+    assert out.ok and out.validation is not None and out.validation.ok
+    assert out.record["validation"] == {"passed": True, "failures": []}
+    assert last_fire(ds.repo.store) == out.record
+    assert said == [f"stac: {tmp_path / 'stac' / 'collection.json'} rewritten"]
+    late = fire(ds, Schedule(at, 0.0, 60), Checks(validate=False), say=said.append)
+    assert late.validation is None and late.ok and late.fire.ingested == []
+    assert late.record["validation"] is None and late.record["committed"] == 0
+    assert "(60 s after the scheduled 2025-08-01T18:00:00, less" in said[-1]
+    assert said[-1].endswith("has passed: one sweep only")

@@ -34,12 +34,16 @@ def test_update_commits_files_as_they_publish_and_readers_never_see_part(tmp_pat
     publisher = threading.Thread(target=lambda: [archive.publish(f) for f in rest])
     publisher.start()
     try:
-        report = update(ds, fire_time=FIRE, deadline_seconds=60)
+        result = update(ds, fire_time=FIRE, deadline_seconds=60)
     finally:
         publisher.join()
-    result = report.stage("update").result
     assert sorted(result.ingested) == sorted(archive.data_url(f) for f in rest)
     assert result.pending == [] and not result.skipped
+    # the fire's own value, and the one-row table the CLI prints from it
+    assert result.todo == len(rest) and result.files >= len(rest)
+    row = result.as_report().stage("update")
+    assert (row.tasks, row.skipped, row.written) == (result.files, result.files - 6, 6)
+    assert result.as_report().plan == f"virtual-update-{FIRE}"
     assert_exact(main_ds(ds), files)
     # Reader safety: at every commit on main, each file is wholly present or wholly absent.
     repo = ds.repo.open(fresh=True)
@@ -67,8 +71,7 @@ def test_update_with_nothing_new_stops_at_its_deadline_and_rolls_files_over(tmp_
         publish=7,
     )
     scheduled = time.time()
-    report = update(ds, fire_time=FIRE, scheduled_at=scheduled, deadline_seconds=3, grace_seconds=1)
-    result = report.stage("update").result
+    result = update(ds, fire_time=FIRE, scheduled_at=scheduled, deadline_seconds=3, grace_seconds=1)
     assert time.time() - scheduled < 3  # the poll deadline is anchored to the scheduled fire
     assert len(result.pending) == 5  # not yet published: rolls to the next fire
     assert main_ds(ds).sizes["init_time"] == 3
@@ -253,5 +256,5 @@ def test_an_update_far_behind_says_to_backfill_and_a_window_outside_the_template
     with pytest.raises(ValueError, match=r"fire 2030-01-01.*holds no init_time of the template"):
         update(ds, fire_time=np.datetime64("2030-01-01", "ns"), deadline_seconds=5)
     # one window behind is tolerated (a new dataset, or a missed fire)
-    report = update(ds, fire_time=np.datetime64("2025-08-01T18", "ns"), deadline_seconds=1)
-    assert len(report.stage("update").result.pending) == 9  # nothing published: rolls over
+    fire = update(ds, fire_time=np.datetime64("2025-08-01T18", "ns"), deadline_seconds=1)
+    assert len(fire.pending) == 9  # nothing published: rolls over

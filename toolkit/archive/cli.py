@@ -29,7 +29,7 @@ from toolkit.console import (
     WaitForWorkers,
     exit_codes,
     json_text,
-    session,
+    runner,
 )
 
 app = Typer(
@@ -119,7 +119,7 @@ def _progress(stage: str, done: int, total: int) -> None:
 def _open(url: str, options: StorageOptions) -> Any:
     from toolkit import storage
 
-    return storage.open_store(url, **options.checked(url))
+    return storage.open_store(url, options)
 
 
 def _open_data(url: str, options: StorageOptions) -> Any:
@@ -300,7 +300,7 @@ def scan(
 
     with (
         _errors(),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers, False) as run,
     ):
         policy = _policy(t_max, t_hot, t_min)
         d = _open_data(data, stores)
@@ -314,9 +314,7 @@ def scan(
             force=force,
             dry_run=dry_run,
             hot_always=hot_always or (),
-            cluster=where,
-            executor=executor,
-            progress=_progress,
+            runner=run.with_progress(_progress),
             break_lock=break_lock,
             check_tape=not dry_run,
         )
@@ -504,7 +502,7 @@ def watch(
 
     with (
         _errors(),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers, False) as run,
     ):
         policy = _policy(t_max, t_hot, t_min)
         if debounce < 0 or max_wait <= 0:
@@ -513,9 +511,7 @@ def watch(
             raise ValueError(f"--executor {executor!r}: choose dask or sync")
         d = _open_data(data, stores)
         m = _open(manifests, stores)
-        options = WatchOptions(
-            policy, tuple(exclude or ()), tuple(hot_always or ()), executor, break_lock
-        )
+        options = WatchOptions(policy, tuple(exclude or ()), tuple(hot_always or ()), break_lock)
         stopper = Stopper()
         stopper.install()
         with _event_stream(events) as fd:
@@ -523,9 +519,7 @@ def watch(
                 fd, follow=not once, debounce=debounce, max_wait=max_wait, stop=stopper
             )
             for n, lines in enumerate(stream, 1):
-                batch = process(
-                    d, m, parse_lines(lines), options, cluster=where, progress=_progress
-                )
+                batch = process(d, m, parse_lines(lines), options, run.with_progress(_progress))
                 for scope, blob, writes in batch.stale:
                     _warn_stale(scope, [(blob, writes)], "write(s) into it while on tape")
                 if as_json:

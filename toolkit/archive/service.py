@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 from toolkit import storage
 from toolkit.archive.diff import Diff, diff
@@ -26,7 +26,7 @@ from toolkit.archive.report import BlobStats, summarise
 from toolkit.archive.resolve import Trie
 from toolkit.archive.tiers import ON_TAPE
 from toolkit.archive.tierstore import TierStore
-from toolkit.engine import ListedKeys, run
+from toolkit.engine import ListedKeys, RunKeywords, Runner, runner_of
 from toolkit.plan import Gate, Plan, Stage
 from toolkit.tasks import stable
 
@@ -281,15 +281,16 @@ def scan(
     force: bool = False,
     dry_run: bool = False,
     hot_always: Iterable[str] = (),
-    cluster: Any = None,
-    executor: str = "dask",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
     break_lock: bool = False,
     keep_policy: bool = False,
     conflicts: int = 0,
     check_tape: bool = False,
+    **run: Unpack[RunKeywords],
 ) -> tuple[list[Outcome], Any]:
-    """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report."""
+    """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report.
+    `runner` runs it (or the one `cluster=`/`executor=`/`progress=` make: `toolkit.engine.Runner`)."""
+    runner = runner_of(runner, "dask", **run)
     patterns = tuple(exclude)
     found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
     service = PartitionScope(
@@ -307,12 +308,7 @@ def scan(
     )
     if not found:
         return [], None
-    result = run(
-        scan_plan(service, found),
-        cluster=cluster,
-        executor=executor,  # type: ignore[arg-type]
-        progress=progress,
-    )
+    result = runner.run(scan_plan(service, found))
     return list(result.stage("partition").result or ()), result
 
 

@@ -39,6 +39,7 @@ from toolkit.archive.resolve import Trie, relative_to
 from toolkit.archive.service import Outcome, scan
 from toolkit.archive.tiers import TierState, Usage
 from toolkit.archive.tierstore import TIERS_NAME, TierStore
+from toolkit.engine import Runner
 
 __all__ = ["Batch", "WatchOptions", "batches", "process", "relative_events", "scope_of"]
 
@@ -53,7 +54,6 @@ class WatchOptions:
     policy: Policy  # for scopes with no manifest yet
     exclude: tuple[str, ...] = ()
     hot_always: tuple[str, ...] = ()
-    executor: str = "dask"
     break_lock: bool = False
 
 
@@ -144,9 +144,7 @@ def process(
     manifests: storage.Store,
     events: list[Event],
     options: WatchOptions,
-    *,
-    cluster: Any = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
 ) -> Batch:
     """One batch: partition the touched scopes (a gated graph), then count usage per blob."""
     unique = list(dedupe(events))
@@ -175,9 +173,7 @@ def process(
             scopes=touched,
             exclude=options.exclude,
             hot_always=options.hot_always,
-            cluster=cluster,
-            executor=options.executor,
-            progress=progress,
+            runner=runner or Runner(executor="dask"),
             break_lock=options.break_lock,
             keep_policy=True,
             conflicts=CONFLICTS,

@@ -13,6 +13,7 @@ from toolkit.engine.graph import Node, compile_plan
 from toolkit.engine.listing import ListedKeys
 from toolkit.engine.progress import progress_bar
 from toolkit.engine.run import run
+from toolkit.engine.runner import Executor, InProcess, OnDask, RunKeywords, Runner, runner_of
 from toolkit.engine.ship import ship
 from toolkit.engine.versions import VersionMismatch, check_versions
 from toolkit.plan import (
@@ -34,12 +35,17 @@ __all__ = [
     "BadOption",
     "ClusterUnreachable",
     "Each",
+    "Executor",
     "Gate",
+    "InProcess",
     "IncompleteStageError",
     "ListedKeys",
     "Node",
+    "OnDask",
     "Plan",
     "Report",
+    "RunKeywords",
+    "Runner",
     "Session",
     "Stage",
     "StageReport",
@@ -54,6 +60,7 @@ __all__ = [
     "embedded",
     "progress_bar",
     "run",
+    "runner_of",
     "ship",
     "task_context",
 ]

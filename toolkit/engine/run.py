@@ -1,4 +1,5 @@
-"""Execute a compiled plan: in-process (`sync`) or on a Dask cluster (`dask`), stage by stage.
+"""The two executors' loops: in-process (`sync`) or on a Dask cluster (`dask`), stage by stage
+(`toolkit.engine.runner` chooses between them).
 
 On Dask each stage goes to the scheduler as one graph in one call (its done node, work nodes,
 combine tree and gate). The client waits for the gate, keeps only its summary, and releases
@@ -12,7 +13,6 @@ import contextlib
 import dataclasses
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -26,7 +26,6 @@ from toolkit.plan import (
     Plan,
     Report,
     Stage,
-    StageReport,
     TaskError,
     task_context,
 )
@@ -36,26 +35,7 @@ Executor = Literal["auto", "dask", "sync"]
 TICK_SECONDS = 0.2  # a stripe node reports its progress at most this often (and when done)
 
 
-def _report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float) -> Report:
-    stages = tuple(
-        StageReport(
-            name=s.stage,
-            tasks=s.tasks,
-            skipped=s.skipped,
-            written=s.written,
-            seconds=max(0.0, s.finished - s.started) if s.written or s.skipped else 0.0,
-            gate_have=s.gate_have,
-            gate_want=s.gate_want,
-            nodes=s.nodes,
-            excused=s.excused,
-            result=s.value,
-        )
-        for s in summaries
-    )
-    return Report(plan.name, plan.digest, executor, stages, time.time() - t0)
-
-
-class _Counter:
+class Counter:
     """Tasks done per stage: finished nodes count whole, running stripes count what they report."""
 
     def __init__(self, plan: Plan, progress: Progress | None) -> None:
@@ -98,7 +78,7 @@ def _resolve(stage: Stage, stripes: int, previous: StageSummary | None) -> Stage
 # ----------------------------------------------------------------------------- sync
 
 
-def _run_sync(plan: Plan, run_id: str, counter: _Counter) -> list[StageSummary]:
+def run_sync(plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]:
     """The plan in this process. A stage's work nodes run side by side on `default_workers()`
     threads when its services do not hold the GIL (numba kernels, zarr I/O: what the embedded
     cluster would run in threads), else one after another; every other node runs in this
@@ -140,7 +120,7 @@ def _waves(nodes: list[Node]) -> list[list[Node]]:
     return out
 
 
-def _call(node: Node, results: dict[Key, Any], counter: _Counter) -> Any:
+def _call(node: Node, results: dict[Key, Any], counter: Counter) -> Any:
     args = node.args + tuple(results[d] for d in node.deps)
     for attempt in range(node.retries + 1):
         try:
@@ -155,7 +135,7 @@ def _call(node: Node, results: dict[Key, Any], counter: _Counter) -> Any:
 
 
 def _side_by_side(
-    pool: ThreadPoolExecutor, wave: list[Node], results: dict[Key, Any], counter: _Counter
+    pool: ThreadPoolExecutor, wave: list[Node], results: dict[Key, Any], counter: Counter
 ) -> dict[Key, Any]:
     futures = {pool.submit(_call, n, results, counter): n.key for n in wave}
     try:
@@ -231,7 +211,7 @@ def _node_failure(node: Node, err: BaseException) -> BaseException:
 
 
 def _run_stage(
-    client: Any, stage_nodes: list[Node], counter: _Counter, previous: StageSummary | None
+    client: Any, stage_nodes: list[Node], counter: Counter, previous: StageSummary | None
 ) -> StageSummary:
     from distributed import as_completed
 
@@ -267,9 +247,7 @@ def _run_stage(
             f.release()
 
 
-def _run_dask(
-    plan: Plan, cluster: ClusterLike, run_id: str, counter: _Counter
-) -> list[StageSummary]:
+def run_dask(plan: Plan, cluster: ClusterLike, run_id: str, counter: Counter) -> list[StageSummary]:
     topic = f"toolkit-progress-{run_id}"
     digest = plan_key(plan, run_id)
     with connect(cluster, holds_gil=plan.holds_gil) as client:
@@ -299,22 +277,6 @@ def _run_dask(
                 client.unsubscribe_topic(topic)
 
 
-IN_PROCESS_BYTES = 1 << 30  # `auto`: a plan reading less runs in this process
-
-
-def choose_executor(plan: Plan, cluster: ClusterLike, executor: Executor) -> str:
-    """`auto` is `sync` (this process: nothing to start, no dashboard) when no cluster was given
-    or started and the plan says it reads under IN_PROCESS_BYTES, a few seconds of work that a
-    cluster's start-up and per-stage round trips would only slow; otherwise `dask`."""
-    if executor != "auto":
-        return executor
-    from toolkit.engine.cluster import Session
-
-    nothing_given = cluster is None or (isinstance(cluster, Session) and cluster.embedded_unstarted)
-    small = plan.work_bytes is not None and plan.work_bytes < IN_PROCESS_BYTES
-    return "sync" if nothing_given and small else "dask"
-
-
 def run(
     plan: Plan,
     cluster: ClusterLike = None,
@@ -322,7 +284,8 @@ def run(
     progress: Progress | None = None,
     run_id: str | None = None,
 ) -> Report:
-    """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want.
+    """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want
+    (`Runner(cluster, executor, progress).run(plan)`).
 
     `cluster`: None (an embedded cluster, threads or processes as the plan's services need), a
     scheduler address, a `Client`, a `Session`, or anything with `.get_client()` (dask-gateway,
@@ -332,20 +295,6 @@ def run(
     task, the worker's traceback); a gate that finds missing objects raises
     `IncompleteStageError`; no node of a later stage runs after either.
     """
-    if not isinstance(plan, Plan):
-        raise TypeError(
-            f"run() takes a toolkit.plan.Plan, not {type(plan).__name__}: a job's own entry "
-            "point takes the cluster itself (toolkit.pyramid.build(source, cluster=...), "
-            "toolkit.virtual.backfill.backfill(dataset, cluster=...))"
-        )
-    t0 = time.time()
-    run_id = run_id if run_id is not None else uuid.uuid4().hex[:8]
-    counter = _Counter(plan, progress)
-    executor = choose_executor(plan, cluster, executor)  # type: ignore[assignment]
-    if executor == "sync":
-        summaries = _run_sync(plan, run_id, counter)
-    elif executor == "dask":
-        summaries = _run_dask(plan, cluster, run_id, counter)
-    else:
-        raise ValueError(f"executor must be 'auto', 'dask' or 'sync', not {executor!r}")
-    return _report(plan, executor, summaries, t0)
+    from toolkit.engine.runner import Runner
+
+    return Runner(cluster, executor, progress).run(plan, run_id)

@@ -18,8 +18,7 @@ from toolkit.console import (
     fail,
     out,
     print_report,
-    progress_bars,
-    session,
+    runner,
 )
 from toolkit.console import err_console as console
 
@@ -55,14 +54,8 @@ def demo(
             f"toolkit demo needs {' and '.join(missing)} (the examples extra): "
             "pip install 'toolkit[examples]'",
         )
-    with (
-        exit_codes(),
-        session(ctx, None, performance_report, ship) as cluster,
-        progress_bars() as bars,
-    ):
-        result = run_demo(
-            workdir, cluster=cluster, executor=executor, progress=bars, say=console.print
-        )
+    with exit_codes(), runner(ctx, None, performance_report, ship, executor) as run:
+        result = run_demo(workdir, run, say=console.print)
     reports = result.reports
     for report in reports:
         print_report(report)

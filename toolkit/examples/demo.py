@@ -5,6 +5,7 @@ Each job contributes one function returning its reports; later jobs append their
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import tempfile
 import time
@@ -12,10 +13,20 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from toolkit import storage
-from toolkit.engine import AUTO, Gate, ListedKeys, Plan, Stage, connect, run
+from toolkit.engine import (
+    AUTO,
+    Gate,
+    ListedKeys,
+    Plan,
+    RunKeywords,
+    Runner,
+    Stage,
+    connect,
+    runner_of,
+)
 from toolkit.plan import Each, Report
 from toolkit.tasks import stable
 
@@ -71,20 +82,21 @@ class Demo:
 
 def run_demo(
     workdir: Path | None = None,
-    cluster: Any = None,
-    executor: str = "dask",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
     say: Callable[[str], None] = print,
+    **run: Unpack[RunKeywords],
 ) -> Demo:
     """Foundation plan; a pyramid built and verified; a virtual GRIB dataset backfilled and
     updated; then the Zarr stores among them partitioned for archive. Writes `report.html`
-    into the workdir."""
+    into the workdir. `runner` (or `cluster=`/`executor=`/`progress=`; on Dask by default)
+    runs every plan, on one cluster."""
     from toolkit.engine import dashboard
     from toolkit.examples import demo_report as page
     from toolkit.examples.archive_demo import demo as archive_demo
     from toolkit.examples.pyramid_demo import demo as pyramid_demo
     from toolkit.examples.virtual_demo import demo as virtual_demo
 
+    runner = runner_of(runner, "dask", **run)
     started = time.perf_counter()
     # resolved once, here: every store below is named by it (a relative --workdir works too)
     root = Path(workdir or tempfile.mkdtemp(prefix="toolkit-demo-")).expanduser().resolve()
@@ -93,20 +105,14 @@ def run_demo(
     store = storage.open_store(str(root / "foundation"))
     link = None
     with ExitStack() as stack:
-        if executor == "dask":  # one cluster for every job of the demo
-            cluster = stack.enter_context(connect(cluster))
-            link = dashboard(cluster)
-        foundation = run(
-            foundation_plan(store),
-            cluster=cluster,
-            executor=executor,  # type: ignore[arg-type]
-            progress=progress,
-        )
-        pyramid = pyramid_demo(root, cluster=cluster, executor=executor, progress=progress)
+        if runner.executor == "dask":  # one cluster for every job of the demo
+            client = stack.enter_context(connect(runner.cluster))
+            runner = dataclasses.replace(runner, cluster=client)
+            link = dashboard(client)
+        foundation = runner.run(foundation_plan(store))
+        pyramid = pyramid_demo(root, runner)
         say(f"pyramid: {root / 'pyramid-demo.zarr'} built and verified")
-        virtual = virtual_demo(
-            root / "virtual", cluster=cluster, executor=executor, progress=progress
-        )
+        virtual = virtual_demo(root / "virtual", runner)
         say(f"virtual: Icechunk repo {virtual.repo} backfilled, then updated")
     summary = archive_demo(root)
     for scope in summary["scopes"]:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pathlib
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.engine import RunKeywords, Runner, runner_of
 from toolkit.examples.datasets import sim_gfs
 from toolkit.plan import Report
 
@@ -31,12 +31,10 @@ class VirtualDemo:
 
 
 def demo(
-    root: pathlib.Path,
-    cluster: Any = None,
-    executor: str = "dask",
-    progress: Callable[[str, int, int], None] | None = None,
+    root: pathlib.Path, runner: Runner | None = None, **run: Unpack[RunKeywords]
 ) -> VirtualDemo:
-    """Backfill the first cycles with process workers, then update while new files publish."""
+    """Backfill the first cycles with process workers, then update while new files publish
+    (`runner`, or `cluster=`/`executor=`/`progress=`: where the backfill runs)."""
     from toolkit.examples.simulate import make_archive
     from toolkit.virtual.backfill import backfill
     from toolkit.virtual.update import update
@@ -62,9 +60,7 @@ def demo(
             start=np.datetime64("2025-08-01T00", "ns"),
             end=np.datetime64("2025-08-01T12", "ns"),
             workers=4,
-            cluster=cluster,
-            executor=executor,
-            progress=progress,
+            runner=runner_of(runner, "dask", **run),
         )
     ]
     backfilled = R.snapshot_of(ref.open(fresh=True))
@@ -77,7 +73,7 @@ def demo(
                 ds,
                 fire_time=np.datetime64("2025-08-01T18", "ns"),
                 deadline_seconds=60,
-            )
+            ).as_report()  # the fire as a row of the demo's tables
         )
     finally:
         publisher.join()

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from toolkit import storage
-from toolkit.engine import Gate, ListedKeys, Plan, Stage, codecs, run
+from toolkit.engine import Gate, ListedKeys, Plan, Runner, Stage, codecs, runner_of
 from toolkit.engine.cluster import check_dask_env
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata, records
@@ -19,14 +19,15 @@ from toolkit.pyramid.plan import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
+    RecordedPlan,
     ShardTask,
     check_level_contents,
     check_level_names,
     edited_in_place,
     filled_in_place,
-    recorded_operators,
     stale_tasks,
 )
+from toolkit.pyramid.settings import Settings
 from toolkit.pyramid.shards import BuildShard, DoneShards
 from toolkit.pyramid.source import Source, grown_along, growth_note, open_source, read_source
 
@@ -56,7 +57,7 @@ def plan(
     no_positions(source, select, latest)
     store = open_source(source, **options)
     try:
-        old = recorded_plan(store)
+        old = records.read_plan(store)
     except storage.CorruptObject:  # `build` names it; the plan is what a rebuild would make
         old = None
     src, p, _ = planned(store, old, variables, method, band_dim, levels, max_shard, force_method)
@@ -66,7 +67,7 @@ def plan(
 
 def planned(
     store: storage.Store,
-    old: Mapping[str, Any] | None,
+    old: RecordedPlan | None,
     variables: list[str] | None,
     method: str | None,
     band_dim: str | None,
@@ -82,7 +83,8 @@ def planned(
     every array). The second plan is what the record must equal for the first to extend it
     (the first itself when it adds nothing). `rebuilding`: recorded variables level 0 no longer
     has are let go (a rebuild), else refused."""
-    then = [str(v) for v in (old or {}).get("variables") or ()]
+    was = old.settings if old is not None else None
+    then = list(was.variables) if was is not None else []
     if not variables and then:  # a pyramid's own variables: adding one is `--variable NEW`
         variables = list(then)
     src = read_source(store, sorted({*variables, *then}) if variables and then else variables)
@@ -94,10 +96,10 @@ def planned(
         )
     kept = [v for v in then if v in src.arrays]
     given = dict.fromkeys(variables, method) if method and variables and kept else method
-    recorded = recorded_operators(old) if old else {}
-    if old is not None and not rebuilding:  # unless given, what the kept levels were built with
-        band_dim = old.get("band_dim") if band_dim is None else band_dim
-        levels = old.get("levels") if levels is None else levels
+    recorded = was.accepted() if was is not None else {}
+    if was is not None and not rebuilding:  # unless given, what the kept levels were built with
+        band_dim = was.band_dim if band_dim is None else band_dim
+        levels = was.levels if levels is None else levels
     args = (band_dim, levels, max_shard, force_method)
     p = plan_source(src, given, *args, recorded=recorded)
     if not kept or set(kept) == set(p.variables):
@@ -115,37 +117,14 @@ def planned(
     return src, p, q
 
 
-RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
-
-
-def recorded_plan(store: storage.Store) -> dict[str, Any] | None:
-    """The plan the last build recorded (None: none); one that is not JSON this toolkit wrote
-    is a `CorruptObject` naming it and the rebuild that rewrites it, as every other record."""
-    try:
-        key, raw = records.get(store, records.PLAN)
-    except storage.NotFound:
-        return None
-    what, fix = "a pyramid plan record", records.rebuild_fix(store)
-    doc = storage.record_json(store, key, raw, what, fix)
-    missing = [k for k in RECORDED if not isinstance(doc, dict) or k not in doc]
-    if missing:
-        raise storage.CorruptObject(store.url, key, what, f"lacks {', '.join(missing)}", fix)
-    return doc
-
-
 def _recorded_levels(store: storage.Store) -> list[str]:
     """The level groups the recorded plan lists (none when there is no plan this toolkit
     wrote: then only the groups' own `pyramid:factor` marks them as its)."""
     try:
-        old = recorded_plan(store)
+        old = records.read_plan(store)
     except storage.CorruptObject:
         return []
-    plans = old["level_plans"] if old else []
-    return (
-        [str(lp.get("group")) for lp in plans if isinstance(lp, dict)]
-        if isinstance(plans, list)
-        else []
-    )
+    return list(old.groups) if old is not None else []
 
 
 def check_levels_free(src: Source, p: PyramidPlan) -> None:
@@ -178,12 +157,11 @@ def _written_in_levels(src: Source) -> tuple[set[str], list[str] | None]:
     """(the coordinates and grid mappings of the root a level carries, the variables of the
     recorded plan: None when there is none this toolkit wrote)."""
     try:
-        old = recorded_plan(src.store)
+        old = records.read_plan(src.store)
     except storage.CorruptObject:
         old = None
-    then = old.get("variables") if old else None
     named = {c for a in src.attrs.values() for c in str(a.get("coordinates", "")).split()}
-    recorded = [str(v) for v in then] if isinstance(then, list) else None
+    recorded = list(old.settings.variables) if old is not None else None
     return {*src.coords, *src.crs, *named}, recorded
 
 
@@ -248,7 +226,7 @@ def check_complete(store: storage.Store, p: PyramidPlan, k: int) -> None:
 
 def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None:
     """Levels below `start` are kept: refuse when they were built for other settings or data."""
-    old = recorded_plan(store)
+    old = records.read_plan(store)
     frm = p.levels[start].group
     first = p.levels[0].group
     if old is None:
@@ -256,27 +234,34 @@ def _check_kept_levels(store: storage.Store, p: PyramidPlan, start: int) -> None
             f"{store.url}: no recorded pyramid plan, so the levels below {frm} "
             f"cannot be trusted; rebuild with --rebuild-from {first}"
         )
-    kept = ("band_dim", "variables", "max_shard")
-    ops = {n: m for n, (m, _) in recorded_operators(old).items()}
-    then = {**{k: old.get(k) for k in kept}, "operators": ops}
-    now = {**{k: p.settings()[k] for k in kept}, "operators": p.operators}
+    then, now = _kept(old.settings), _kept(p.settings)
     if then != now:
         raise PlanError(
             f"{store.url}: the levels below {frm} were built with {then}, not {now}; "
             f"rebuild with --rebuild-from {first}"
         )
-    then_classes = {v["var"]: list(v.get("classes", [])) for v in old["level_plans"][0]["vars"]}
+    then_classes = {v.var: list(v.classes) for v in old.levels[0].vars}
     now_classes = {v.var: list(v.classes) for v in p.levels[0].vars}
     if then_classes != now_classes:  # the kept class counts count other classes
         raise PlanError(
             f"{store.url}: the levels below {frm} count the classes {then_classes}, not "
             f"{now_classes} (flag_values changed); rebuild with --rebuild-from {first}"
         )
-    if old.get("source_digest") != p.source_digest:
+    if old.source_digest != p.source_digest:
         raise PlanError(
             f"{store.url}: level 0 changed since the levels below {frm} were built; "
             f"rebuild with --rebuild-from {first}"
         )
+
+
+def _kept(s: Settings) -> dict[str, Any]:
+    """What the levels below a rebuild must have been built with, as the refusal shows it."""
+    return {
+        "band_dim": s.band_dim,
+        "variables": list(s.variables),
+        "max_shard": s.max_shard,
+        "operators": dict(s.operators),
+    }
 
 
 def build(
@@ -286,7 +271,7 @@ def build(
     band_dim: str | None = None,
     levels: int | None = None,
     cluster: Any = None,
-    executor: str = "auto",
+    executor: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     rebuild_from: str | int | None = None,
     max_shard: int = MAX_SHARD,
@@ -295,6 +280,7 @@ def build(
     latest: bool = False,
     credentials: Literal["anonymous", "env"] = "anonymous",
     output: str | storage.Store | None = None,
+    runner: Runner | None = None,
     **options: Any,
 ) -> Report:
     """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
@@ -310,7 +296,9 @@ def build(
     built there (`toolkit.pyramid.output`).
 
     The arrays it opens in this process (planning, and the run itself in process or on the
-    embedded cluster's threads) use zarr's fused codec pipeline (`toolkit.engine.codecs`)."""
+    embedded cluster's threads) use zarr's fused codec pipeline (`toolkit.engine.codecs`).
+    `runner` runs it (or the one `cluster`/`executor`/`progress` make: `toolkit.engine.Runner`)."""
+    run = runner_of(runner, cluster=cluster, executor=executor, progress=progress)
     with codecs.fused():
         return _build(
             source,
@@ -318,9 +306,7 @@ def build(
             method,
             band_dim,
             levels,
-            cluster,
-            executor,
-            progress,
+            run,
             rebuild_from,
             max_shard,
             force_method,
@@ -338,9 +324,7 @@ def _build(
     method: str | None,
     band_dim: str | None,
     levels: int | None,
-    cluster: Any,
-    executor: str,
-    progress: Callable[[str, int, int], None] | None,
+    runner: Runner,
     rebuild_from: str | int | None,
     max_shard: int,
     force_method: bool,
@@ -352,7 +336,7 @@ def _build(
 ) -> Report:
     from toolkit.pyramid.repo import build_repo, open_repo_source
 
-    if executor != "sync":  # read as a cluster starts: after the levels were created
+    if runner.executor != "sync":  # read as a cluster starts: after the levels were created
         check_dask_env()
     if output is not None:
         if select or latest or rebuild_from is not None:
@@ -362,7 +346,7 @@ def _build(
             )
         return _build_output(
             source, output, credentials, options, variables, method, band_dim, levels,
-            cluster, executor, progress, max_shard, force_method,
+            runner, max_shard, force_method,
         )  # fmt: skip
     ref = open_repo_source(source, credentials, **options)
     if ref is not None:
@@ -379,16 +363,14 @@ def _build(
             levels,
             select=select,
             latest=latest,
-            cluster=cluster,
-            executor=executor,
-            progress=progress,
+            runner=runner,
             max_shard=max_shard,
             force_method=force_method,
         )
     no_positions(source, select, latest)
     store = open_source(source, **options)
     try:
-        old = recorded_plan(store)
+        old = records.read_plan(store)
     except storage.CorruptObject:  # a record this toolkit did not write: rewritten by a rebuild
         if rebuild_from is None:
             raise
@@ -407,28 +389,14 @@ def _build(
         if start > 0:
             _check_kept_levels(store, p, start)
             check_complete(store, p, start - 1)
-        then = [lp["group"] for lp in old["level_plans"]] if old else []
+        then = list(old.groups) if old is not None else []
         first = p.levels[start].factor  # this level and every coarser one, planned or left over
         for group in dict.fromkeys([*(lvl.group for lvl in p.levels[start:]), *then]):
             if int(group.rstrip("x")) >= first:
                 storage.delete_prefix(store, group + "/")
     else:
-        if old is not None and old.get("digest") != q.digest and not grew:
-            then = {k: old.get(k) for k in q.settings()}
-            frm = q.levels[0].group
-            if then == q.settings():
-                why = "level 0 changed since the last build"
-            else:
-                why = f"the recorded pyramid was built with {then}"
-                deeper = {**then, "levels": len(q.levels)} == q.settings()
-                if (
-                    deeper
-                    and then["levels"] < len(q.levels)
-                    and old.get("source_digest") == q.source_digest
-                ):
-                    why = f"the recorded pyramid has {then['levels']} levels, not {len(q.levels)}"
-                    frm = q.levels[then["levels"]].group  # the first new level; the rest stay
-            raise PlanError(f"{store.url}: {why}; rebuild with --rebuild-from {frm}")
+        if old is not None and old.digest != q.digest and not grew:
+            raise PlanError(f"{store.url}: {_unlike(old, q)}")
         if q is not p:  # the recorded variables' levels stay; their shards are done
             added = [v for v in p.variables if v not in q.variables]
             notes.append(
@@ -460,12 +428,7 @@ def _build(
             metadata.grow_levels(src, p)
 
     again_while_unanswered(store, setup)
-    report = run(
-        pyramid_stages(src, p, start),
-        cluster=cluster,
-        executor=executor,  # type: ignore[arg-type]
-        progress=progress,
-    )
+    report = runner.run(pyramid_stages(src, p, start))
     # the backup follows an accepted level 0
     again_while_unanswered(store, lambda: metadata.update_root(src, p, refresh=accepted))
     return replace(report, notes=(*report.notes, *notes))
@@ -480,9 +443,7 @@ def _build_output(
     method: str | None,
     band_dim: str | None,
     levels: int | None,
-    cluster: Any,
-    executor: str,
-    progress: Callable[[str, int, int], None] | None,
+    runner: Runner,
     max_shard: int,
     force_method: bool,
 ) -> Report:
@@ -502,8 +463,8 @@ def _build_output(
     level0 = reference_level0(source, output, credentials, branch=OUTPUT_BRANCH, **options)
     try:
         report = build_repo(
-            level0.ref, variables, method, band_dim, levels, cluster=cluster, executor=executor,
-            progress=progress, max_shard=max_shard, force_method=force_method, base=OUTPUT_BRANCH,
+            level0.ref, variables, method, band_dim, levels, runner=runner, max_shard=max_shard,
+            force_method=force_method, base=OUTPUT_BRANCH,
         )  # fmt: skip
     except PlanError as err:  # about level 0: named by the source the user gave, not the branch
         where = f"{ref.url}@{OUTPUT_BRANCH}: "
@@ -558,7 +519,22 @@ def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> No
         pause = min(2 * pause, storage.MAX_BACKOFF.total_seconds())
 
 
-def _appended(old: Mapping[str, Any] | None, q: PyramidPlan) -> dict[str, tuple[int, int]]:
+def _unlike(old: RecordedPlan, q: PyramidPlan) -> str:
+    """Why the recorded pyramid is not the one planned now, and the rebuild that makes it."""
+    then, now = old.settings, q.settings
+    frm = q.levels[0].group
+    if then.core() == now.core():
+        why = "level 0 changed since the last build"
+    else:
+        why = f"the recorded pyramid was built with {then.core()}"
+        deeper = replace(then, levels=now.levels).core() == now.core()
+        if deeper and then.levels < now.levels and old.source_digest == q.source_digest:
+            why = f"the recorded pyramid has {then.levels} levels, not {now.levels}"
+            frm = q.levels[then.levels].group  # the first new level; the rest stay
+    return f"{why}; rebuild with --rebuild-from {frm}"
+
+
+def _appended(old: RecordedPlan | None, q: PyramidPlan) -> dict[str, tuple[int, int]]:
     """The leading dims level 0 grew along since the recorded build, when that is all that
     changed (`toolkit.pyramid.source.grown_along`): the build then extends the levels. The
     digest alone does not tell: an append that fills a partial last shard adds no task."""

@@ -34,9 +34,8 @@ from toolkit.console import (
     hint,
     out,
     print_report,
-    progress_bars,
     report_json,
-    session,
+    runner,
 )
 from toolkit.console import err_console as console
 
@@ -269,27 +268,24 @@ def build_cmd(
 
     with (
         _exit_codes(),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers) as run,
     ):
         opts = _options(source, stores)
-        with progress_bars() as bars:
-            report = build(
-                source,
-                variable or None,
-                method,
-                band_dim,
-                levels,
-                cluster=where,
-                executor=executor,
-                progress=bars,
-                rebuild_from=rebuild_from,
-                max_shard=max_shard,
-                force_method=force_method,
-                select=_selection(select, latest),
-                latest=latest,
-                output=output,
-                **opts,
-            )
+        report = build(
+            source,
+            variable or None,
+            method,
+            band_dim,
+            levels,
+            runner=run,
+            rebuild_from=rebuild_from,
+            max_shard=max_shard,
+            force_method=force_method,
+            select=_selection(select, latest),
+            latest=latest,
+            output=output,
+            **opts,
+        )
     if as_json:
         emit_json(report_json(report))
         return
@@ -335,14 +331,13 @@ def verify_cmd(
 
     with (
         _exit_codes(),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers, False) as run,
     ):
         opts = _options(source, stores)
         result = verify(
             source,
             sample,
-            cluster=where,
-            executor=executor,
+            runner=run,
             private=private,
             select=_selection(select, latest),
             latest=latest,

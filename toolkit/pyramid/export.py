@@ -9,13 +9,12 @@ multiscales layout) beside them; the gate lists the destination for every key ma
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.engine import Gate, ListedKeys, Plan, RunKeywords, Runner, Stage, runner_of
 from toolkit.plan import AUTO, Each, Report
 from toolkit.pyramid.plan import PlanError
 from toolkit.pyramid.source import LEVEL_GROUP
@@ -80,14 +79,9 @@ def export_plan(ref: R.RepoRef, dest: storage.Store) -> Plan:
 def export_levels(
     ref: R.RepoRef,
     dest: storage.Store,
-    cluster: Any = None,
-    executor: str = "auto",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
+    **run: Unpack[RunKeywords],
 ) -> Report:
-    """Copy main's levels to `dest` (resumable: keys already there are skipped)."""
-    return run(
-        export_plan(ref, dest),
-        cluster=cluster,
-        executor=executor,  # type: ignore[arg-type]
-        progress=progress,
-    )
+    """Copy main's levels to `dest` (resumable: keys already there are skipped); `runner` (or
+    `cluster=`/`executor=`/`progress=`) runs it."""
+    return runner_of(runner, **run).run(export_plan(ref, dest))

@@ -5,8 +5,9 @@ read every key through its `store` (a `toolkit.storage.Store`, or main's head as
 `toolkit.icechunk.BranchView`: the storage backend protocol serves both), so none of them asks
 which kind it has. What differs:
 
-- what the build recorded: a Zarr store its plan (`.pyramid/plan`), a repo its settings (its
-  plan is what main's level 0 asks now);
+- what the build recorded: a Zarr store its plan (`.pyramid/plan`, read once when opened), a
+  repo its settings (its plan is what main's level 0 asks now); both as typed values
+  (`toolkit.pyramid.settings.Settings`, `toolkit.pyramid.plan.RecordedPlan`);
 - level 0: a Zarr store's own arrays; a repo's as main holds them, at the chosen positions;
 - level-0 fingerprints: a Zarr store records them (an edit in place is found); a repo's history
   is its record;
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from toolkit import storage
-from toolkit.pyramid import metadata
-from toolkit.pyramid.build import recorded_plan, recorded_prints
+from toolkit.pyramid import metadata, records
+from toolkit.pyramid.build import recorded_prints
 from toolkit.pyramid.levels import no_positions
-from toolkit.pyramid.plan import PyramidPlan, edited_in_place
+from toolkit.pyramid.plan import PyramidPlan, RecordedPlan, edited_in_place
+from toolkit.pyramid.settings import Settings
 from toolkit.pyramid.source import Source, open_source, read_source
 
 __all__ = ["Failure", "Origin", "RepoOrigin", "ZarrOrigin", "open_origin"]
@@ -64,8 +66,8 @@ class Origin(Protocol):
         """Whether reading level 0 decodes GRIB (holds the GIL)."""
         ...
 
-    def recorded(self) -> dict[str, Any] | None:
-        """What the build recorded (None: no pyramid here)."""
+    def recorded(self) -> Settings | None:
+        """What the levels were built with (None: no pyramid here)."""
         ...
 
     def unbuilt(self) -> Failure:
@@ -74,15 +76,15 @@ class Origin(Protocol):
 
     def level0(self, variables: list[str]) -> Source: ...
 
-    def expected(self, recorded: dict[str, Any], p: PyramidPlan) -> dict[str, Any]:
-        """The plan the levels must match, given the record and the plan of level 0 now."""
+    def expected(self, p: PyramidPlan) -> RecordedPlan:
+        """The plan the levels must match, given the plan of level 0 now."""
         ...
 
     def edited(self, p: PyramidPlan) -> dict[str, Any] | None:
         """Level-0 objects changed in place since the build, per array (None: not known)."""
         ...
 
-    def root_failures(self, plan_doc: dict[str, Any]) -> list[Failure]:
+    def root_failures(self, plan: RecordedPlan) -> list[Failure]:
         """The root node's check."""
         ...
 
@@ -105,14 +107,17 @@ def open_origin(
     if ref is not None:
         return RepoOrigin(ref, select, latest)
     no_positions(source, select, latest)
-    return ZarrOrigin(open_source(source, **options))
+    store = open_source(source, **options)
+    return ZarrOrigin(store, records.read_plan(store))
 
 
 @dataclass(frozen=True)
 class ZarrOrigin:
-    """A pyramid written into a Zarr v3 store, beside its level 0."""
+    """A pyramid written into a Zarr v3 store, beside its level 0, and the plan its build
+    recorded (None: none)."""
 
     store: storage.Store
+    plan: RecordedPlan | None = None
     decodes_grib = False
 
     @property
@@ -123,8 +128,8 @@ class ZarrOrigin:
     def options(self) -> dict[str, Any]:
         return dict(self.store.options)
 
-    def recorded(self) -> dict[str, Any] | None:
-        return recorded_plan(self.store)
+    def recorded(self) -> Settings | None:
+        return self.plan.settings if self.plan is not None else None
 
     def unbuilt(self) -> Failure:
         read_source(self.store)  # a store that is not zarr v3 at all is bad usage, not a check
@@ -135,13 +140,13 @@ class ZarrOrigin:
     def level0(self, variables: list[str]) -> Source:
         return read_source(self.store, variables)
 
-    def expected(self, recorded: dict[str, Any], p: PyramidPlan) -> dict[str, Any]:
-        return recorded
+    def expected(self, p: PyramidPlan) -> RecordedPlan:
+        return self.plan if self.plan is not None else RecordedPlan.of(p)
 
     def edited(self, p: PyramidPlan) -> dict[str, Any] | None:
         return edited_in_place(recorded_prints(self.store), p)
 
-    def root_failures(self, plan_doc: dict[str, Any]) -> list[Failure]:
+    def root_failures(self, plan: RecordedPlan) -> list[Failure]:
         """The root against the backup the build took: level 0's node metadata unchanged, the
         root changed only by the multiscales attributes, every level consolidated."""
         out: list[Failure] = []
@@ -175,11 +180,11 @@ class ZarrOrigin:
         if "multiscales" not in root_now.get("attributes", {}):
             out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
         meta = (root_now.get("consolidated_metadata") or {}).get("metadata", {})
-        for lp in plan_doc["level_plans"]:
-            if lp["group"] not in meta:
+        for group in plan.groups:
+            if group not in meta:
                 out.append(
                     Failure(
-                        lp["group"],
+                        group,
                         "zarr.json",
                         "consolidated",
                         "level missing from the consolidated metadata (a reader opening the "
@@ -215,7 +220,7 @@ class RepoOrigin:
     def options(self) -> dict[str, Any]:
         return dict(self.ref.store.options)
 
-    def recorded(self) -> dict[str, Any] | None:
+    def recorded(self) -> Settings | None:
         from toolkit.pyramid.repo import recorded_settings
 
         return recorded_settings(self.ref)
@@ -228,14 +233,13 @@ class RepoOrigin:
 
         return repo_source(self.ref, variables, self.select, self.latest)[0]
 
-    def expected(self, recorded: dict[str, Any], p: PyramidPlan) -> dict[str, Any]:
-        # a repo records settings; the plan is what main's level 0 asks now
-        return {**json.loads(p.to_json()), "digest": p.digest}
+    def expected(self, p: PyramidPlan) -> RecordedPlan:
+        return RecordedPlan.of(p)  # a repo records settings: the plan is what level 0 asks now
 
     def edited(self, p: PyramidPlan) -> dict[str, Any] | None:
         return None  # the repo's history is the record of level 0's changes
 
-    def root_failures(self, plan_doc: dict[str, Any]) -> list[Failure]:
+    def root_failures(self, plan: RecordedPlan) -> list[Failure]:
         """Level 0's nodes are the dataset's own (their history is the repo's): the root must
         carry the layout and both conventions; the levels are checked one by one."""
         attrs = storage.get_json(self.store, "zarr.json").get("attributes", {})

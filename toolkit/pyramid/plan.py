@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from itertools import product
 from typing import Any
 
@@ -25,6 +25,7 @@ from zarr.core.chunk_key_encodings import ChunkKeyEncoding, parse_chunk_key_enco
 
 from toolkit.cf import Decoding, direction
 from toolkit.kernels import METHODS
+from toolkit.pyramid.settings import MAX_SHARD, MIXED, Settings, kernel
 from toolkit.tasks import StableTasks, stable
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "LevelPlan",
     "PlanError",
     "PyramidPlan",
+    "RecordedLevel",
+    "RecordedPlan",
     "RootNode",
     "ShardTask",
     "VarLevel",
@@ -49,12 +52,10 @@ __all__ = [
     "level_count",
     "max_levels",
     "plan_pyramid",
-    "recorded_operators",
     "task_bytes",
 ]
 
 TILE = 512
-MAX_SHARD = 4096
 GROW_BELOW = 1024  # shards smaller than this grow level by level (tile chunks inside shards)
 MAX_CLASSES = 64  # declared classes a mode pyramid carries counts of (more: re-read level 0)
 
@@ -193,9 +194,6 @@ class LevelPlan:
         return tuple(sorted(k for t in self.tasks for k in t.objects))
 
 
-MIXED = "mixed"  # a plan's `method` when its variables have different reducers
-
-
 @dataclass(frozen=True)
 class PyramidPlan:
     method: str  # the reducer every variable shares, or MIXED (each VarLevel has its own)
@@ -231,7 +229,7 @@ class PyramidPlan:
         carried = {v.var: v.classes for v in self.levels[0].vars if v.classes}
         if carried:  # what the class counts count is part of what was built
             parts.append(_Key("classes:" + json.dumps(carried, sort_keys=True)))
-        parts.append(_Key("settings:" + json.dumps(self.settings(), sort_keys=True)))
+        parts.append(_Key("settings:" + json.dumps(self.settings.core(), sort_keys=True)))
         return stable(parts).digest[:16] + self.source_digest[:8]
 
     def level(self, group: str) -> LevelPlan:
@@ -240,29 +238,87 @@ class PyramidPlan:
                 return lvl
         raise KeyError(f"no level {group!r} in the plan (levels: {[x.group for x in self.levels]})")
 
-    def settings(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "method": self.method,
-            "band_dim": self.band_dim,
-            "variables": list(self.variables),
-            "levels": len(self.levels),
-            "max_shard": self.max_shard,
-        }
-        if self.circular:  # only when there are any: records made before stay equal
-            out["circular"] = list(self.circular)
-        if self.method == MIXED:  # likewise: one operator for all is what `method` says
-            out["operators"] = self.operators
-        return out
+    @property
+    def settings(self) -> Settings:
+        """What the levels are built with: recorded, and agreed with by later builds."""
+        return Settings(
+            operators=self.operators,
+            band_dim=self.band_dim,
+            levels=len(self.levels),
+            max_shard=self.max_shard,
+            spatial_dims=self.spatial_dims,
+            classes={v.var: v.classes for v in self.levels[0].vars if v.classes},
+            why=dict(self.operators_from),
+        )
+
+    def to_json(self) -> str:
+        return RecordedPlan.of(self).to_json()
+
+
+@dataclass(frozen=True)
+class RecordedLevel:
+    """One level as a plan record holds it: its geometry and the data keys of its shards."""
+
+    group: str
+    parent: str
+    factor: int
+    shape: tuple[int, ...]
+    tasks_digest: str
+    vars: tuple[VarLevel, ...]
+    keys: tuple[str, ...]
+
+    def var(self, name: str) -> VarLevel:
+        for v in self.vars:
+            if v.var == name:
+                return v
+        raise KeyError(f"recorded level {self.group} has no variable {name!r}")
+
+
+@dataclass(frozen=True)
+class RecordedPlan:
+    """A plan as a build records it beside the levels (`.pyramid/plan`) and reads it back:
+    its settings, digests and every level's geometry and shard keys (`to_json` writes what
+    `from_json` reads; the task objects themselves are the planner's, re-planned from level 0)."""
+
+    digest: str
+    source_digest: str
+    settings: Settings
+    method_from: str
+    operators_from: Mapping[str, str]
+    base_shape: tuple[int, ...]
+    naive: tuple[int, ...]
+    levels: tuple[RecordedLevel, ...]
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(lvl.group for lvl in self.levels)
+
+    def level(self, group: str) -> RecordedLevel:
+        return next(lvl for lvl in self.levels if lvl.group == group)
+
+    @classmethod
+    def of(cls, p: PyramidPlan) -> RecordedPlan:
+        levels = tuple(
+            RecordedLevel(
+                lvl.group, lvl.parent, lvl.factor, lvl.shape, lvl.tasks.digest, lvl.vars,
+                tuple(lvl.tasks.keys),
+            )
+            for lvl in p.levels
+        )  # fmt: skip
+        return cls(
+            p.digest, p.source_digest, p.settings, p.method_from, dict(p.operators_from),
+            p.base_shape, p.naive, levels,
+        )  # fmt: skip
 
     def to_json(self) -> str:
         doc = {
             "digest": self.digest,
             "source_digest": self.source_digest,
-            **self.settings(),
+            **self.settings.core(),
             "method_from": self.method_from,
-            "operators": self.operators,
+            "operators": dict(self.settings.operators),
             "operators_from": dict(self.operators_from),
-            "spatial_dims": list(self.spatial_dims),
+            "spatial_dims": list(self.settings.spatial_dims),
             "base_shape": list(self.base_shape),
             "naive": list(self.naive),
             "level_plans": [
@@ -271,14 +327,65 @@ class PyramidPlan:
                     "parent": lvl.parent,
                     "factor": lvl.factor,
                     "shape": list(lvl.shape),
-                    "tasks_digest": lvl.tasks.digest,
+                    "tasks_digest": lvl.tasks_digest,
                     "vars": [asdict(v) for v in lvl.vars],
-                    "keys": lvl.tasks.keys,
+                    "keys": list(lvl.keys),
                 }
                 for lvl in self.levels
             ],
         }
         return json.dumps(doc, indent=1)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RecordedPlan:
+        """The plan a record holds; KeyError/TypeError/ValueError when it is not one. Fields
+        of a variable an older build did not record are what it planned then (its operator's
+        kernel, no class counts, no circle)."""
+        plans = doc["level_plans"]
+        first = plans[0]["vars"] if plans else []
+        classes = {v["var"]: v.get("classes") or () for v in first}
+        settings = Settings.from_record(doc, classes=classes)
+        levels = tuple(
+            RecordedLevel(
+                group=str(lp["group"]),
+                parent=str(lp.get("parent", "")),
+                factor=int(lp["factor"]),
+                shape=tuple(int(n) for n in lp["shape"]),
+                tasks_digest=str(lp.get("tasks_digest", "")),
+                vars=tuple(_recorded_var(v, k, settings) for v in lp["vars"]),
+                keys=tuple(str(key) for key in lp["keys"]),
+            )
+            for k, lp in enumerate(plans, start=1)
+        )
+        return cls(
+            digest=str(doc["digest"]),
+            source_digest=str(doc["source_digest"]),
+            settings=settings,
+            method_from=str(doc.get("method_from") or "given"),
+            operators_from={str(n): str(w) for n, w in (doc.get("operators_from") or {}).items()},
+            base_shape=tuple(int(n) for n in doc.get("base_shape") or ()),
+            naive=tuple(int(n) for n in doc.get("naive") or ()),
+            levels=levels,
+        )
+
+
+TUPLES = ("shape", "dims", "shards", "chunks", "count_shape", "count_dims", "count_shards",
+          "count_chunks", "classes")  # fmt: skip
+
+
+def _recorded_var(d: Mapping[str, Any], k: int, settings: Settings) -> VarLevel:
+    """A `VarLevel` of level `k` as recorded (`asdict`); what an older build did not record
+    is what it planned."""
+    names = {f.name for f in fields(VarLevel)}
+    given = {n: tuple(d[n]) if n in TUPLES else d[n] for n in names if n in d}
+    if given.get("circle") is not None:
+        given["circle"] = tuple(given["circle"])
+    op = settings.operators.get(str(d["var"]), settings.method)
+    given.setdefault("method", kernel(op))
+    given.setdefault("classes_dtype", classes_dtype(k))
+    if not isinstance(given["key_encoding"], Mapping):
+        raise TypeError(f"key_encoding of {d['var']!r} is not an object")
+    return VarLevel(**given)
 
 
 @dataclass(frozen=True)
@@ -422,21 +529,6 @@ def choose_methods(
         else:
             chosen[name] = ("mean", "")  # refused by the dtype check, with its own message
     return chosen
-
-
-def recorded_operators(doc: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """{variable: (operator, why)} a recorded plan (or a repo's settings) was built with; a
-    record from before operators were per variable has one `method` (and its `circular`)."""
-    why = str(doc.get("method_from") or "given")
-    ops = doc.get("operators")
-    froms = doc.get("operators_from") or {}
-    if isinstance(ops, Mapping):
-        return {str(n): (str(m), str(froms.get(n, why))) for n, m in ops.items()}
-    circ = set(doc.get("circular") or ())
-    return {
-        str(n): ("circular_mean" if n in circ else str(doc.get("method")), why)
-        for n in doc.get("variables") or ()
-    }
 
 
 # ----------------------------------------------------------------------------- planning

@@ -7,8 +7,8 @@ consolidated or not. Stores built before this layout kept `.pyramid/<name>.json`
 are still read, and removed when the record is next written.
 
 A record read back is checked (`decode`): empty, cut short, not JSON or not of its record's
-shape is a `CorruptObject` naming it and the rebuild that rewrites it. The plan's own shape
-is the planner's to check (it names the same rebuild).
+shape is a `CorruptObject` naming it and the rebuild that rewrites it. The plan is read back
+as the planner's `RecordedPlan` (`read_plan`), which names the same rebuild.
 
 The `prints` record holds one fingerprint per level-0 object, `{var: {"i.j": print}}`: what
 tells an edit in place (`to_zarr(region=...)`) from an object left alone, so a build rebuilds
@@ -38,6 +38,7 @@ import json
 from typing import Any
 
 from toolkit import storage
+from toolkit.pyramid.plan import RecordedPlan
 
 GROUP = ".pyramid"
 PLAN = "plan"
@@ -164,3 +165,26 @@ def get_json(store: storage.Store, name: str) -> object | None:
         return json.loads(get(store, name)[1])
     except storage.NotFound:
         return None
+
+
+RECORDED = ("digest", "source_digest", "method", "band_dim", "variables", "levels", "level_plans")
+
+
+def read_plan(store: storage.Store) -> RecordedPlan | None:
+    """The plan the last build recorded (None: none); one that is not a plan this toolkit
+    wrote is a `CorruptObject` naming it and the rebuild that rewrites it, as every other
+    record."""
+    try:
+        key, raw = get(store, PLAN)
+    except storage.NotFound:
+        return None
+    what, fix = "a pyramid plan record", rebuild_fix(store)
+    doc = storage.record_json(store, key, raw, what, fix)
+    missing = [k for k in RECORDED if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise storage.CorruptObject(store.url, key, what, f"lacks {', '.join(missing)}", fix)
+    try:
+        return RecordedPlan.from_json(doc)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        why = f"a field is not what a build writes ({type(err).__name__}: {err})"
+        raise storage.CorruptObject(store.url, key, what, why, fix) from err

@@ -33,7 +33,7 @@ import numpy as np
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
-from toolkit.engine import Gate, ListedKeys, Plan, Stage, run
+from toolkit.engine import Gate, ListedKeys, Plan, Runner, Stage
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
 from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
@@ -43,16 +43,15 @@ from toolkit.pyramid.plan import (
     PyramidPlan,
     check_level_names,
     position_cells,
-    recorded_operators,
     stale_tasks,
 )
+from toolkit.pyramid.settings import Settings
 from toolkit.pyramid.shards import BuildShard, DoneShards, runs
 from toolkit.pyramid.source import Source, read_source
 
 PREFIX = "pyramid-"
 RUN_SHARDS = 8  # neighbouring shards (along one leading dim) a worker builds at once
 SETTINGS_ATTR = "pyramid:settings"  # root attribute: what the repo's levels were built with
-GEOMETRY = ("band_dim", "levels", "max_shard", "spatial_dims")  # settings every variable shares
 BUILT_FROM = "pyramid:level0_snapshot"  # root attribute: main's snapshot the levels were built on
 
 __all__ = [
@@ -194,15 +193,6 @@ def repo_source(
     return dataclasses.replace(src, listings=listings), positions
 
 
-def settings_record(p: PyramidPlan) -> dict[str, Any]:
-    """What a later build or verify must agree with (the listing is not part: it grows)."""
-    return {
-        **p.settings(),
-        "spatial_dims": list(p.spatial_dims),
-        "classes": {v.var: list(v.classes) for v in p.levels[0].vars if v.classes},
-    }
-
-
 # ----------------------------------------------------------------------------- stages
 
 
@@ -226,7 +216,7 @@ class LevelMetadata:
             root = storage.get_json(src.store, "zarr.json").get("attributes", {})
             built_from = root.get(BUILT_FROM, main)
         metadata.set_root_attrs(
-            src, self.plan, {SETTINGS_ATTR: settings_record(self.plan), BUILT_FROM: built_from}
+            src, self.plan, {SETTINGS_ATTR: self.plan.settings.record(), BUILT_FROM: built_from}
         )
 
 
@@ -385,20 +375,33 @@ class FireLevels:
             for dim, label in loc.items():
                 if label not in select.setdefault(dim, []):
                     select[dim].append(label)
-        then = recorded_settings(self.ref) or {}
+        then = recorded_settings(self.ref)
         return build_repo(  # each variable's operator as main's levels were built with
             self.ref,
             list(self.variables),
             select=select,
-            max_shard=then.get("max_shard", MAX_SHARD),
-            executor="sync",  # in the fire's own process, like its commits
+            max_shard=then.max_shard if then is not None else MAX_SHARD,
+            runner=Runner(executor="sync"),  # in the fire's own process, like its commits
         )
 
 
-def recorded_settings(ref: R.RepoRef, base: str = "main") -> dict[str, Any] | None:
-    """The settings main's levels were built with (None: main has no levels)."""
-    root = storage.get_json(R.BranchView(ref, base), "zarr.json")
-    return root.get("attributes", {}).get(SETTINGS_ATTR)
+def recorded_settings(ref: R.RepoRef, base: str = "main") -> Settings | None:
+    """The settings main's levels were built with (None: main has no levels); a record that
+    is not settings this toolkit wrote is a `CorruptObject` naming it."""
+    view = R.BranchView(ref, base)
+    doc = storage.get_json(view, "zarr.json").get("attributes", {}).get(SETTINGS_ATTR)
+    if doc is None:
+        return None
+    try:
+        return Settings.from_record(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise storage.CorruptObject(
+            ref.url,
+            f"zarr.json ({SETTINGS_ATTR})",
+            "pyramid settings this toolkit wrote",
+            f"unreadable ({type(err).__name__}: {err})",
+            "drop the level groups and the attribute in a new commit, then build again",
+        ) from err
 
 
 def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
@@ -407,15 +410,7 @@ def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
     then = recorded_settings(ref, base)
     if then is None:
         return
-    now = settings_record(p)
-    was = recorded_operators(then)
-    diff = {k: (then.get(k), now[k]) for k in GEOMETRY if then.get(k) != now[k]}
-    for n, (m, _) in sorted(was.items()):
-        if p.operators.get(n) != m:
-            diff[f"{n}'s operator"] = (m, p.operators.get(n))
-    for n, c in sorted((then.get("classes") or {}).items()):
-        if now["classes"].get(n) != c:
-            diff[f"{n}'s classes"] = (c, now["classes"].get(n))
+    diff = then.differences(p.settings)
     if diff:
         raise PlanError(
             f"{ref.url}: main's levels were built with "
@@ -426,14 +421,14 @@ def check_settings(ref: R.RepoRef, p: PyramidPlan, base: str = "main") -> None:
 
 
 def with_recorded(
-    then: Mapping[str, Any] | None,
+    then: Settings | None,
     variables: list[str] | None,
     method: str | Mapping[str, str] | None,
 ) -> tuple[list[str] | None, str | Mapping[str, str] | None]:
     """(variables, method) of a build beside main's levels: the recorded variables (their
-    operators are `recorded_operators`) and those asked for, `method` for the ones named;
+    operators are `Settings.accepted`) and those asked for, `method` for the ones named;
     none asked for builds the recorded ones (adding one is `--variable NEW`)."""
-    was = [str(v) for v in (then or {}).get("variables") or ()]
+    was = list(then.variables) if then is not None else []
     if not was:
         return variables, method
     if method is not None and not isinstance(method, Mapping):
@@ -444,8 +439,8 @@ def with_recorded(
 def check_levels_free(ref: R.RepoRef, src: Source, p: PyramidPlan, base: str = "main") -> None:
     """No level group lands on a node of the repo's own (one its settings do not record and
     no `pyramid:factor` marks), before the first write."""
-    then = recorded_settings(ref, base) or {}
-    recorded = [f"{2**k}x" for k in range(1, int(then.get("levels", 0)) + 1)]
+    then = recorded_settings(ref, base)
+    recorded = [f"{2**k}x" for k in range(1, (then.levels if then is not None else 0) + 1)]
     check_level_names(p, src.nodes, ref.url, recorded)
 
 
@@ -466,10 +461,10 @@ def repo_planned(
     then = recorded_settings(ref, base)
     variables, method = with_recorded(then, variables, method)
     if then is not None:
-        levels = then.get("levels") if levels is None else levels
-        band_dim = then.get("band_dim") if band_dim is None else band_dim
+        levels = then.levels if levels is None else levels
+        band_dim = then.band_dim if band_dim is None else band_dim
     src, _ = repo_source(ref, variables, select, latest, base)
-    was = recorded_operators(then) if then is not None else None
+    was = then.accepted() if then is not None else None
     p = plan_source(src, method, band_dim, levels, max_shard, force_method, recorded=was)
     check_settings(ref, p, base)
     check_levels_free(ref, src, p, base)
@@ -484,9 +479,7 @@ def build_repo(
     levels: int | None = None,
     select: Mapping[str, Sequence[str]] | None = None,
     latest: bool = False,
-    cluster: Any = None,
-    executor: str = "auto",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
     max_shard: int = MAX_SHARD,
     force_method: bool = False,
     base: str = "main",
@@ -498,9 +491,4 @@ def build_repo(
     src, p = repo_planned(
         ref, variables, method, band_dim, levels, max_shard, force_method, select, latest, base
     )
-    return run(
-        repo_plan(ref, src, p, base=base),
-        cluster=cluster,
-        executor=executor,  # type: ignore[arg-type]
-        progress=progress,
-    )
+    return (runner or Runner()).run(repo_plan(ref, src, p, base=base))

@@ -26,7 +26,9 @@ from toolkit.pyramid.plan import (
     ArrayMeta,
     PlanError,
     PyramidPlan,
+    RecordedPlan,
     RootNode,
+    VarLevel,
     check_coordinate,
     check_dtype,
     decode_keys,
@@ -403,29 +405,29 @@ def level0_prints(
 SHAPED = ("shape", "count_shape")  # what an append changes in a level's record of a variable
 
 
-def _fields(doc: Mapping[str, Any], keys: list[str]) -> str:
-    return json.dumps({k: doc[k] for k in keys}, sort_keys=True, default=list)
+def _unshaped(v: VarLevel) -> str:
+    """A level's variable as recorded, but for what an append changes."""
+    doc = {k: x for k, x in asdict(v).items() if k not in SHAPED}
+    return json.dumps(doc, sort_keys=True, default=list)
 
 
-def grown_along(old: Mapping[str, Any], p: PyramidPlan) -> dict[str, tuple[int, int]]:
+def grown_along(old: RecordedPlan, p: PyramidPlan) -> dict[str, tuple[int, int]]:
     """{dim: (extent then, now)} for each leading dim level 0 grew along since the build that
     recorded plan `old`, when that is all that differs (an xarray `append_dim` write); {}
     when anything else does (settings, the spatial grid, a dim that shrank, the band dim)."""
-    if {k: old.get(k) for k in p.settings()} != p.settings():
+    if old.settings.core() != p.settings.core():
         return {}
-    plans = old.get("level_plans") or []
-    if list(old.get("base_shape") or ()) != list(p.base_shape) or len(plans) != len(p.levels):
+    if old.base_shape != tuple(p.base_shape) or len(old.levels) != len(p.levels):
         return {}
     grew: dict[str, tuple[int, int]] = {}
-    for lp, lvl in zip(plans, p.levels, strict=True):
-        then = {v.get("var"): v for v in lp.get("vars", ()) if isinstance(v, dict)}
-        if lp.get("group") != lvl.group or set(then) != {v.var for v in lvl.vars}:
+    for lp, lvl in zip(old.levels, p.levels, strict=True):
+        then = {v.var: v for v in lp.vars}
+        if lp.group != lvl.group or set(then) != {v.var for v in lvl.vars}:
             return {}
         for v in lvl.vars:
-            t, now = then[v.var], asdict(v)
-            same = [k for k in t if k in now and k not in SHAPED]
-            a, b = list(t.get("shape") or ()), list(v.shape)
-            if _fields(t, same) != _fields(now, same) or len(a) != len(b) or a[-2:] != b[-2:]:
+            t = then[v.var]
+            a, b = list(t.shape), list(v.shape)
+            if _unshaped(t) != _unshaped(v) or len(a) != len(b) or a[-2:] != b[-2:]:
                 return {}
             for d, x, y in zip(v.dims[:-2], a, b, strict=False):
                 if y < x or (y > x and d == p.band_dim):
@@ -440,20 +442,21 @@ def level0_growth(store: storage.Store) -> dict[str, tuple[int, int]]:
     variables' level-0 arrays grew along since the build (from their zarr.json alone, no
     listing); {} when there is no record, or nothing grew."""
     try:
-        old = json.loads(records.get(store, records.PLAN)[1])
-        then = {v["var"]: v for v in old["level_plans"][0]["vars"]}
-    except (storage.StorageError, ValueError, KeyError, IndexError, TypeError):
+        old = records.read_plan(store)
+    except storage.StorageError:
+        return {}
+    if old is None or not old.levels:
         return {}
     grew: dict[str, tuple[int, int]] = {}
-    for name, v in then.items():
+    for v in old.levels[0].vars:
         try:
-            now = storage.get_json(store, f"{name}/zarr.json").get("shape") or []
+            now = storage.get_json(store, f"{v.var}/zarr.json").get("shape") or []
         except (storage.StorageError, ValueError):
             return {}
-        a = list(v.get("shape") or ())  # level 1's: level 0's leading extents
-        if len(now) != len(a) or now[-2:] != list(old.get("base_shape") or ()):
+        a = list(v.shape)  # level 1's: level 0's leading extents
+        if len(now) != len(a) or now[-2:] != list(old.base_shape):
             return {}
-        for d, x, y in zip(v.get("dims") or (), a[:-2], now[:-2], strict=False):
+        for d, x, y in zip(v.dims, a[:-2], now[:-2], strict=False):
             if y < x:
                 return {}
             if y > x:

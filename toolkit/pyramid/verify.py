@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
-from toolkit.engine import Plan, Stage, run
+from toolkit.engine import Plan, Runner, Stage, runner_of
 from toolkit.plan import Report
 from toolkit.pyramid.levels import plan_source, var_sources
 from toolkit.pyramid.metadata import carried_coords, same_values
 from toolkit.pyramid.origin import Failure, Origin, RepoOrigin, open_origin
-from toolkit.pyramid.plan import MAX_SHARD, PlanError, PyramidPlan, ShardTask, recorded_operators
+from toolkit.pyramid.plan import PlanError, PyramidPlan, RecordedPlan, ShardTask, VarLevel
 from toolkit.pyramid.shards import VarSource, count_region
 from toolkit.pyramid.source import grown_along, growth_note
 from toolkit.tasks import stable, stripe
@@ -106,7 +106,7 @@ class CountCheck:
 @dataclass(frozen=True)
 class MetaCheck:
     origin: Origin  # the root's check is where the pyramid is (a backup, or a repo's history)
-    plan_doc: dict[str, Any]
+    plan: RecordedPlan  # what the levels must match
     coords: dict[str, np.ndarray]  # dim -> level-0 cell centres
     attrs: dict[str, dict[str, Any]]  # level-0 attributes of data vars and CRS vars
     crs: tuple[str, ...]
@@ -119,63 +119,38 @@ class MetaCheck:
 
     def __call__(self, check: Check) -> list[Failure]:
         if check.name == ".":
-            return self.origin.root_failures(self.plan_doc)
+            return self.origin.root_failures(self.plan)
         return self._level(check.name)
 
     def _level(self, group: str) -> list[Failure]:
         import zarr
 
         out: list[Failure] = []
-        lp = next(x for x in self.plan_doc["level_plans"] if x["group"] == group)
+        lvl = self.plan.level(group)
         z = self.store.zarr(read_only=True)
-        f = lp["factor"]
+        f = lvl.factor
 
         def bad(node: str, detail: str) -> None:
             out.append(Failure(group, node, "metadata", detail))
 
-        for v in lp["vars"]:
-            arrays = [
-                (v["var"], v["shape"], v["dims"], v["shards"], v["chunks"], v["dtype"]),
-                (
-                    f"{v['var']}_count",
-                    v["count_shape"],
-                    v["count_dims"],
-                    v["count_shards"],
-                    v["count_chunks"],
-                    "uint32",
-                ),
-            ]
-            classes = list(v.get("classes") or [])
-            if classes:  # the class counts a mode level carries: the class axis before y, x
-                n, cdim = len(classes), f"{v['var']}_class"
-
-                def put(t: list[Any], x: Any) -> list[Any]:
-                    return [*t[:-2], x, *t[-2:]]
-
-                arrays.append(
-                    (
-                        f"{v['var']}_class_count",
-                        put(v["shape"], n),
-                        put(v["dims"], cdim),
-                        put(v["shards"], n),
-                        put(v["chunks"], n),
-                        v["classes_dtype"],
-                    )
-                )
+        for v in lvl.vars:
+            arrays = _level_arrays(v)
+            if v.classes:  # the class counts a mode level carries, and their labels
                 try:
-                    labels = zarr.open_array(z, path=f"{group}/{cdim}", mode="r")[...].tolist()
+                    path = f"{group}/{v.class_dim}"
+                    labels = zarr.open_array(z, path=path, mode="r")[...].tolist()
                 except Exception as err:
-                    bad(cdim, f"class coordinate cannot be opened: {err}")
+                    bad(v.class_dim, f"class coordinate cannot be opened: {err}")
                 else:
-                    if labels != classes:
-                        bad(cdim, f"classes are {labels}, want {classes}")
+                    if labels != list(v.classes):
+                        bad(v.class_dim, f"classes are {labels}, want {list(v.classes)}")
             for name, shape, dims, shards, chunks, dtype in arrays:
                 try:
                     arr = zarr.open_array(z, path=f"{group}/{name}", mode="r")
                 except Exception as err:
                     bad(name, f"cannot open: {err}")
                     continue
-                fill = v["fill_value"] if name == v["var"] else 0
+                fill = v.fill_value if name == v.var else 0
                 if not _same_fill(arr.fill_value, fill):
                     bad(name, f"fill_value is {arr.fill_value}, want {fill}")
                 got = {
@@ -195,19 +170,19 @@ class MetaCheck:
                 for key in want:
                     if got[key] != want[key]:
                         bad(name, f"{key} is {got[key]}, want {want[key]}")
-                if name == v["var"]:
-                    gm = self.attrs.get(v["var"], {}).get("grid_mapping")
+                if name == v.var:
+                    gm = self.attrs.get(v.var, {}).get("grid_mapping")
                     if arr.attrs.get("grid_mapping") != gm:
                         bad(name, f"grid_mapping is {arr.attrs.get('grid_mapping')!r}, want {gm!r}")
         level_axes: dict[str, np.ndarray] = {}
-        for axis, dim in enumerate(self.plan_doc["spatial_dims"]):
+        for axis, dim in enumerate(self.plan.settings.spatial_dims):
             base0 = np.asarray(self.coords[dim], dtype=np.float64)
             try:
                 c = zarr.open_array(z, path=f"{group}/{dim}", mode="r")[...]
             except Exception as err:
                 bad(dim, f"coordinate cannot be opened: {err}")
                 continue
-            n = lp["shape"][axis]
+            n = lvl.shape[axis]
             if len(c) != n:
                 bad(dim, f"coordinate length {len(c)}, want {n}")
                 continue
@@ -245,7 +220,7 @@ class MetaCheck:
         else:
             base = layout.get(".", {}).get("spatial:transform")
             t = item.get("spatial:transform")
-            regular = all(_regular(self.coords[d]) for d in self.plan_doc["spatial_dims"])
+            regular = all(_regular(self.coords[d]) for d in self.plan.settings.spatial_dims)
             if not regular:
                 if t is not None or base is not None:
                     bad("zarr.json", "spatial:transform written for an irregular grid")
@@ -256,8 +231,8 @@ class MetaCheck:
                     bad("zarr.json", f"transform origin {t[2], t[5]} moved from {base[2], base[5]}")
                 if not np.allclose([t[0], t[4]], [base[0] * f, base[4] * f]):
                     bad("zarr.json", f"transform pixel size {t[0], t[4]} is not {f}x level 0")
-            if item.get("spatial:shape") != list(lp["shape"]):
-                bad("zarr.json", f"spatial:shape {item.get('spatial:shape')} != {lp['shape']}")
+            if item.get("spatial:shape") != list(lvl.shape):
+                bad("zarr.json", f"spatial:shape {item.get('spatial:shape')} != {list(lvl.shape)}")
             # scale is relative to `derived_from` ("." = level 0, else a level named "<k>x")
             source = item.get("derived_from", ".")
             rel = f / (1 if source == "." else int(str(source).rstrip("x") or 1))
@@ -295,7 +270,7 @@ class MetaCheck:
             return ["CRS attributes differ from level 0"]
         if "GeoTransform" not in base:
             return ["GeoTransform written, level 0 has none"] if "GeoTransform" in got else []
-        ydim, xdim = self.plan_doc["spatial_dims"]
+        ydim, xdim = self.plan.settings.spatial_dims
         if not all(_regular(self.coords[d]) for d in (ydim, xdim)):
             return ["GeoTransform written for an irregular grid"] if "GeoTransform" in got else []
         if ydim not in axes or xdim not in axes:
@@ -320,6 +295,19 @@ class MetaCheck:
         if said == base["GeoTransform"] and f > 1:
             return [f"GeoTransform {said!r} is level 0's, not this level's {want_gt}{fix}"]
         return [f"GeoTransform {said!r} does not match the level's coordinates {want_gt}{fix}"]
+
+
+def _level_arrays(v: VarLevel) -> list[tuple[str, Any, Any, Any, Any, str]]:
+    """(name, shape, dims, shards, chunks, dtype) of each array a variable has at a level, as
+    the plan records them: the data, its count plane, and its class counts (mode with
+    declared classes)."""
+    out = [
+        (v.var, v.shape, v.dims, v.shards, v.chunks, v.dtype),
+        (v.count_name, v.count_shape, v.count_dims, v.count_shards, v.count_chunks, "uint32"),
+    ]
+    if v.classes:
+        out.append((v.classes_name, *v.classes_layout(), v.classes_dtype))
+    return out
 
 
 # ----------------------------------------------------------------------------- samples
@@ -825,11 +813,12 @@ def verify(
     source: str | storage.Store,
     sample: int = 4,
     cluster: Any = None,
-    executor: str = "auto",
+    executor: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     private: bool = False,
     select: Mapping[str, Sequence[str]] | None = None,
     latest: bool = False,
+    runner: Runner | None = None,
     **options: Any,
 ) -> VerifyResult:
     """Run every check; `result.ok` is True only if all pass.
@@ -837,34 +826,31 @@ def verify(
     The client round-trip reads every level anonymously, as a browser would; `private=True` is
     for stores that are not published (it reads with the environment's credentials instead).
     An Icechunk repo's levels are checked on main; `select`/`latest` restrict the check to
-    those positions (as `build` does).
+    those positions (as `build` does). `runner` runs the checks (or the one `cluster`/
+    `executor`/`progress` make: `toolkit.engine.Runner`).
     """
+    runner = runner_of(runner, cluster=cluster, executor=executor, progress=progress)
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
     origin = open_origin(source, select, latest, **options)
     store = origin.store
-    doc = origin.recorded()
-    if doc is None:
+    then = origin.recorded()
+    if then is None:
         return VerifyResult((origin.unbuilt(),))
-    src = origin.level0(doc["variables"])
+    src = origin.level0(list(then.variables))
     failures: list[Failure] = []
     try:
+        # the build accepted each variable's operator; the check re-plans with it
         p: PyramidPlan = plan_source(
-            src,
-            None,
-            doc["band_dim"],
-            doc["levels"],
-            doc.get("max_shard", MAX_SHARD),
-            # the build accepted each variable's operator; the check re-plans with it
-            recorded=recorded_operators(doc),
+            src, None, then.band_dim, then.levels, then.max_shard, recorded=then.accepted()
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
+    doc = origin.expected(p)
     if grew := grown_along(doc, p):  # an append since the build: one line, not every check
         why = f"{growth_note(grew)} since the build: run `toolkit pyramid build {origin.url}`"
         return VerifyResult((Failure("-", ".pyramid/plan", "plan", why),))
-    doc = origin.expected(doc, p)
-    if p.digest != doc["digest"]:
+    if p.digest != doc.digest:
         failures.append(
             Failure(
                 "-",
@@ -873,7 +859,7 @@ def verify(
                 "level 0 no longer matches the recorded plan (listing changed)",
             )
         )
-    edited = origin.edited(p) if p.digest == doc["digest"] else None
+    edited = origin.edited(p) if p.digest == doc.digest else None
     if edited and any(edited.values()):
         n = sum(len(v) for v in edited.values())
         failures.append(
@@ -886,11 +872,9 @@ def verify(
             )
         )
     targets = {lvl.group: lvl.targets for lvl in p.levels}
-    for lp in doc["level_plans"]:
-        if lp["keys"] != p.level(lp["group"]).tasks.keys:
-            failures.append(
-                Failure(lp["group"], "-", "plan", "planned shards differ from the record")
-            )
+    for lp in doc.levels:
+        if list(lp.keys) != p.level(lp.group).tasks.keys:
+            failures.append(Failure(lp.group, "-", "plan", "planned shards differ from the record"))
     prefixes = {
         lvl.group: tuple(
             f"{lvl.group}/{n}/"
@@ -954,18 +938,15 @@ def verify(
             ),
         ),
     )
-    report = run(
+    report = runner.run(
         Plan(
             f"pyramid-verify-{p.method}",
             stages,
             holds_gil=origin.decodes_grib,  # a repo's level 0 decodes GRIB (holds the GIL)
             # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
             work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
-        ),
-        cluster=cluster,
-        executor=executor,
-        progress=progress,
-    )  # type: ignore[arg-type]
+        )
+    )
     for s in report.stages:
         failures.extend(s.result or [])
     checked = {s.name: s.tasks for s in report.stages}

@@ -29,14 +29,14 @@ import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
-from toolkit.engine import run
+from toolkit.engine import RunKeywords, Runner, runner_of
 from toolkit.plan import AUTO, Gate, Plan, Report, Stage
 from toolkit.virtual.filetable import Keys
 from toolkit.virtual.inflight import (
@@ -485,21 +485,22 @@ def backfill(
     start: Any,
     end: Any = None,
     workers: int | str = AUTO,
-    cluster: Any = None,
-    executor: str = "dask",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
     strict: bool = False,
     overwrite_chunks: bool = False,
     allow_empty_positions: bool = False,
     fan_in: int = 4,
     rebase: bool = False,
+    **run: Unpack[RunKeywords],
 ) -> Report:
     """Backfill [start, end) of `job`'s dataset; `end` defaults to just past the last published
     position. Going past it needs `allow_empty_positions` (readers would see those empty).
 
     `rebase`: a backfill of this region that finalize refused (main moved) restarts from main's
     new head, provided main's new commits did not touch the region (else refused, naming the
-    positions); its files are ingested again (refs only)."""
+    positions); its files are ingested again (refs only). `runner` runs it (or the one
+    `cluster`/`executor`/`progress` make: `toolkit.engine.Runner`; on Dask by default)."""
+    runner = runner_of(runner, "dask", **run)
     t = job.template
     _check_span(job, start, end)
     for ref in (*job.replicas, job.repo):
@@ -537,7 +538,7 @@ def backfill(
             plan = backfill_plan(
                 region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
             )
-            report = run(plan, cluster=cluster, executor=executor, progress=progress)  # type: ignore[arg-type]
+            report = runner.run(plan)
     except Exception as err:
         gone = branch_gone(region, err)
         guard.release(keep=gone is None)  # a branch in flight keeps a guard of what it covers

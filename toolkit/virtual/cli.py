@@ -10,7 +10,7 @@ validation failure), 2 bad usage or an unreachable store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,7 +30,7 @@ from toolkit.console import (
     WaitForWorkers,
     emit_json,
 )
-from toolkit.virtual.clock import GRACE, VALIDATION_FLOOR, FireClock
+from toolkit.virtual.clock import VALIDATION_FLOOR
 
 app = Typer(help="Icechunk virtual datasets over GRIB sources.", no_args_is_help=True)
 
@@ -299,36 +299,26 @@ def backfill(
     as_json: AsJson = False,
 ) -> None:
     """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
-    from toolkit.console import (
-        emit_json,
-        err_console,
-        print_report,
-        progress_bars,
-        report_json,
-        session,
-    )
+    from toolkit.console import emit_json, err_console, print_report, report_json, runner
     from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
 
     with (
         _errors(repo),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers) as run,
     ):
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
-        with progress_bars() as bars:
-            report = run_backfill(
-                ds,
-                start=_label(start),
-                end=_label(end, "--end"),
-                workers=workers or AUTO,
-                cluster=where,
-                executor=executor,
-                progress=bars,
-                strict=strict,
-                overwrite_chunks=overwrite_chunks,
-                allow_empty_positions=allow_empty_positions,
-                rebase=rebase,
-            )
+        report = run_backfill(
+            ds,
+            start=_label(start),
+            end=_label(end, "--end"),
+            workers=workers or AUTO,
+            runner=run,
+            strict=strict,
+            overwrite_chunks=overwrite_chunks,
+            allow_empty_positions=allow_empty_positions,
+            rebase=rebase,
+        )
     if not as_json:
         print_report(report)
     ingest = report.stage("commit")  # what is on the branch, and why the rest is not
@@ -362,245 +352,228 @@ def backfill(
             )
 
 
+# `toolkit virtual update`'s own flags
+FireTime = Annotated[
+    str | None,
+    options.Option(
+        check=options.time(now=True),
+        help="Scheduled fire (UTC, e.g. 2025-08-01T18:00): the window ends here. Default: now.",
+    ),
+]
+ScheduledAt = Annotated[
+    str | None,
+    options.Option(
+        check=options.time(now=True),
+        help="Wall-clock UTC time the fire was scheduled ('now': when this process "
+        "started, for a simulated clock); the fire ends by it + --deadline, so a "
+        "replacement process stops when the one it replaced would have. Default: "
+        "--fire-time.",
+    ),
+]
+Deadline = Annotated[
+    float,
+    options.Option(
+        check=options.seconds(1),
+        help="Active deadline, seconds after --scheduled-at: polling, commits and "
+        "validation all end inside it (set a CronJob's activeDeadlineSeconds to it).",
+    ),
+]
+LeaseWait = Annotated[
+    float,
+    options.Option(
+        check=options.seconds(0),
+        help="Seconds to wait for another running update to release the repo's lease "
+        "(0: exit 1 at once); refused when the deadline leaves less. A holder that is "
+        "gone (a dead process on this host, a heartbeat silent for two beats) is taken "
+        "over at once.",
+    ),
+]
+GiveUpAfter = Annotated[
+    int,
+    options.Option(
+        check=options.count(0),
+        help="Fires in a row a published file may be skipped as unreadable before it is "
+        "given up as missing for good (retried when its object changes; 0: never).",
+    ),
+]
+Check = Annotated[
+    bool,
+    typer.Option(
+        "--validate/--no-validate",
+        help="After the commits, validate the fire's window (completeness, data currency, "
+        "replicas, decode health); exit 1 naming every failure.",
+    ),
+]
+ValidationSeconds = Annotated[
+    float,
+    options.Option(
+        check=options.seconds(0),
+        help="Validation's own time bound, from when it starts, capped by what --deadline "
+        f"leaves (at least {VALIDATION_FLOOR:g} s, kept back from polling); checks it "
+        "stops are named, and fail.",
+    ),
+]
+SampleCluster = Annotated[
+    str | None, typer.Option(help="Dask scheduler address for the decode samples.")
+]
+SampleExecutor = Annotated[
+    Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
+]
+FireJson = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the fire's summary (commits, pending, skipped, given up, lag from "
+        "publish to main, validation) as one JSON object on stdout; the rest goes to stderr.",
+    ),
+]
+ExpireOlderThan = Annotated[
+    str | None,
+    options.Option(
+        check=options.DURATION,
+        help="After the commits, inside the fire's lease: expire snapshots older than this "
+        "(0s, 12h, 30d) and collect garbage, as `toolkit virtual expire`.",
+    ),
+]
+PyramidVars = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pyramid",
+        help="Variable (repeatable) whose map levels are built in the fire, right after "
+        "each commit, and landed on main with it; validation then checks every level.",
+    ),
+]
+StacOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--stac",
+        help="After the commits: rewrite the dataset's STAC entry in this folder with "
+        "main's new extents, as `toolkit virtual stac` (a failure there is a warning).",
+    ),
+]
+
+
 @app.command()
 def update(
     ctx: typer.Context,
     dataset: Dataset,
     repo: RepoUrl,
     source: SourceUrl = None,
-    fire_time: Annotated[
-        str | None,
-        options.Option(
-            check=options.time(now=True),
-            help="Scheduled fire (UTC, e.g. 2025-08-01T18:00): the window ends here. Default: now.",
-        ),
-    ] = None,
-    scheduled_at: Annotated[
-        str | None,
-        options.Option(
-            check=options.time(now=True),
-            help="Wall-clock UTC time the fire was scheduled ('now': when this process "
-            "started, for a simulated clock); the fire ends by it + --deadline, so a "
-            "replacement process stops when the one it replaced would have. Default: "
-            "--fire-time.",
-        ),
-    ] = None,
-    deadline: Annotated[
-        float,
-        options.Option(
-            check=options.seconds(1),
-            help="Active deadline, seconds after --scheduled-at: polling, commits and "
-            "validation all end inside it (set a CronJob's activeDeadlineSeconds to it).",
-        ),
-    ] = 600.0,
-    lease_wait: Annotated[
-        float,
-        options.Option(
-            check=options.seconds(0),
-            help="Seconds to wait for another running update to release the repo's lease "
-            "(0: exit 1 at once); refused when the deadline leaves less. A holder that is "
-            "gone (a dead process on this host, a heartbeat silent for two beats) is taken "
-            "over at once.",
-        ),
-    ] = 0.0,
+    fire_time: FireTime = None,
+    scheduled_at: ScheduledAt = None,
+    deadline: Deadline = 600.0,
+    lease_wait: LeaseWait = 0.0,
     stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     replica: Replicas = None,
-    give_up_after: Annotated[
-        int,
-        options.Option(
-            check=options.count(0),
-            help="Fires in a row a published file may be skipped as unreadable before it is "
-            "given up as missing for good (retried when its object changes; 0: never).",
-        ),
-    ] = 3,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--validate/--no-validate",
-            help="After the commits, validate the fire's window (completeness, data currency, "
-            "replicas, decode health); exit 1 naming every failure.",
-        ),
-    ] = True,
-    validation_seconds: Annotated[
-        float,
-        options.Option(
-            check=options.seconds(0),
-            help="Validation's own time bound, from when it starts, capped by what --deadline "
-            f"leaves (at least {VALIDATION_FLOOR:g} s, kept back from polling); checks it "
-            "stops are named, and fail.",
-        ),
-    ] = 60.0,
+    give_up_after: GiveUpAfter = 3,
+    check: Check = True,
+    validation_seconds: ValidationSeconds = 60.0,
     sample: Sample = 16,
     min_present: MinPresent = None,
-    cluster: Annotated[
-        str | None, typer.Option(help="Dask scheduler address for the decode samples.")
-    ] = None,
+    cluster: SampleCluster = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
-    executor: Annotated[
-        Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
-    ] = "sync",
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="Print the fire's summary (commits, pending, skipped, given up, lag from "
-            "publish to main, validation) as one JSON object on stdout; the rest goes to stderr.",
-        ),
-    ] = False,
-    expire_older_than: Annotated[
-        str | None,
-        options.Option(
-            check=options.DURATION,
-            help="After the commits, inside the fire's lease: expire snapshots older than this "
-            "(0s, 12h, 30d) and collect garbage, as `toolkit virtual expire`.",
-        ),
-    ] = None,
-    pyramid: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--pyramid",
-            help="Variable (repeatable) whose map levels are built in the fire, right after "
-            "each commit, and landed on main with it; validation then checks every level.",
-        ),
-    ] = None,
-    stac: Annotated[
-        Path | None,
-        typer.Option(
-            "--stac",
-            help="After the commits: rewrite the dataset's STAC entry in this folder with "
-            "main's new extents, as `toolkit virtual stac` (a failure there is a warning).",
-        ),
-    ] = None,
+    executor: SampleExecutor = "sync",
+    as_json: FireJson = False,
+    expire_older_than: ExpireOlderThan = None,
+    pyramid: PyramidVars = None,
+    stac: StacOut = None,
 ) -> None:
     """One operational fire: refresh metadata, commit whole files to main as they publish,
     then validate what the window holds. Exit 0 only when every check passes."""
-    import time
+    from functools import partial
 
-    from toolkit.console import err_console, print_report
-    from toolkit.virtual.completeness import label_text
-    from toolkit.virtual.update import update as run_update
+    from toolkit.console import runner
+    from toolkit.virtual.unattended import Checks, Schedule
+    from toolkit.virtual.unattended import fire as run_fire
 
     keep = _duration(expire_older_than, "--expire-older-than")
     with _errors(repo):
-        fire = _label(fire_time or "now", "--fire-time")
-        anchor = _epoch(scheduled_at) if scheduled_at else _epoch(str(fire))
-        tiers = _tiers(min_present)
+        at = _label(fire_time or "now", "--fire-time")
+        anchor = _epoch(scheduled_at or str(at))
+        when = Schedule(at, anchor, deadline, lease_wait, give_up_after, keep, scheduled_at)
+        checks = Checks(check, validation_seconds, sample, _tiers(min_present))
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
-        hook, check_levels = _pyramid_hooks(ctx, ds, pyramid)
-        reserve = min(validation_seconds, VALIDATION_FLOOR) if check else 0.0
-        clock = FireClock(anchor, deadline, GRACE, reserve)
-        if clock.poll_until <= time.time():
-            err_console.print(
-                f"the poll deadline ({deadline:g} s after the scheduled "
-                f"{scheduled_at or label_text(fire)}, "
-                "less the time kept for the last commit and validation) has passed: one sweep "
-                "only"
-            )
+        levels = _pyramid_hooks(ds, pyramid)
         _stac_dir(stac)
-        report = run_update(
-            ds,
-            fire_time=fire,
-            scheduled_at=anchor,
-            deadline_seconds=deadline,
-            grace_seconds=GRACE,
-            reserve_seconds=reserve,
-            lease_wait=lease_wait,
-            give_up_after=give_up_after,
-            after_commit=hook,
-            expire_older_than=keep,
-        )
-        result = report.stage("update").result
-        if stac is not None:
-            _refresh_stac(repo, stores, stac)
-        if result.took_over:
-            err_console.print(f"warning: {result.took_over}", highlight=False, markup=False)
-        if as_json:
-            err_console.print(
-                f"update: {len(result.ingested)} file(s) committed in {len(result.commits)} "
-                f"commit(s), {len(result.pending)} pending, {len(result.skipped)} skipped",
-                highlight=False,
-            )
-        else:
-            print_report(report)
-        for url, done in result.expired:
-            err_console.print(
-                f"expired {url}: {done.snapshots} snapshot(s), {done.objects} object(s) "
-                f"({done.bytes:,} bytes)",
-                highlight=False,
-            )
-        for levels in result.after:
-            shards = sum(s.written for s in levels.stages if s.name.endswith("x"))
-            err_console.print(f"levels: {shards} shard(s) landed on main ({levels.seconds:.2f} s)")
-        level_failures = check_levels() if (check and check_levels is not None) else []
-        for s in result.skipped:
-            err_console.print(f"skipped {s.url}: {s.reason}", highlight=False, markup=False)
-        if result.pending:
-            err_console.print(
-                f"{len(result.pending)} file(s) not yet published roll to the next fire"
-            )
-        given_up = [*level_failures, *(s.line() for s in result.given_up)]
-        if not check:
-            for line in given_up:
-                err_console.print(f"FAIL {line}", highlight=False, markup=False)
-            _said(ds, as_json, passed=not given_up, failures=given_up, checked=False)
-            if given_up:
-                from toolkit.virtual.validate import ValidationFailed
-
-                raise ValidationFailed(f"{len(given_up)} file(s) missing for good")
-            return
-        from toolkit.console import session
-
-        with session(ctx, cluster, executor=executor, wait_for_workers=wait_for_workers) as where:
-            found = _run_validation(
+        with runner(ctx, cluster, executor=executor, wait_for_workers=wait_for_workers) as run:
+            outcome = run_fire(
                 ds,
-                fire_time=fire,
-                sample=sample,
-                min_present_fraction=tiers,
-                deadline=clock.bound(validation_seconds, time.time()),
-                extra=given_up,
-                cluster=where,
-                executor=executor,
+                when,
+                checks,
+                run,
+                levels=levels,
+                stac=stac,
+                say=_say,
+                shown=partial(_show_fire, as_json=as_json),
             )
-        _said(ds, as_json, passed=found.ok, failures=list(found.failures))
-        _report_validation(found, err_console if as_json else None)
+        _show_verdict(outcome, as_json)
 
 
-def _refresh_stac(repo: str, stores: StorageOptions, output: Path) -> None:
-    """`update --stac`: the entry follows main; failing to write it does not fail the fire
-    (its data landed), it is one warning line and validation still runs."""
+def _say(line: str) -> None:
+    """A line of the fire's (warnings, the STAC entry) on stderr, as written."""
     from toolkit.console import err_console
 
-    try:
-        entry = _write_stac(repo, stores, output)
-    except Exception as err:
+    err_console.print(line, highlight=False, markup=False)
+
+
+def _show_fire(fire: Any, as_json: bool) -> None:
+    """What the fire did, on stderr (its table on stdout without --json), printed as soon as
+    its commits are done: before validation starts."""
+    from toolkit.console import err_console, print_report
+
+    if fire.took_over:
+        err_console.print(f"warning: {fire.took_over}", highlight=False, markup=False)
+    if as_json:
         err_console.print(
-            f"warning: STAC entry not refreshed in {output}: {err}", highlight=False, markup=False
+            f"update: {len(fire.ingested)} file(s) committed in {len(fire.commits)} "
+            f"commit(s), {len(fire.pending)} pending, {len(fire.skipped)} skipped",
+            highlight=False,
         )
-        return
-    err_console.print(f"stac: {entry.collection} rewritten", highlight=False, markup=False)
+    else:
+        print_report(fire.as_report())
+    for url, done in fire.expired:
+        err_console.print(
+            f"expired {url}: {done.snapshots} snapshot(s), {done.objects} object(s) "
+            f"({done.bytes:,} bytes)",
+            highlight=False,
+        )
+    for levels in fire.after:
+        shards = sum(s.written for s in levels.stages if s.name.endswith("x"))
+        err_console.print(f"levels: {shards} shard(s) landed on main ({levels.seconds:.2f} s)")
+    for s in fire.skipped:
+        err_console.print(f"skipped {s.url}: {s.reason}", highlight=False, markup=False)
+    if fire.pending:
+        err_console.print(f"{len(fire.pending)} file(s) not yet published roll to the next fire")
 
 
-def _said(ds: Any, as_json: bool, passed: bool, failures: list[str], checked: bool = True) -> None:
-    """The fire's record gains its validation result; with --json, it is the one line of
-    stdout."""
+def _show_verdict(outcome: Any, as_json: bool) -> None:
+    """The fire's record (with --json, the one line of stdout), then validation's report;
+    exit 1 naming every failure."""
     import sys
 
-    from toolkit.virtual.status import last_fire, record_validation
+    from toolkit.console import err_console
+    from toolkit.virtual.validate import ValidationFailed
 
-    summary = (
-        record_validation(ds.repo.store, passed, failures)
-        if checked
-        else (last_fire(ds.repo.store) or {})
-    )
+    if outcome.validation is None:
+        for line in outcome.failures:
+            err_console.print(f"FAIL {line}", highlight=False, markup=False)
     if as_json:
-        emit_json(summary)
+        emit_json(outcome.record)
         sys.stdout.flush()
+    if outcome.validation is not None:
+        _report_validation(outcome.validation, err_console if as_json else None)
+    elif outcome.failures:
+        raise ValidationFailed(f"{len(outcome.failures)} file(s) missing for good")
 
 
-def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> tuple[Any, Any]:
-    """(after_commit, check) for `--pyramid`: the pyramid job's, handed down by the toolkit
-    CLI (this job does not import that one)."""
+# `--pyramid`'s (after_commit, check) for (repo, variables): the pyramid job's, which this job
+# does not import; set by the command that composes both (`toolkit.cli`), None without it
+pyramid_levels: Callable[[Any, list[str]], tuple[Any, Any]] | None = None
+
+
+def _pyramid_hooks(ds: Any, variables: list[str] | None) -> tuple[Any, Any]:
+    """(after_commit, check) for `--pyramid`, from `pyramid_levels`."""
     if not variables:
         return None, None
     have = ds.template.variables  # checked before the fire: its commits and record are made
@@ -610,10 +583,9 @@ def _pyramid_hooks(ctx: typer.Context, ds: Any, variables: list[str] | None) -> 
                 f"--pyramid {v!r}: dataset {ds.dataset.name} has no such variable (it has "
                 f"{', '.join(sorted(have))}); name one of them"
             )
-    make = (ctx.find_root().obj or {}).get("pyramid_levels")
-    if make is None:
+    if pyramid_levels is None:
         raise typer.BadParameter("--pyramid needs the toolkit command line (toolkit virtual ...)")
-    return make(ds.repo, list(variables))
+    return pyramid_levels(ds.repo, list(variables))
 
 
 def _epoch(text: str) -> float:
@@ -1019,18 +991,19 @@ def validate(
     Exit 1 naming every gap, every stale or diverging repo and every sample that fails to
     decode to plausible values.
     """
-    from toolkit.console import session
+    from toolkit.console import runner
+    from toolkit.virtual.validate import validate as run_validate
 
     with (
         _errors(repo),
-        session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where,
+        runner(ctx, cluster, performance_report, ship, executor, wait_for_workers) as run,
     ):
         include_vars, exclude_vars = _var_choice(include_var, exclude_var)
         _existing_repo(repo, stores)  # validating creates nothing
         for url in replica or ():
             _existing_repo(url, stores)
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
-        found = _run_validation(
+        found = run_validate(
             ds,
             start=_label(start),
             end=_label(end, "--end"),
@@ -1041,8 +1014,7 @@ def validate(
             min_present_fraction=_tiers(min_present),
             include_vars=include_vars,
             exclude_vars=exclude_vars,
-            cluster=where,
-            executor=executor,
+            runner=run,
         )
         _report_validation(found, as_json=as_json)
 
@@ -1053,14 +1025,6 @@ def _tiers(text: str | None) -> tuple[float, ...] | None:
     if text is None:
         return None
     return check_tiers([x for x in text.split(",") if x.strip()], "--min-present")
-
-
-def _run_validation(ds: Any, **kwargs: Any) -> Any:
-    from toolkit.console import progress_bars
-    from toolkit.virtual.validate import validate as run_validate
-
-    with progress_bars() as bars:
-        return run_validate(ds, progress=bars, **kwargs)
 
 
 def _report_validation(found: Any, to: Any = None, as_json: bool = False) -> None:

@@ -2,6 +2,11 @@
 
     DATASET = grib_forecast("mymodel", source=..., key=..., variables=[variable(...)], ...)
 
+or, the same definition as a few values,
+
+    DATASET = forecast("mymodel", source=Source(...), variables=[...], grid=Grid(...),
+                       schedule=Schedule(...))
+
 then `toolkit virtual backfill mymodule:DATASET --repo ...` (see docs/virtual.md). Every file
 needs a wgrib2-style `.idx` beside it (`<key>.idx`); the catalog says which index records
 (element, level) become which variables, so files may carry much more than you take.
@@ -9,25 +14,41 @@ needs a wgrib2-style `.idx` beside it (`<key>.idx`); the catalog says which inde
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Dataset, LatestCycles, RepoSettings
+from toolkit.virtual.dataset import Dataset, RepoSettings
 from toolkit.virtual.datasets.common import (
-    check_inits,
-    forecast_template,
-    global_attrs,
+    Checks,
+    Grid,
+    Schedule,
+    forecast_dataset,
     grid_mapping,
     latlon_crs_attrs,
 )
 from toolkit.virtual.source import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, KnownMissing, Member, NoaaSource
 
-__all__ = ["Dataset", "GribVariable", "KnownMissing", "grib_forecast", "latlon_crs", "variable"]
+__all__ = [
+    "Checks",
+    "Dataset",
+    "GribVariable",
+    "Grid",
+    "KnownMissing",
+    "Schedule",
+    "Source",
+    "forecast",
+    "grib_forecast",
+    "latlon_crs",
+    "variable",
+]
 
 FILE_TYPE = "grib2"  # the one file type of an archive that has one file per (init, lead)
 
@@ -56,32 +77,131 @@ def latlon_crs(earth_radius: float = 6371229.0) -> dict[str, Any]:
     return latlon_crs_attrs(earth_radius)
 
 
-def grib_forecast(
+@dataclass(frozen=True)
+class Source:
+    """Where the files are: `location` (a URL or path, or an open `Store`; `store_options` as
+    for any store, e.g. region, endpoint, anonymous) and each file's `key`, a format string
+    over `init` (datetime), `lead` (whole hours), `file_type` and `member`, relative to
+    `location`. One file per (init, lead[, member][, file type]) of `file_types` and
+    `members` (labelled `member_labels`, or the members as strings); `known_missing` records
+    are not expected."""
+
+    location: str | storage.Store
+    key: str
+    file_types: tuple[str, ...] = (FILE_TYPE,)
+    members: tuple[Member, ...] = (None,)
+    member_labels: tuple[Any, ...] | None = None
+    known_missing: tuple[KnownMissing, ...] = ()
+    store_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("file_types", "members", "known_missing"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.member_labels is not None:
+            object.__setattr__(self, "member_labels", tuple(self.member_labels))
+
+    def files(self, name: str, variables: Sequence[GribVariable]) -> GribSource:
+        """The `GribSource` of dataset `name`: a catalog of `variables`, the store opened."""
+        catalog = NoaaSource(
+            bucket="",
+            variables=tuple(variables),
+            known_missing=self.known_missing,
+            name=name,
+            file_types=self.file_types,
+            key_format=self.key,
+        )
+        store = storage.open_store(self.location, **dict(self.store_options or {}))
+        labels = self.member_labels
+        if labels is None and self.members != (None,):
+            labels = tuple(str(m) for m in self.members)
+        return GribSource(catalog, store, catalog.file_types, self.members, labels)
+
+
+def forecast(
     name: str,
     *,
-    source: str | storage.Store,
-    key: str,
+    source: Source,
     variables: Sequence[GribVariable],
-    grid: Mapping[str, np.ndarray],
-    first_init: datetime,
-    end: datetime,
-    every_hours: int,
-    leads_hours: Iterable[int],
-    members: Sequence[Member] = (None,),
-    member_labels: Sequence[Any] | None = None,
-    file_types: Sequence[str] = (FILE_TYPE,),
-    crs: Mapping[str, Any] | None = None,
-    split: int | Mapping[str | None, int] = 1000,
-    update_cycles: int = 2,
-    known_missing: Sequence[KnownMissing] = (),
+    grid: Grid,
+    schedule: Schedule,
     title: str = "",
-    store_options: Mapping[str, Any] | None = None,
-    allow_all_nan_vars: Sequence[str] = (),
-    min_present_fraction: Sequence[float] = (1.0,),
-    expected_latency_hours: float | None = None,
     attrs: Mapping[str, Any] | None = None,
-    grid_relative_winds: bool = False,
+    split: int | Mapping[str | None, int] | None = 1000,
+    checks: Checks = Checks(),
 ) -> Dataset:
+    """A forecast archive from its values: `source` (where the files are), `variables` (which
+    index records become which arrays), `grid`, `schedule` (inits, leads, update window).
+
+    `grid.crs` (CF grid-mapping attributes, e.g. `latlon_crs()`) gains its WKT and a
+    `spatial_ref` variable; `attrs` (e.g. institution, license) join the root's; `split` sizes
+    manifests along `init_time` (as `RepoSettings.split`); `checks` are validation's terms.
+    Variables get their CF attributes from their element (`toolkit.virtual.cf`).
+    """
+    schedule.inits(name)  # the schedule's errors come before the store is opened
+    if grid.crs is not None:
+        grid = dataclasses.replace(grid, crs=grid_mapping(grid.crs))
+    return forecast_dataset(
+        name,
+        grid,
+        source.files(name, variables),
+        variables,
+        schedule,
+        title=title,
+        attrs=attrs,
+        settings=RepoSettings(split),
+        checks=checks,
+    )
+
+
+class _Needed(TypedDict):
+    source: str | storage.Store
+    key: str
+    variables: Sequence[GribVariable]
+    grid: Mapping[str, np.ndarray]
+    first_init: datetime
+    end: datetime
+    every_hours: int
+    leads_hours: Iterable[int]
+
+
+class GribForecastKeywords(_Needed, total=False):
+    """`grib_forecast`'s keywords, in their documented order (the first eight required)."""
+
+    members: Sequence[Member]
+    member_labels: Sequence[Any] | None
+    file_types: Sequence[str]
+    crs: Mapping[str, Any] | None
+    split: int | Mapping[str | None, int]
+    update_cycles: int
+    known_missing: Sequence[KnownMissing]
+    title: str
+    store_options: Mapping[str, Any] | None
+    allow_all_nan_vars: Sequence[str]
+    min_present_fraction: Sequence[float]
+    expected_latency_hours: float | None
+    attrs: Mapping[str, Any] | None
+    grid_relative_winds: bool
+
+
+_DEFAULTS: dict[str, Any] = {
+    "members": (None,),
+    "member_labels": None,
+    "file_types": (FILE_TYPE,),
+    "crs": None,
+    "split": 1000,
+    "update_cycles": 2,
+    "known_missing": (),
+    "title": "",
+    "store_options": None,
+    "allow_all_nan_vars": (),
+    "min_present_fraction": (1.0,),
+    "expected_latency_hours": None,
+    "attrs": None,
+    "grid_relative_winds": False,
+}
+
+
+def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Dataset:
     """A forecast archive: one file per (init, lead[, member][, file type]) at `key`.
 
     `key` is a format string over `init` (datetime), `lead` (whole hours), `file_type` and
@@ -97,53 +217,59 @@ def grib_forecast(
     grid-mapping attributes, e.g. `latlon_crs()`) gains its WKT and a `spatial_ref` variable;
     `attrs` (e.g. institution, license) join the root's; `grid_relative_winds` says u/v follow
     a projected grid's axes.
+
+    The keyword form of `forecast`: the keywords go to its `Source`, `Grid`, `Schedule` and
+    `Checks` values unchanged, so both forms build the same dataset.
     """
-    check_inits(name, first_init, end, every_hours, (every_hours,))
-    members = tuple(members)
-    catalog = NoaaSource(
-        bucket="",
-        variables=tuple(variables),
-        known_missing=tuple(known_missing),
-        name=name,
-        file_types=tuple(file_types),
-        key_format=key,
-    )
-    store = (
-        source
-        if isinstance(source, storage.Store)
-        else storage.open_store(source, **dict(store_options or {}))
-    )
-    inits = np.arange(
-        np.datetime64(first_init, "ns"), np.datetime64(end, "ns"), np.timedelta64(every_hours, "h")
-    )
-    leads = np.array(sorted(set(leads_hours)), dtype="timedelta64[h]").astype("timedelta64[ns]")
-    labels = None if member_labels is None else tuple(member_labels)
-    template = forecast_template(
-        catalog.variables,
-        catalog.file_types,
-        inits=inits,
-        leads=leads,
-        grid=grid,
-        members=None if members == (None,) else np.array(labels or [str(m) for m in members]),
-        crs=None if crs is None else grid_mapping(crs),
-        attrs=global_attrs(
-            title=title or name, source=store.url, grid=grid, crs=crs, start=inits,
-            **dict(attrs or {}),
-        ),
-        grid_relative_winds=grid_relative_winds,
-    )  # fmt: skip
-    if labels is None and members != (None,):
-        labels = tuple(str(m) for m in members)
-    return Dataset(
+    try:
+        bound = _SIGNATURE.bind(name, **keywords)
+    except TypeError as err:
+        raise TypeError(f"grib_forecast(): {err}") from None
+    bound.apply_defaults()
+    k = bound.arguments
+    return forecast(
         name,
-        template,
-        GribSource(catalog, store, catalog.file_types, tuple(members), labels),
-        RepoSettings(split),
-        LatestCycles(update_cycles, every_hours),
-        title=title or name,
-        allow_all_nan_vars=tuple(allow_all_nan_vars),
-        min_present_fraction=tuple(min_present_fraction),
-        expected_latency=None
-        if expected_latency_hours is None
-        else np.timedelta64(int(expected_latency_hours * 3600), "s").astype("timedelta64[ns]"),
+        source=Source(
+            k["source"],
+            k["key"],
+            file_types=k["file_types"],
+            members=k["members"],
+            member_labels=k["member_labels"],
+            known_missing=k["known_missing"],
+            store_options=k["store_options"],
+        ),
+        variables=k["variables"],
+        grid=Grid(k["grid"], k["crs"], k["grid_relative_winds"]),
+        schedule=Schedule(
+            k["first_init"],
+            k["end"],
+            k["every_hours"],
+            k["leads_hours"],
+            update_cycles=k["update_cycles"],
+        ),
+        title=k["title"],
+        attrs=k["attrs"],
+        split=k["split"],
+        checks=Checks(
+            k["allow_all_nan_vars"], k["min_present_fraction"], k["expected_latency_hours"]
+        ),
     )
+
+
+def _signature() -> inspect.Signature:
+    """The keyword form as help() and `inspect.signature` show it: `name`, then each keyword
+    of `GribForecastKeywords` with its annotation as written and its default."""
+    params = [inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str")]
+    for key, hint in GribForecastKeywords.__annotations__.items():
+        params.append(
+            inspect.Parameter(
+                key,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=_DEFAULTS.get(key, inspect.Parameter.empty),
+                annotation=getattr(hint, "__forward_arg__", hint),
+            )
+        )
+    return inspect.Signature(params, return_annotation="Dataset")
+
+
+_SIGNATURE = grib_forecast.__signature__ = _signature()  # type: ignore[attr-defined]

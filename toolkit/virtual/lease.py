@@ -17,6 +17,9 @@ rewrites it at its next beat, and one nothing rewrote for two intervals is taken
 next acquirer (the next fire, `toolkit virtual expire`, the same backfill rerun); before
 that, acquiring is refused naming the object and when to rerun. A holder never steals: it
 replaces a corrupt lease only on the version it read, as any takeover.
+
+Whether a term ran out and why a holder counts as gone are `toolkit.tenure`'s decisions, the
+same the local store's lock takes; this module keeps the record format and the I/O.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit import storage
+from toolkit import storage, tenure
 
 __all__ = ["HEARTBEAT", "Lease", "LeaseHeld", "LeaseLost", "decode"]
 
@@ -102,7 +105,7 @@ class Lease:
         return f"{self.store.url.rstrip('/')}/{self.key}"
 
     def _body(self) -> bytes:
-        now = time.time()
+        term = tenure.granted(self.holder, time.time(), 2 * self.interval)
         return json.dumps(
             {
                 "holder": self.holder,
@@ -110,9 +113,9 @@ class Lease:
                 "pid": self.pid,
                 "started": self.started,
                 "fire_time": self.fire_time,
-                "heartbeat": now,
+                "heartbeat": term.heartbeat,
                 "interval": self.interval,
-                "expires": now + 2 * self.interval,
+                "expires": term.expires,
                 **self.about,
             }
         ).encode()
@@ -151,31 +154,33 @@ class Lease:
             held = decode(self.store, self.key, blob.data, "")
         except storage.CorruptObject as err:
             return self._replace_corrupt(blob, err)
+        now, term = time.time(), term_of(held)
         theirs = held["holder"] != self.holder
-        gone = gone_because(held) if theirs else None
+        gone = gone_because(held, now) if theirs else None
         if theirs and gone is None and held["fire_time"] >= self.fire_time:
+            beat = now if term.heartbeat is None else term.heartbeat
             raise _held(
                 self,
-                f"is held by {holder_of(held)} (fire {_when(held['fire_time'])}, heartbeat "
-                f"{max(0.0, time.time() - held.get('heartbeat', time.time())):.0f} s ago): "
-                f"another {self.role} is running",
-                held["expires"] - time.time(),
+                f"is held by {term.owner} (fire {_when(held['fire_time'])}, heartbeat "
+                f"{max(0.0, now - beat):.0f} s ago): another {self.role} is running",
+                term.left(now),
             )
         try:  # gone, or ours, or an older fire's: take it over on the version we read
             storage.put(self.store, self.key, self._body(), mode=blob.version)
         except (storage.PreconditionFailed, storage.AlreadyExists):
             raise _held(self, f"was taken by another {self.role} first", 0.0) from None
-        if gone is not None and "released" not in held:
-            self.took_over = f"took over {self.url} from {holder_of(held)}: {gone}"
+        if gone is not None and not term.released:
+            self.took_over = f"took over {self.url} from {term.owner}: {gone}"
         self._renewed = time.monotonic()
         return self
 
     def _replace_corrupt(self, blob: storage.Blob, err: storage.CorruptObject) -> Lease:
         """Take over a lease that is not one, once nothing rewrote it for `silence` seconds
         (a live holder would have); before that, LeaseHeld naming it and when to rerun."""
-        age = max(0.0, time.time() - blob.last_modified.timestamp())
-        left = self.silence - age
-        if left > 0:
+        now = time.time()
+        term = tenure.aged(self.url, blob.last_modified.timestamp(), now, self.silence)
+        left = term.left(now)
+        if term.lapsed(now) is None:
             fix = (
                 f"a live holder rewrites it within {self.interval:g} s; if none does, rerun in "
                 f"{math.ceil(left)} s and this {self.role} takes it over"
@@ -191,7 +196,7 @@ class Lease:
             raise _held(self, f"was taken by another {self.role} first", 0.0) from None
         self.took_over = (
             f"took over {self.url}: it was not a lease ({err.detail}) and nothing rewrote it "
-            f"for {age:.0f} s"
+            f"for {self.silence - left:.0f} s"
         )
         self._renewed = time.monotonic()
         return self
@@ -282,22 +287,25 @@ def holder_of(held: dict[str, Any]) -> str:
     """The holder as a person can find it: pid on host, started when."""
     if "host" not in held:
         return str(held["holder"])
-    return f"pid {held['pid']} on {held['host']} (started {_when(held['started'])})"
+    started = f" (started {_when(held['started'])})" if "started" in held else ""
+    return f"pid {held.get('pid')} on {held['host']}{started}"
+
+
+def term_of(held: dict[str, Any]) -> tenure.Term:
+    """A decoded lease's term (`toolkit.tenure`, the one lease's decisions)."""
+    beat = held.get("heartbeat")
+    return tenure.Term(holder_of(held), held["expires"], beat, "released" in held)
 
 
 def gone_because(held: dict[str, Any], now: float | None = None) -> str | None:
-    """Why the holder of `held` counts as gone (None: it may still be working)."""
+    """Why the holder of `held` counts as gone (None: it may still be working): it released
+    it, its process on this host is no longer running, or its term ran out."""
     now = time.time() if now is None else now
-    if "released" in held:
-        return "it released it"
     pid, host = held.get("pid"), held.get("host")
-    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
-        return f"process {pid} on {host} is no longer running"
-    if held["expires"] <= now:
-        beat = held.get("heartbeat")
-        silent = f"for {now - beat:.0f} s" if beat is not None else "past its expiry"
-        return f"its heartbeat stopped {silent}"
-    return None
+    dead = host == socket.gethostname() and isinstance(pid, int) and not _alive(pid)
+    return tenure.takeover(
+        term_of(held), now, f"process {pid} on {host} is no longer running" if dead else None
+    )
 
 
 def _alive(pid: int) -> bool:

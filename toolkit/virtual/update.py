@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolkit import icechunk as R
@@ -25,7 +25,15 @@ from toolkit.virtual.read import discover
 from toolkit.virtual.status import fire_summary, record_fire
 from toolkit.virtual.write import Job, RunResult, ensure_repo, filter_already_present, refresh, run
 
-__all__ = ["EXPIRY_ORDER", "LEASE_KEY", "BackfillInFlight", "FarBehind", "expire", "update"]
+__all__ = [
+    "EXPIRY_ORDER",
+    "LEASE_KEY",
+    "BackfillInFlight",
+    "FarBehind",
+    "Fire",
+    "expire",
+    "update",
+]
 
 LEASE_KEY = "toolkit-update.lease"
 
@@ -36,6 +44,58 @@ class BackfillInFlight(RuntimeError):
 
 class FarBehind(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Fire:
+    """What one fire did: of the window's `files`, the `todo` it set out to write (the rest
+    were on main already, or given up and unchanged), what its write loop did (`written`:
+    committed, skipped, pending, commits, refs, `after_commit`'s returns), the files given up
+    as missing for good, the lease it took over from a holder that was gone, the expiries it
+    ran, and how long it took."""
+
+    fire_time: Any
+    files: int
+    todo: int
+    written: RunResult
+    given_up: list[skips.Strike] = field(default_factory=list)
+    took_over: str | None = None
+    expired: list[tuple[str, R.Expired]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ingested(self) -> list[str]:
+        return self.written.ingested
+
+    @property
+    def skipped(self) -> list[Any]:
+        return self.written.skipped
+
+    @property
+    def pending(self) -> list[str]:
+        return self.written.pending
+
+    @property
+    def commits(self) -> list[str]:
+        return self.written.commits
+
+    @property
+    def refs(self) -> int:
+        return self.written.refs
+
+    @property
+    def after(self) -> list[Any]:
+        return self.written.after
+
+    def as_report(self) -> Report:
+        """The fire as one row of the per-stage table the engine's jobs print (the CLI, the
+        demo's page), holding the fire as its result. No plan ran: the digest is `-`, the
+        executor `inline`."""
+        skipped = self.files - self.todo
+        row = StageReport(
+            "update", self.files, skipped, len(self.ingested), self.seconds, result=self
+        )
+        return Report(f"virtual-update-{self.fire_time}", "-", "inline", (row,), self.seconds)
 
 
 def update(
@@ -51,7 +111,7 @@ def update(
     give_up_after: int = 3,
     after_commit: Callable[[list[dict[str, Any]]], Any] | None = None,
     expire_older_than: _dt.timedelta | None = None,
-) -> Report:
+) -> Fire:
     """One fire: refresh metadata, then poll-and-commit the window until done or the deadline.
 
     One deadline for the whole fire (`FireClock`): polling stops `grace_seconds` (for the last
@@ -82,13 +142,41 @@ def update(
         grace_seconds,
         reserve_seconds,
     )
-    poll_deadline = clock.poll_until
-    if lease_wait > max(0.0, poll_deadline - t0):
+    _fits(lease_wait, clock.poll_until - t0)
+    fire, inside = _window(job, fire_time, clock.poll_until)
+    _no_backfill_in_flight(job, ensure_repo(fire))
+    # Fires are ordered by their scheduled fire label, not by process start: two processes of
+    # one fire tie (the second waits or exits), a newer fire takes over from an older one.
+    lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), heartbeat)
+    lease.acquire(wait=lease_wait)
+    try:
+        with lease.heartbeat():
+            done = _poll(fire_time, fire, lease, give_up_after, after_commit, inside)
+            if expire_older_than is not None:
+                done = replace(done, expired=_expire_all(fire.repos, expire_older_than, lease))
+            done = replace(done, took_over=lease.took_over)
+            summary = fire_summary(
+                _fire_label(fire_time), t0, time.time(), done, job.repo.open(fresh=True)
+            )
+            lease.check()  # the record is the lease holder's to write, like the commits
+            record_fire(job.repo.store, summary)
+    finally:
+        lease.release()
+    return replace(done, seconds=time.time() - t0)
+
+
+def _fits(lease_wait: float, polling: float) -> None:
+    """--lease-wait must leave the fire time to poll: refused before any work."""
+    if lease_wait > max(0.0, polling):
         raise ValueError(
             f"--lease-wait {lease_wait:g} s does not fit the fire: its deadline leaves "
-            f"{max(0.0, poll_deadline - t0):.0f} s of polling; wait less, or give a longer "
-            "--deadline"
+            f"{max(0.0, polling):.0f} s of polling; wait less, or give a longer --deadline"
         )
+
+
+def _window(job: Job, fire_time: Any, poll_deadline: float) -> tuple[Job, list[Any]]:
+    """The fire's job (its window, in update mode, on main) and the window's append-dim
+    labels in the template; a window outside the template is refused."""
     start, end = job.dataset.window(fire_time)
     fire = job.region(
         start, end, processing_mode="update", branch="main", poll_deadline=poll_deadline
@@ -100,8 +188,11 @@ def update(
             f"fire {fire_time}: its window [{start}, {end}) holds no {t.append_dim} of "
             f"the template ({t.coords[t.append_dim][0]} .. {t.coords[t.append_dim][-1]})"
         )
-    first = t.position(inside[0])
-    repo = ensure_repo(fire)
+    return fire, inside
+
+
+def _no_backfill_in_flight(job: Job, repo: Any) -> None:
+    """An update moves main: refused while a backfill's branch would finalize over it."""
     busy = temp_branches(repo)
     if busy:
         raise BackfillInFlight(
@@ -110,34 +201,6 @@ def update(
             f"update would move main under it: wait for it to finalize, or "
             f"{ways_out(job.repo.url, busy[0])}"
         )
-    # Fires are ordered by their scheduled fire label, not by process start: two processes of
-    # one fire tie (the second waits or exits), a newer fire takes over from an older one.
-    lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), heartbeat)
-    lease.acquire(wait=lease_wait)
-    try:
-        with lease.heartbeat():
-            result, coords, todo = _poll(
-                fire_time, fire, lease, give_up_after, after_commit, inside, first
-            )
-            if expire_older_than is not None:
-                result.expired = _expire_all(fire.repos, expire_older_than, lease)
-            result.took_over = lease.took_over
-            summary = fire_summary(
-                _fire_label(fire_time), t0, time.time(), result, job.repo.open(fresh=True)
-            )
-            lease.check()  # the record is the lease holder's to write, like the commits
-            record_fire(job.repo.store, summary)
-    finally:
-        lease.release()
-    stage = StageReport(
-        "update",
-        len(coords),
-        len(coords) - len(todo),
-        len(result.ingested),
-        time.time() - t0,
-        result=result,
-    )
-    return Report(f"virtual-update-{fire_time}", "-", "inline", (stage,), time.time() - t0)
 
 
 def _poll(
@@ -147,13 +210,13 @@ def _poll(
     give_up_after: int,
     after_commit: Callable[[list[dict[str, Any]]], Any] | None,
     inside: list[Any],
-    first: int,
-) -> tuple[RunResult, list[Any], list[Any]]:
+) -> Fire:
     """The fire's work under the lease: refresh, the write loop, the skip counts."""
     t, job = fire.template, fire
     refresh(fire)
     session = R.readonly(fire.repo.open(fresh=True))
     extent = committed_extent(session, t) or 0
+    first = t.position(inside[0])
     # Positions between main's end and the window are never in any later fire's window:
     # growing past them leaves readers empty slots. Tolerate one window's worth (a missed
     # fire or a new dataset whose template starts just before), refuse beyond.
@@ -167,21 +230,19 @@ def _poll(
     strikes = skips.load(job.repo.store)
     held = _held_back(fire, todo, skips.given_up(strikes, give_up_after))
     todo = [c for c in todo if c.key not in held]
-    result = run(
+    written = run(
         fire,
         todo,
         before_commit=lease.check,
         metadata={"writer": lease.holder},
         after_commit=after_commit,
     )
-    strikes = skips.tally(strikes, _fire_label(fire_time), result.skipped, result.ingested)
+    strikes = skips.tally(strikes, _fire_label(fire_time), written.skipped, written.ingested)
     lease.check()  # the skip counts are the lease holder's to write, like the commits
     skips.save(job.repo.store, strikes)
     mine = {c.key for c in coords}
-    result.given_up = [
-        s for url, s in skips.given_up(strikes, give_up_after).items() if url in mine
-    ]
-    return result, coords, todo
+    given_up = [s for url, s in skips.given_up(strikes, give_up_after).items() if url in mine]
+    return Fire(fire_time, len(coords), len(todo), written, given_up)
 
 
 EXPIRY_ORDER = -1.0e18  # an expiry never takes the lease from a fire; any fire takes it back
@@ -234,7 +295,3 @@ def _fire_order(fire_time: Any) -> float:
     import numpy as np
 
     return float(np.datetime64(fire_time, "ms").astype("int64")) / 1000.0
-
-
-def with_deadline(job: Job, deadline: float) -> Job:
-    return replace(job, poll_deadline=deadline)

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from toolkit import icechunk as R
-from toolkit.engine import run
+from toolkit.engine import RunKeywords, Runner, runner_of
 from toolkit.plan import Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual.completeness import Cell, Completeness, completeness, label_text, window_of
@@ -307,18 +307,12 @@ def decode_health(
     branch: str = "main",
     snapshot: str | None = None,
     deadline: float | None = None,
-    cluster: Any = None,
-    executor: str = "sync",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
 ) -> tuple[Report, tuple[SampleResult, ...]]:
     if not samples:
         raise ValidationFailed("no references present to sample: decode health cannot pass")
-    report = run(
-        decode_plan(job, samples, branch, snapshot=snapshot, deadline=deadline),
-        cluster=cluster,
-        executor=executor,  # type: ignore[arg-type]
-        progress=progress,
-    )
+    runner = runner or Runner(executor="sync")
+    report = runner.run(decode_plan(job, samples, branch, snapshot=snapshot, deadline=deadline))
     return report, tuple(report.stage("decode").result or ())
 
 
@@ -467,9 +461,8 @@ def validate(
     exclude_vars: Collection[str] = (),
     deadline: float | None = None,
     extra: Sequence[str] = (),
-    cluster: Any = None,
-    executor: str = "sync",
-    progress: Callable[[str, int, int], None] | None = None,
+    runner: Runner | None = None,
+    **run: Unpack[RunKeywords],
 ) -> ValidationReport:
     """Completeness, data currency, replicas, then decode health, over one pinned snapshot.
 
@@ -478,9 +471,11 @@ def validate(
     no window given). Decode health samples the `positions` newest positions with data
     (`pick_samples`: every variable, first/interior/last leads, every member; up to `sample`
     cells when that is more). `deadline` (epoch seconds) bounds the whole: what it stops is
-    named in `unfinished`, and fails.
+    named in `unfinished`, and fails. `runner` runs the decode samples (or the one `cluster`/
+    `executor`/`progress` make; in this process by default).
     """
     _check_positions(positions, max_positions)  # before any work
+    runner = runner_of(runner, "sync", **run)
     operational = fire_time is not None or (start is None and end is None)
     if operational and fire_time is None:
         fire_time = np.datetime64("now", "s")
@@ -530,8 +525,6 @@ def validate(
         branch=branch,
         snapshot=snapshot,
         deadline=deadline,
-        cluster=cluster,
-        executor=executor,
-        progress=progress,
+        runner=runner,
     )
     return replace(found, samples=results, decode_report=report, unfinished=tuple(unfinished))

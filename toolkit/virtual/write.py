@@ -65,15 +65,17 @@ class Skipped:
 
 @dataclass
 class RunResult:
+    """What one write loop (`run`) did: the files committed, skipped (with the reason) and
+    still pending, the commits, the refs set, and what `after_commit` returned per commit.
+    The update's own outcome wraps it (`toolkit.virtual.update.Fire`); a backfill reports
+    through its plan (`BackfillOut`)."""
+
     ingested: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     refs: int = 0
-    given_up: list[Any] = field(default_factory=list)  # an update's files missing for good
     after: list[Any] = field(default_factory=list)  # what `after_commit` returned, per commit
-    took_over: str | None = None  # an update's lease taken from a holder that was gone
-    expired: list[Any] = field(default_factory=list)  # (repo url, what its expiry did)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,15 +1,17 @@
 """What forecast datasets share: the template builder, grids and CRS attributes, the checks.
 
-A dataset module states its facts (catalog, file types, cycle spacing, leads, grid, manifest
-split sizes) and calls `forecast(...)`, which checks them and returns the `Dataset` value:
-the template is built once, when the value is, and travels with it.
+A forecast is stated as a few values: its `Grid`, its source (a `GribSource`), its variables,
+its `Schedule` (inits, leads, update window) and its `Checks`; `forecast_dataset(...)` checks
+them and returns the `Dataset` value, whose template is built once, when the value is, and
+travels with it. A NOAA dataset module adds its catalog and bucket through `noaa_forecast`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,14 +27,19 @@ from toolkit.virtual.template import VALID_TIME, Template, TemplateVar
 __all__ = [
     "EARTH_RADIUS",
     "NOAA_REGION",
-    "forecast",
+    "Checks",
+    "Grid",
+    "Schedule",
+    "forecast_dataset",
     "forecast_template",
     "global_attrs",
     "grid_mapping",
     "hour_range",
     "latlon_0p25",
     "latlon_crs_attrs",
+    "noaa_forecast",
     "noaa_store",
+    "on_nodd",
 ]
 
 NOAA_REGION = "us-east-1"
@@ -291,81 +298,169 @@ def next_cycle(freq: int) -> datetime:
     return end.astype("datetime64[s]").item()
 
 
-def forecast(
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """The grid: its coordinates in the order the messages scan them (e.g. latitude then
+    longitude), its CRS as CF grid-mapping attributes with their WKT (None: no `spatial_ref`),
+    and whether u/v winds follow a projected grid's axes (HRRR) rather than east/north."""
+
+    coords: Mapping[str, np.ndarray]
+    crs: Mapping[str, Any] | None = None
+    grid_relative_winds: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When files exist: inits `first_init` .. `end` (exclusive; None: the cycle after the
+    current one, resolved when the dataset is built) every `every_hours`, each at
+    `leads_hours` (hours, or timedelta64s), of which `published` says which an init publishes
+    (`AllLeads`, `ShortCycles`). An update fire takes the `update_cycles` newest cycles.
+    `source_every_hours` are the cycle spacings the source publishes (empty: any)."""
+
+    first_init: datetime
+    end: datetime | None
+    every_hours: int
+    leads_hours: Iterable[Any]
+    update_cycles: int = 2
+    published: Any = field(default_factory=AllLeads)
+    source_every_hours: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "leads_hours", tuple(self.leads_hours))  # a generator, once
+
+    def inits(self, name: str) -> np.ndarray:
+        """The init times, after checking them (whole hours on the cycle, `end` after
+        `first_init`, a spacing the source publishes); `name` prefixes the errors."""
+        end = self.end or next_cycle(self.every_hours)
+        allowed = self.source_every_hours or (self.every_hours,)
+        check_inits(name, self.first_init, end, self.every_hours, allowed)
+        step = np.timedelta64(self.every_hours, "h")
+        return np.arange(np.datetime64(self.first_init, "ns"), np.datetime64(end, "ns"), step)
+
+    def leads(self) -> np.ndarray:
+        """The lead times, sorted and unique, as timedelta64[ns]."""
+        hours = np.array(sorted(set(self.leads_hours)), dtype="timedelta64[h]")
+        return hours.astype("timedelta64[ns]")
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What validation holds the dataset to: the variables that may decode entirely to NaN,
+    the completeness tiers (newest position first, the last 1.0), and how old the newest data
+    may be at a fire, in hours (None: the update window's span)."""
+
+    allow_all_nan_vars: tuple[str, ...] = ()
+    min_present_fraction: tuple[float, ...] = (1.0,)
+    expected_latency_hours: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allow_all_nan_vars", tuple(self.allow_all_nan_vars))
+        object.__setattr__(self, "min_present_fraction", tuple(self.min_present_fraction))
+
+    @property
+    def expected_latency(self) -> np.timedelta64 | None:
+        hours = self.expected_latency_hours
+        if hours is None:
+            return None
+        return np.timedelta64(int(hours * 3600), "s").astype("timedelta64[ns]")
+
+
+def forecast_dataset(
     name: str,
-    catalog: NoaaSource,
+    grid: Grid,
+    source: GribSource,
+    variables: Sequence[GribVariable],
+    schedule: Schedule,
     *,
-    title: str,
-    source_store: storage.Store | None,
-    file_types: tuple[str, ...],
-    first_init: datetime,
-    append_dim_end: datetime | None,
-    init_freq_hours: int,
-    allowed_init_freq: Sequence[int],
-    lead_times: np.ndarray,
-    grid: Mapping[str, np.ndarray],
-    crs: Mapping[str, Any],
-    split: Any,
-    members: tuple[Member, ...] = (None,),
-    member_labels: tuple[Any, ...] | None = None,
-    leads: Any = None,
-    update_cycles: int = 3,
-    publish_hours: int = 6,
-    model: str = "",
-    grid_relative_winds: bool = False,
+    title: str = "",
+    attrs: Mapping[str, Any] | None = None,
+    settings: RepoSettings | None = None,
+    checks: Checks = Checks(),
 ) -> Dataset:
-    """A NOAA forecast on its NODD bucket (or `source_store`: a mirror, a local copy).
+    """A forecast: one file of `source` per (init, lead[, member][, file type]) at
+    `schedule`'s times, on `grid`, one array per variable.
 
-    An update fire takes the `update_cycles` newest cycles and validates them: the newest
-    cycle with refs may still be publishing (tier 0.0), every older one must be whole, and the
-    newest cycle with data may be one cycle plus `publish_hours` (the provider's time to a
-    cycle's first files) old at the fire.
-
-    `append_dim_end` (exclusive) defaults to the cycle after the current one, resolved here
-    once, so every copy of the dataset shipped to workers agrees on the template.
-    """
-    end = append_dim_end or next_cycle(init_freq_hours)
-    check_inits(name, first_init, end, init_freq_hours, allowed_init_freq)
-    unknown = set(file_types) - set(catalog.file_types)
-    if unknown:
-        raise ValueError(
-            f"{name}: unknown file types {sorted(unknown)} (the source has {catalog.file_types})"
-        )
-    step = np.timedelta64(init_freq_hours, "h")
-    inits = np.arange(np.datetime64(first_init, "ns"), np.datetime64(end, "ns"), step).astype(
-        "datetime64[ns]"
-    )
-    variables = carried(catalog, file_types)
+    `attrs` join the root's (its `source` defaults to the store's URL, `title` to `name`).
+    The template is built here, once, so every copy shipped to workers agrees on it."""
+    inits = schedule.inits(name)
+    title = title or name
+    members = None
+    if source.members != (None,):
+        members = np.array(source.member_labels or [str(m) for m in source.members])
+    root = {"source": source.store.url, **dict(attrs or {})}
     template = forecast_template(
         variables,
-        file_types,
+        source.file_types,
         inits=inits,
-        leads=lead_times,
-        grid=grid,
-        members=None if member_labels is None else np.array(member_labels),
-        crs=crs,
-        attrs=global_attrs(
-            title=title,
-            source=noaa_source(model or catalog.name, catalog.bucket),
-            grid=grid,
-            crs=crs,
-            start=inits,
-            institution=NCEP,
-            license=NOAA_LICENSE,
-            file_types=list(file_types),
-            virtual="chunks are byte ranges of the source GRIB2 messages",
-        ),
-        grid_relative_winds=grid_relative_winds,
+        leads=schedule.leads(),
+        grid=grid.coords,
+        members=members,
+        crs=grid.crs,
+        attrs=global_attrs(title=title, grid=grid.coords, crs=grid.crs, start=inits, **root),
+        grid_relative_winds=grid.grid_relative_winds,
     )
-    store = source_store or noaa_store(catalog.bucket)
     return Dataset(
         name,
         template,
-        GribSource(catalog, store, file_types, members, member_labels),
-        RepoSettings(split, home=catalog.bucket, home_region=NOAA_REGION),
-        LatestCycles(update_cycles, init_freq_hours),
-        leads or AllLeads(),
+        source,
+        settings or RepoSettings(),
+        LatestCycles(schedule.update_cycles, schedule.every_hours),
+        schedule.published,
         title,
-        min_present_fraction=(0.0, 1.0),
-        expected_latency=np.timedelta64(init_freq_hours + publish_hours, "h"),
+        allow_all_nan_vars=checks.allow_all_nan_vars,
+        min_present_fraction=checks.min_present_fraction,
+        expected_latency=checks.expected_latency,
+    )
+
+
+def on_nodd(
+    catalog: NoaaSource,
+    source_store: storage.Store | None,
+    file_types: tuple[str, ...],
+    members: tuple[Member, ...] = (None,),
+    member_labels: tuple[Any, ...] | None = None,
+) -> GribSource:
+    """The catalog's `file_types` on its NODD bucket, or on `source_store` (a mirror, a local
+    copy)."""
+    store = source_store or noaa_store(catalog.bucket)
+    return GribSource(catalog, store, file_types, members, member_labels)
+
+
+def noaa_forecast(
+    name: str,
+    source: GribSource,
+    grid: Grid,
+    schedule: Schedule,
+    *,
+    title: str,
+    split: Any,
+    model: str = "",
+    publish_hours: int = 6,
+) -> Dataset:
+    """A NOAA forecast of the variables `source`'s file types carry, with NOAA's attributes
+    and the provider's bucket as the repo's home.
+
+    An update fire validates the cycles it takes: the newest cycle with refs may still be
+    publishing (tier 0.0), every older one must be whole, and the newest cycle with data may
+    be one cycle plus `publish_hours` (the provider's time to a cycle's first files) old."""
+    catalog = source.catalog
+    return forecast_dataset(
+        name,
+        grid,
+        source,
+        carried(catalog, source.file_types),
+        schedule,
+        title=title,
+        attrs={
+            "source": noaa_source(model or catalog.name, catalog.bucket),
+            "institution": NCEP,
+            "license": NOAA_LICENSE,
+            "file_types": list(source.file_types),
+            "virtual": "chunks are byte ranges of the source GRIB2 messages",
+        },
+        settings=RepoSettings(split, home=catalog.bucket, home_region=NOAA_REGION),
+        checks=Checks(
+            min_present_fraction=(0.0, 1.0),
+            expected_latency_hours=schedule.every_hours + publish_hours,
+        ),
     )

@@ -20,11 +20,14 @@ import numpy as np
 from toolkit import storage
 from toolkit.virtual.dataset import AllLeads, Dataset, ShortCycles
 from toolkit.virtual.datasets.common import (
-    forecast,
+    Grid,
+    Schedule,
     hour_range,
     latlon_0p25,
     latlon_0p50,
     latlon_crs_attrs,
+    noaa_forecast,
+    on_nodd,
 )
 from toolkit.virtual.sources.noaa import GEFS, Member
 
@@ -59,22 +62,15 @@ def gefs(
         title, grid = "NOAA GEFS 0.25 degree ensemble forecast (virtual)", latlon_0p25()
         leads = hour_range(0, 240, 3)
         rule, split = AllLeads(), 64  # 81 leads x 32 members x 64 inits: 166k refs ~ 2.6 MiB
-    return forecast(
+    return noaa_forecast(
         "gefs",
-        GEFS(),
+        on_nodd(GEFS(), source_store, file_types, MEMBERS, tuple(str(m) for m in MEMBERS)),
+        Grid(grid, latlon_crs_attrs()),
+        Schedule(
+            first_init, append_dim_end, init_freq_hours, leads,
+            update_cycles=3, published=rule, source_every_hours=(6,),
+        ),
         title=title,
-        source_store=source_store,
-        file_types=file_types,
-        first_init=first_init,
-        append_dim_end=append_dim_end,
-        init_freq_hours=init_freq_hours,
-        allowed_init_freq=(6,),
-        lead_times=leads,
-        grid=grid,
-        crs=latlon_crs_attrs(),
         split=split,
-        members=MEMBERS,
-        member_labels=tuple(str(m) for m in MEMBERS),
-        leads=rule,
         model=f"NOAA Global Ensemble Forecast System (GEFS v12), {'0.5' if half else '0.25'} degree",
-    )
+    )  # fmt: skip

@@ -15,11 +15,14 @@ import numpy as np
 from toolkit import storage
 from toolkit.virtual.dataset import Dataset
 from toolkit.virtual.datasets.common import (
+    Grid,
+    Schedule,
     carried,
-    forecast,
     hour_range,
     latlon_0p25,
     latlon_crs_attrs,
+    noaa_forecast,
+    on_nodd,
 )
 from toolkit.virtual.sources.noaa import GFS
 
@@ -44,19 +47,15 @@ def gfs(
     # single-level arrays: 209 refs/init, 500 inits ~ 104k refs ~ 1.7 MiB per manifest;
     # isobaric groups: 209 x 41 refs/init, 40 inits ~ 343k refs ~ 5.5 MiB (bulk readers).
     vertical = "|".join(v.name for v in carried(catalog, file_types) if v.is_vertical)
-    return forecast(
+    return noaa_forecast(
         "gfs",
-        catalog,
+        on_nodd(catalog, source_store, file_types),
+        Grid(latlon_0p25(), latlon_crs_attrs()),
+        Schedule(
+            first_init, append_dim_end, init_freq_hours, gfs_lead_times(),
+            update_cycles=3, source_every_hours=(6,),
+        ),
         title="NOAA GFS 0.25 degree forecast (virtual)",
-        source_store=source_store,
-        file_types=file_types,
-        first_init=first_init,
-        append_dim_end=append_dim_end,
-        init_freq_hours=init_freq_hours,
-        allowed_init_freq=(6,),
-        lead_times=gfs_lead_times(),
-        grid=latlon_0p25(),
-        crs=latlon_crs_attrs(),
         split={f"^/({vertical})$": 40, None: 500} if vertical else 500,
         model="NOAA Global Forecast System (GFS), 0.25 degree",
-    )
+    )  # fmt: skip

@@ -23,16 +23,19 @@ from toolkit.virtual.datasets.common import (
     NCEP,
     NOAA_LICENSE,
     NOAA_REGION,
+    Grid,
+    Schedule,
     analysis_template,
     carried,
     check_inits,
-    forecast,
     global_attrs,
     grid_mapping,
     hour_range,
     next_cycle,
+    noaa_forecast,
     noaa_source,
     noaa_store,
+    on_nodd,
 )
 from toolkit.virtual.source import GribSource
 from toolkit.virtual.sources.noaa import HRRR
@@ -80,27 +83,23 @@ def hrrr(
     source_file_types: tuple[str, ...] | None = None,
 ) -> Dataset:
     """HRRR CONUS 3 km surface forecast (wrfsfc), 48 h long cycles, virtual over NODD."""
-    return forecast(
+    return noaa_forecast(
         "hrrr",
-        HRRR(),
+        on_nodd(HRRR(), source_store, source_file_types or ("sfc",)),
+        # HRRR's u/v follow the Lambert grid's axes
+        Grid(hrrr_xy(), lcc_crs_attrs(), grid_relative_winds=True),
+        Schedule(
+            first_init, append_dim_end, init_freq_hours, hour_range(0, 48),
+            update_cycles=3, published=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
+            source_every_hours=(6, 1),
+        ),
         title="NOAA HRRR CONUS surface forecast (virtual)",
-        source_store=source_store,
-        file_types=source_file_types or ("sfc",),
-        first_init=first_init,
-        append_dim_end=append_dim_end,
-        init_freq_hours=init_freq_hours,
-        allowed_init_freq=(6, 1),
-        lead_times=hour_range(0, 48),
-        grid=hrrr_xy(),
-        crs=lcc_crs_attrs(),
         # 49 refs per init per array: 1000 inits ~ 49k refs ~ 0.8 MiB per manifest; an
         # operational commit rewrites ~19 arrays x 49k refs ~ 1M refs.
         split=1000,
-        leads=ShortCycles(6, SHORT_CYCLE_MAX_LEAD_H),
-        publish_hours=2,  # a cycle's first files land about an hour after its init
         model=MODEL,
-        grid_relative_winds=True,  # HRRR's u/v follow the Lambert grid's axes
-    )
+        publish_hours=2,  # a cycle's first files land about an hour after its init
+    )  # fmt: skip
 
 
 def hrrr_analysis(
