@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks._report import write
 from toolkit.tasks import stable, stripe
-from toolkit.virtual.datasets import hrrr
+from toolkit.virtual.builtin import hrrr
 from toolkit.virtual.filetable import file_table, file_tasks
 
 BLOCKS = 64

@@ -24,7 +24,7 @@ import zarr
 from benchmarks._report import write
 from toolkit import icechunk as R
 from toolkit import storage
-from toolkit.virtual.splits import advise
+from toolkit.virtual.split_sizing import advise
 
 POSITIONS, CELLS = 1000, 1000  # 10^6 refs
 ROUNDS = 5

@@ -99,7 +99,7 @@ def test_the_library_loads_the_examples_only_when_asked() -> None:
     code = (
         "import sys\n"
         "import toolkit.archive, toolkit.cli, toolkit.pyramid, toolkit.virtual\n"
-        "from toolkit.virtual.datasets import DATASETS, build\n"
+        "from toolkit.virtual.builtin import DATASETS, build\n"
         "loaded = lambda: sorted(m for m in sys.modules if m.startswith('toolkit.examples'))\n"
         "assert build('gfs').name == 'gfs' and not loaded(), loaded()\n"
         "assert DATASETS['sim-gfs'].__module__ == 'toolkit.examples.datasets', loaded()\n"

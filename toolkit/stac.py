@@ -4,7 +4,7 @@ Catalogues and portals (Pangeo's, STAC browsers, `intake-stac`, `xpystac`) find 
 Icechunk datasets as STAC Collections with the datacube extension (`cube:dimensions`,
 `cube:variables`) and xarray-assets (`xarray:open_kwargs`). Everything here is derived from an
 opened xarray Dataset and its CF metadata, never from a job's internals, so the jobs
-(`toolkit.pyramid.catalog`, `toolkit.virtual.catalog`) only say what the asset is and how it
+(`toolkit.pyramid.catalog`, `toolkit.virtual.stac_entry`) only say what the asset is and how it
 opens. Writes local JSON files only: a catalogue is published by copying the folder.
 """
 

@@ -21,8 +21,8 @@ from zarr.storage import LocalStore, WrapperStore
 import toolkit.archive
 from tests.archive import zarrgen
 from toolkit import storage
-from toolkit.archive.plan import plan
 from toolkit.archive.recall import needs_recall
+from toolkit.archive.recall_plan import plan
 from toolkit.cli import app
 
 META = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
@@ -302,5 +302,5 @@ def test_import_stays_light() -> None:
     import subprocess
     import sys
 
-    code = "import sys, toolkit.archive; assert 'xarray' not in sys.modules and 'toolkit.archive.plan' not in sys.modules"
+    code = "import sys, toolkit.archive; assert 'xarray' not in sys.modules and 'toolkit.archive.recall_plan' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

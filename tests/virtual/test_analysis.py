@@ -19,8 +19,8 @@ from toolkit.examples.datasets import sim_hrrr_analysis
 from toolkit.examples.simulate import SimFile, expected_values, make_archive
 from toolkit.virtual import open_dataset
 from toolkit.virtual.backfill import backfill
+from toolkit.virtual.builtin import DATASETS
 from toolkit.virtual.dataset import Analysis, withheld
-from toolkit.virtual.datasets import DATASETS
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.refs import chunk_key
 from toolkit.virtual.update import update

@@ -230,7 +230,7 @@ def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
     """A file whose refs do not cover its probe cell would be re-ingested forever (the filter
     never sees it): the write refuses it instead, naming the file."""
     from toolkit.virtual.dataset import probe
-    from toolkit.virtual.read import discover, file_refs
+    from toolkit.virtual.source_io import discover, file_refs
     from toolkit.virtual.write import write_refs
 
     src = storage.open_store(str(tmp_path / "src"))

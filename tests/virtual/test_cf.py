@@ -21,7 +21,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.virtual import open_dataset
-from toolkit.virtual.datasets import DATASETS, build
+from toolkit.virtual.builtin import DATASETS, build
 from toolkit.virtual.template import Template, TemplateVar
 from toolkit.virtual.write import ensure_repo, run
 

@@ -101,7 +101,7 @@ def test_backfill_update_inspect(tmp_path):
 
 
 def test_datasets_lists_the_registry_one_line_each():
-    from toolkit.virtual.datasets import DATASETS
+    from toolkit.virtual.builtin import DATASETS
 
     res = runner.invoke(app, ["virtual", "datasets"])
     assert res.exit_code == 0, res.output
@@ -123,8 +123,8 @@ def test_real_datasets_default_to_their_bucket_anonymously(tmp_path):
     """No --source: the dataset's own NODD bucket, anonymous, us-east-1 (nothing is read
     here); --source swaps in a mirror, --anonymous reads an S3 one without credentials."""
     from toolkit.console import StorageOptions
+    from toolkit.virtual.builtin.common import NOAA_REGION
     from toolkit.virtual.cli import _dataset
-    from toolkit.virtual.datasets.common import NOAA_REGION
 
     for name, bucket in (
         ("hrrr", "s3://noaa-hrrr-bdp-pds"),
@@ -167,7 +167,7 @@ def test_backfill_a_real_dataset_from_a_local_mirror(tmp_path):
 
     from tests.virtual.datasets.test_real_datasets import lay_out
     from toolkit import icechunk as R
-    from toolkit.virtual.datasets import gfs
+    from toolkit.virtual.builtin import gfs
 
     src = storage.open_store(str(tmp_path / "bucket"))
     ds = gfs(src)

@@ -25,8 +25,8 @@ import pytest
 
 from toolkit import storage
 from toolkit.examples.datasets import sim_gfs, sim_hrrr_analysis
+from toolkit.virtual.builtin import gefs, gfs, hrrr, hrrr_analysis
 from toolkit.virtual.dataset import Dataset
-from toolkit.virtual.datasets import gefs, gfs, hrrr, hrrr_analysis
 from toolkit.virtual.define import (
     Checks,
     Grid,
@@ -271,7 +271,7 @@ def test_a_schedule_is_checked_before_the_store_is_opened():
 DEFINITIONS = (
     "virtual/define.py",
     "virtual/dataset.py",
-    "virtual/datasets",
+    "virtual/builtin",
     "examples/datasets.py",
 )
 

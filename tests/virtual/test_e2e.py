@@ -29,7 +29,7 @@ from toolkit import storage
 from toolkit.examples.datasets import sim_gfs
 from toolkit.examples.simulate import SimArchive, make_archive
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.read import file_refs
+from toolkit.virtual.source_io import file_refs
 from toolkit.virtual.update import update
 from toolkit.virtual.write import Job, ensure_repo, expected_of, run, write_refs
 

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.tasks import stripe
+from toolkit.virtual.builtin import gefs, hrrr
 from toolkit.virtual.dataset import ShortCycles, in_region
-from toolkit.virtual.datasets import gefs, hrrr
 from toolkit.virtual.filetable import FileTable, Keys, file_table, published_mask
-from toolkit.virtual.source import as_datetime, as_timedelta, file_coord, variables_of
+from toolkit.virtual.gribsource import as_datetime, as_timedelta, file_coord, variables_of
 
 HOURLY_HRRR = hrrr(
     first_init=datetime(2025, 8, 1),

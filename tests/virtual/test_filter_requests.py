@@ -14,7 +14,7 @@ from tests.conftest import s3_options
 from tests.virtual.test_backfill import sim
 from tests.virtual.test_repo import public_bucket
 from toolkit import storage
-from toolkit.virtual.read import discover, file_refs
+from toolkit.virtual.source_io import discover, file_refs
 from toolkit.virtual.write import ensure_repo, filter_already_present, run
 
 

@@ -14,7 +14,7 @@ from tests.virtual.test_backfill import sim
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.examples.simulate import expected_values
-from toolkit.virtual.read import discover, file_refs
+from toolkit.virtual.source_io import discover, file_refs
 from toolkit.virtual.write import commit_batch, ensure_repo, run
 
 

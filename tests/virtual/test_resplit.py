@@ -15,7 +15,7 @@ from tests.virtual.test_backfill import START, main_ds, sim
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.virtual.backfill import backfill
-from toolkit.virtual.splits import FLOOR_REFS, TARGET_BYTES, advise
+from toolkit.virtual.split_sizing import FLOOR_REFS, TARGET_BYTES, advise
 
 TOOLKIT = str(Path(sys.executable).with_name("toolkit"))
 

@@ -16,8 +16,8 @@ from toolkit.tasks import Named
 from toolkit.virtual.backfill import backfill, backfill_plan
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import Lease, LeaseHeld, LeaseLost
-from toolkit.virtual.read import file_refs
 from toolkit.virtual.refs import chunk_key
+from toolkit.virtual.source_io import file_refs
 from toolkit.virtual.update import BackfillInFlight, update
 
 FIRE = np.datetime64("2025-08-01T18", "ns")

@@ -17,7 +17,7 @@ from toolkit import storage
 from toolkit.cli import app
 from toolkit.examples.simulate import SimArchive, expected_values
 from toolkit.virtual import open_dataset
-from toolkit.virtual.datasets import build
+from toolkit.virtual.builtin import build
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "virtual.md"
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]

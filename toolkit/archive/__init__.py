@@ -13,7 +13,7 @@ __all__ = ["plan_read"]
 
 def __getattr__(name: str) -> Any:
     if name == "plan_read":
-        from toolkit.archive.plan import plan_read
+        from toolkit.archive.recall_plan import plan_read
 
         return plan_read
     raise AttributeError(f"module 'toolkit.archive' has no attribute {name!r}")

@@ -920,7 +920,7 @@ def plan_read(
     Maps the selection to the chunk keys it reads (from metadata; a --sel reads the hot 1-d
     coordinates), resolves them to blobs with their tier, bytes and recall estimate.
     """
-    from toolkit.archive.plan import MissingManifest, plan
+    from toolkit.archive.recall_plan import MissingManifest, plan
     from toolkit.archive.selection import parse_isel, parse_sel
     from toolkit.archive.units import parse_rate
 

@@ -2,7 +2,7 @@
 
 They take the path a real NOAA dataset takes (listing discovery, `.idx` + header check,
 catalog match), pointed at a local or S3-emulator store. `DATASETS` and `HOMES` register them
-by name: `toolkit.virtual.datasets` imports this module by name when it is asked for one
+by name: `toolkit.virtual.builtin` imports this module by name when it is asked for one
 (`toolkit virtual backfill sim-gfs ...`), so the library itself never imports the examples.
 """
 
@@ -14,14 +14,14 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings
-from toolkit.virtual.datasets.common import (
+from toolkit.virtual.builtin.common import (
     analysis_template,
     forecast_template,
     global_attrs,
     latlon_crs_attrs,
 )
-from toolkit.virtual.source import GribSource
+from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings
+from toolkit.virtual.gribsource import GribSource
 from toolkit.virtual.sources.noaa import GFS, HRRR
 
 __all__ = ["DATASETS", "HOMES", "sim_gfs", "sim_hrrr_analysis"]

@@ -39,7 +39,7 @@ vertical group temperature (TMP, ``{level:g} mb`` at SIM_LEVELS = 0.4, 500, 1000
 
 Turning a published file into references (what a virtual job's file_refs does)::
 
-    from toolkit.virtual.sources.resolve import resolve_file
+    from toolkit.virtual.sources.idx_refs import resolve_file
     resolved = resolve_file(store, archive.source, f.init, f.lead, archive.file_type, f.member,
                             file_size=size_from_listing)
     for field, record in resolved.fields.items():   # field.variable.name, field.level

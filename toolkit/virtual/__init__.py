@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
 
         return open_dataset
     if name == "stac":
-        from toolkit.virtual.catalog import stac
+        from toolkit.virtual.stac_entry import stac
 
         return stac
     raise AttributeError(f"module 'toolkit.virtual' has no attribute {name!r}")

@@ -49,8 +49,8 @@ from toolkit.virtual.inflight import (
 )
 from toolkit.virtual.layout import committed_extent, sync_dims_to
 from toolkit.virtual.lease import Lease
-from toolkit.virtual.read import discover, without_index
 from toolkit.virtual.refs import canon
+from toolkit.virtual.source_io import discover, without_index
 from toolkit.virtual.write import (
     Job,
     Skipped,

@@ -1,6 +1,6 @@
 """`toolkit virtual backfill|update|inspect|validate|stac`.
 
-Datasets come from `toolkit.virtual.datasets.DATASETS`; a real one reads its own NOAA bucket
+Datasets come from `toolkit.virtual.builtin.DATASETS`; a real one reads its own NOAA bucket
 anonymously unless `--source` names a mirror or a local copy.
 
 Exit codes: 0 success, 1 a failed gate or check (finalize refusing a moved main; another
@@ -116,7 +116,7 @@ def _dataset(
     """The job writing dataset `name` (known, or `module:NAME`) into `repo` (and its
     `replicas`); `source` (a mirror, a local copy) replaces its bucket."""
     from toolkit import icechunk as R
-    from toolkit.virtual.datasets import build
+    from toolkit.virtual.builtin import build
     from toolkit.virtual.write import Job
 
     store = None if source is None else _open(source, stores, anonymous)
@@ -227,7 +227,7 @@ def _label(text: str | None, option: str = "--start") -> Any:
 def datasets(as_json: AsJson = False) -> None:
     """List the datasets this build knows: name, what it is, where it reads from."""
     from toolkit.console import emit_json, out
-    from toolkit.virtual.datasets import DATASETS, HOMES
+    from toolkit.virtual.builtin import DATASETS, HOMES
 
     if as_json:
         emit_json(
@@ -804,7 +804,7 @@ def split_advise(
     from toolkit import icechunk as R
     from toolkit.console import out
     from toolkit.virtual.resplit import advise_repo
-    from toolkit.virtual.splits import FLOOR_REFS, TARGET_BYTES
+    from toolkit.virtual.split_sizing import FLOOR_REFS, TARGET_BYTES
 
     with _errors(repo):
         _existing_repo(repo, stores)
@@ -1086,7 +1086,7 @@ def _stac_dir(path: Path | None) -> None:
 
 
 def _write_stac(repo: str, stores: StorageOptions, output: Path) -> Any:
-    from toolkit.virtual.catalog import stac as write
+    from toolkit.virtual.stac_entry import stac as write
 
     _existing_repo(repo, stores)  # a path that is no repo: named, and nothing made there
     return write(_open(repo, stores, must_exist=True), output)

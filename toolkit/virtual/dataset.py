@@ -3,7 +3,7 @@
 `Dataset` = a `Template` (what the store looks like), a `GribSource` (where the files are and
 what each carries), the rules for which leads an init publishes and which cycles an update
 fire takes, and the repo settings (the provider's container, manifest splitting). Real and
-user datasets are values built by small functions (`toolkit.virtual.datasets`,
+user datasets are values built by small functions (`toolkit.virtual.builtin`,
 `toolkit.virtual.define`); nothing subclasses anything. Pure: no I/O.
 """
 
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.virtual.refs import canon
-from toolkit.virtual.source import (
+from toolkit.virtual.gribsource import (
     GribCoord,
     GribSource,
     probe_loc,
     probe_var,
 )
+from toolkit.virtual.refs import canon
 from toolkit.virtual.template import Template
 
 if TYPE_CHECKING:

@@ -24,8 +24,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Dataset, RepoSettings
-from toolkit.virtual.datasets.common import (
+from toolkit.virtual.builtin.common import (
     Checks,
     Grid,
     Schedule,
@@ -33,7 +32,8 @@ from toolkit.virtual.datasets.common import (
     grid_mapping,
     latlon_crs_attrs,
 )
-from toolkit.virtual.source import GribSource
+from toolkit.virtual.dataset import Dataset, RepoSettings
+from toolkit.virtual.gribsource import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, KnownMissing, Member, NoaaSource
 
 __all__ = [
@@ -135,7 +135,7 @@ def forecast(
     `grid.crs` (CF grid-mapping attributes, e.g. `latlon_crs()`) gains its WKT and a
     `spatial_ref` variable; `attrs` (e.g. institution, license) join the root's; `split` sizes
     manifests along `init_time` (as `RepoSettings.split`); `checks` are validation's terms.
-    Variables get their CF attributes from their element (`toolkit.virtual.cf`).
+    Variables get their CF attributes from their element (`toolkit.virtual.grib_params`).
     """
     schedule.inits(name)  # the schedule's errors come before the store is opened
     if grid.crs is not None:
@@ -213,7 +213,7 @@ def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Datase
     `min_present_fraction` are its completeness tiers (newest position first, the last 1.0);
     `expected_latency_hours` how old the newest data may be at a fire (default: the window).
 
-    Variables get their CF attributes from their element (`toolkit.virtual.cf`); `crs` (CF
+    Variables get their CF attributes from their element (`toolkit.virtual.grib_params`); `crs` (CF
     grid-mapping attributes, e.g. `latlon_crs()`) gains its WKT and a `spatial_ref` variable;
     `attrs` (e.g. institution, license) join the root's; `grid_relative_winds` says u/v follow
     a projected grid's axes.

@@ -20,8 +20,14 @@ from typing import Any, overload
 import numpy as np
 
 from toolkit.virtual.dataset import Analysis, Dataset, region_bounds, source_leads
+from toolkit.virtual.gribsource import (
+    GribCoord,
+    as_datetime,
+    as_timedelta,
+    file_coord,
+    variables_of,
+)
 from toolkit.virtual.refs import canon
-from toolkit.virtual.source import GribCoord, as_datetime, as_timedelta, file_coord, variables_of
 
 __all__ = ["FileTable", "Keys", "file_table", "file_tasks", "published_mask"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit import icechunk as R
 from toolkit.virtual.lease import Lease
-from toolkit.virtual.splits import Advice, advise
+from toolkit.virtual.split_sizing import Advice, advise
 from toolkit.virtual.update import EXPIRY_ORDER, LEASE_KEY
 
 __all__ = ["advise_repo", "append_dim_of", "apply_split"]

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from toolkit.engine import RunKeywords, Runner, runner_of
-from toolkit.virtual.catalog import stac as write_stac
 from toolkit.virtual.clock import GRACE, VALIDATION_FLOOR, FireClock
 from toolkit.virtual.completeness import label_text
+from toolkit.virtual.stac_entry import stac as write_stac
 from toolkit.virtual.status import last_fire, record_validation
 from toolkit.virtual.update import Fire, update
 from toolkit.virtual.validate import ValidationReport, validate

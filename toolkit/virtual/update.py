@@ -21,7 +21,7 @@ from toolkit.virtual.clock import GRACE, FireClock
 from toolkit.virtual.inflight import temp_branches, ways_out
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import HEARTBEAT, Lease
-from toolkit.virtual.read import discover
+from toolkit.virtual.source_io import discover
 from toolkit.virtual.status import fire_summary, record_fire
 from toolkit.virtual.write import Job, RunResult, ensure_repo, filter_already_present, refresh, run
 

@@ -25,10 +25,10 @@ from toolkit.engine.heap import gathering
 from toolkit.transaction import step
 from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
+from toolkit.virtual.gribsource import expected_cells
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
-from toolkit.virtual.read import discover, fetch, refs_from
 from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_cell, chunk_key
-from toolkit.virtual.source import expected_cells
+from toolkit.virtual.source_io import discover, fetch, refs_from
 from toolkit.virtual.template import Template
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from toolkit import storage
 from toolkit.examples.datasets import sim_gfs
+from toolkit.virtual.builtin import DATASETS, HOMES, gefs, gfs, hrrr
 from toolkit.virtual.dataset import in_region, probe
-from toolkit.virtual.datasets import DATASETS, HOMES, gefs, gfs, hrrr
 from toolkit.virtual.filetable import file_tasks
 from toolkit.virtual.refs import chunk_key
 from toolkit.virtual.write import virtual_config

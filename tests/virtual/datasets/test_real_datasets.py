@@ -18,15 +18,15 @@ import zarr
 
 from toolkit import icechunk as R
 from toolkit import storage
+from toolkit.virtual.builtin import DATASETS, gefs, gfs, hrrr
+from toolkit.virtual.builtin.common import NOAA_REGION, carried
 from toolkit.virtual.dataset import probe
-from toolkit.virtual.datasets import DATASETS, gefs, gfs, hrrr
-from toolkit.virtual.datasets.common import NOAA_REGION, carried
 from toolkit.virtual.filetable import file_tasks
 from toolkit.virtual.grib.index import parse_index
+from toolkit.virtual.gribsource import GribCoord
 from toolkit.virtual.layout import committed_extent
-from toolkit.virtual.read import discover, file_refs
 from toolkit.virtual.refs import chunk_key
-from toolkit.virtual.source import GribCoord
+from toolkit.virtual.source_io import discover, file_refs
 from toolkit.virtual.validate import completeness
 from toolkit.virtual.write import (
     Job,

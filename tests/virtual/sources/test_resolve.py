@@ -17,7 +17,7 @@ from toolkit.virtual.grib.errors import (
     MissingRecordError,
     StaleIndexError,
 )
-from toolkit.virtual.sources.resolve import resolve_file
+from toolkit.virtual.sources.idx_refs import resolve_file
 
 INIT = datetime(2025, 8, 1, 12)
 

@@ -17,8 +17,8 @@ from toolkit import storage
 from toolkit.virtual.grib.errors import InvalidIndexError
 from toolkit.virtual.grib.fetch import read_header
 from toolkit.virtual.grib.index import check_init, scan_index, with_byte_ranges
+from toolkit.virtual.gribsource import GribCoord, GribSource, as_datetime, as_timedelta
 from toolkit.virtual.refs import SourceFileCoord, VirtualRef
-from toolkit.virtual.source import GribCoord, GribSource, as_datetime, as_timedelta
 
 __all__ = [
     "Available",

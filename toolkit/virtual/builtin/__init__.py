@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 
 from toolkit import storage
+from toolkit.virtual.builtin.gefs import gefs
+from toolkit.virtual.builtin.gfs import gfs
+from toolkit.virtual.builtin.hrrr import hrrr, hrrr_analysis
 from toolkit.virtual.dataset import Dataset, with_source
-from toolkit.virtual.datasets.gefs import gefs
-from toolkit.virtual.datasets.gfs import gfs
-from toolkit.virtual.datasets.hrrr import hrrr, hrrr_analysis
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR
 
 __all__ = [

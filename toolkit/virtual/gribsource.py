@@ -3,7 +3,7 @@
 A `GribSource` is a value: the catalog (layout of keys, variables, known omissions), the store
 the files are read from (the provider's bucket, a mirror, a local copy), the file types and
 members the dataset takes. The pure functions over it say which file holds what and where its
-probe cell is; `toolkit.virtual.read` does the I/O. No class here is meant to be subclassed.
+probe cell is; `toolkit.virtual.source_io` does the I/O. No class here is meant to be subclassed.
 """
 
 from __future__ import annotations

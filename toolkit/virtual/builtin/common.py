@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual import cf
+from toolkit.virtual import grib_params
 from toolkit.virtual.dataset import AllLeads, Dataset, LatestCycles, RepoSettings
-from toolkit.virtual.source import GribSource
+from toolkit.virtual.gribsource import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, Member, NoaaSource
 from toolkit.virtual.template import VALID_TIME, Template, TemplateVar
 
@@ -193,7 +193,7 @@ def forecast_template(
     """init_time (append) x lead_time x [ensemble_member] x [level] x grid, one array per
     catalog variable (vertical groups get `level`), plus a `spatial_ref` grid-mapping scalar.
 
-    Each variable carries its CF attributes (`toolkit.virtual.cf`) and `valid_time` as a
+    Each variable carries its CF attributes (`toolkit.virtual.grib_params`) and `valid_time` as a
     coordinate; `grid_relative_winds` says the u/v winds follow the grid's axes (HRRR)."""
     grid_dims = tuple(grid)
     coords: dict[str, np.ndarray] = {"init_time": inits, "lead_time": leads}
@@ -212,7 +212,7 @@ def forecast_template(
             + grid_dims
         )
         a: dict[str, Any] = {
-            **cf.variable_attrs(
+            **grib_params.variable_attrs(
                 v.element, v.level, v.step_type, v.period_hours,
                 grid_relative_winds=grid_relative_winds,
             ),
@@ -228,10 +228,12 @@ def forecast_template(
         out[v.name] = TemplateVar(dims, "float32", a)
     if crs is not None:
         out["spatial_ref"] = TemplateVar((), "int32", dict(crs))
-    coord_attrs = {d: cf.coord_attrs(d) for d in [*coords, VALID_TIME] if cf.coord_attrs(d)}
+    coord_attrs = {
+        d: grib_params.coord_attrs(d) for d in [*coords, VALID_TIME] if grib_params.coord_attrs(d)
+    }
     if "level" in coords:
         spelled = {v.level for v in variables if v.is_vertical}
-        coord_attrs["level"] = dict(level_attrs or cf.level_attrs(spelled))
+        coord_attrs["level"] = dict(level_attrs or grib_params.level_attrs(spelled))
     return Template("init_time", coords, out, grid_dims, dict(attrs or {}), coord_attrs)
 
 
@@ -265,7 +267,7 @@ def analysis_template(
     coord_attrs = {
         d: a for d, a in t.coord_attrs.items() if d not in ("init_time", "lead_time", VALID_TIME)
     }
-    coord_attrs[valid_dim] = cf.coord_attrs("time")
+    coord_attrs[valid_dim] = grib_params.coord_attrs("time")
     return Template(valid_dim, coords, out, t.grid_dims, t.attrs, coord_attrs)
 
 

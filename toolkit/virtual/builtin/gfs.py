@@ -13,8 +13,7 @@ from datetime import datetime
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Dataset
-from toolkit.virtual.datasets.common import (
+from toolkit.virtual.builtin.common import (
     Grid,
     Schedule,
     carried,
@@ -24,6 +23,7 @@ from toolkit.virtual.datasets.common import (
     noaa_forecast,
     on_nodd,
 )
+from toolkit.virtual.dataset import Dataset
 from toolkit.virtual.sources.noaa import GFS
 
 __all__ = ["gfs", "gfs_lead_times"]

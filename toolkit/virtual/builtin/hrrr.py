@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings, ShortCycles
-from toolkit.virtual.datasets.common import (
+from toolkit.virtual.builtin.common import (
     EARTH_RADIUS,
     NCEP,
     NOAA_LICENSE,
@@ -37,7 +36,8 @@ from toolkit.virtual.datasets.common import (
     noaa_store,
     on_nodd,
 )
-from toolkit.virtual.source import GribSource
+from toolkit.virtual.dataset import Analysis, Dataset, LatestCycles, RepoSettings, ShortCycles
+from toolkit.virtual.gribsource import GribSource
 from toolkit.virtual.sources.noaa import HRRR
 
 __all__ = ["hrrr", "hrrr_analysis", "hrrr_xy"]

@@ -18,8 +18,7 @@ from datetime import datetime
 import numpy as np
 
 from toolkit import storage
-from toolkit.virtual.dataset import AllLeads, Dataset, ShortCycles
-from toolkit.virtual.datasets.common import (
+from toolkit.virtual.builtin.common import (
     Grid,
     Schedule,
     hour_range,
@@ -29,6 +28,7 @@ from toolkit.virtual.datasets.common import (
     noaa_forecast,
     on_nodd,
 )
+from toolkit.virtual.dataset import AllLeads, Dataset, ShortCycles
 from toolkit.virtual.sources.noaa import GEFS, Member
 
 __all__ = ["MEMBERS", "gefs"]
