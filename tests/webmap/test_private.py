@@ -24,7 +24,7 @@ def test_a_private_bucket_is_served_and_its_credentials_never_leave_the_server(s
     opts = s3_options(seaweed_endpoint)
     url = f"s3://{make_bucket(seaweed_endpoint)}/field.zarr"  # private: only the env's identity
     write_store(storage.open_store(url, **opts), shape=(64, 128), shards=(32, 32), bands=1)
-    toolkit.pyramid.build(url, levels=2, executor="sync", **opts)
+    toolkit.pyramid.build(url, levels=2, executor="sync", options=storage.Options(**opts))
     # really private: read anonymously, the command is refused in one line, exit 2
     flags = [
         "--endpoint",

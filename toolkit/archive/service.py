@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Unpack
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from toolkit import storage
 from toolkit.archive.diff import Diff, diff
@@ -26,7 +26,7 @@ from toolkit.archive.report import BlobStats, summarise
 from toolkit.archive.resolve import Trie
 from toolkit.archive.tiers import ON_TAPE
 from toolkit.archive.tierstore import TierStore
-from toolkit.engine import ListedKeys, RunKeywords, Runner, runner_of
+from toolkit.engine import ListedKeys, Runner, runner_of
 from toolkit.plan import Gate, Plan, Stage
 from toolkit.tasks import stable
 
@@ -277,35 +277,22 @@ def scan(
     policy: Policy,
     *,
     scopes: Iterable[str] | None = None,
-    exclude: Iterable[str] = (),
-    force: bool = False,
-    dry_run: bool = False,
-    hot_always: Iterable[str] = (),
     runner: Runner | None = None,
-    break_lock: bool = False,
-    keep_policy: bool = False,
-    conflicts: int = 0,
-    check_tape: bool = False,
-    **run: Unpack[RunKeywords],
+    **keywords: Any,
 ) -> tuple[list[Outcome], Any]:
-    """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the report.
-    `runner` runs it (or the one `cluster=`/`executor=`/`progress=` make: `toolkit.engine.Runner`)."""
+    """Partition every store under `data` (or `scopes`) as a graph; returns outcomes and the
+    report. `keywords`: the `PartitionScope` settings (`force=`, `dry_run=`, `exclude=`,
+    `hot_always=`, `break_lock=`, `keep_policy=`, `conflicts=`, `check_tape=`); `runner` runs
+    it (or the one `cluster=`/`executor=`/`progress=` make: `toolkit.engine.Runner`)."""
+    run = {k: keywords.pop(k) for k in ("cluster", "executor", "progress") if k in keywords}
+    unknown = sorted(set(keywords) - {f.name for f in fields(PartitionScope)})
+    if unknown:
+        raise TypeError(f"scan() got unexpected keyword argument(s): {', '.join(unknown)}")
     runner = runner_of(runner, "dask", **run)
-    patterns = tuple(exclude)
-    found = list(scopes) if scopes is not None else find_stores(data, exclude=patterns)
-    service = PartitionScope(
-        data,
-        manifests,
-        policy,
-        force,
-        dry_run,
-        patterns,
-        tuple(hot_always),
-        break_lock,
-        keep_policy,
-        conflicts,
-        check_tape,
-    )
+    keywords["exclude"] = tuple(keywords.get("exclude", ()))
+    keywords["hot_always"] = tuple(keywords.get("hot_always", ()))
+    service = PartitionScope(data, manifests, policy, **keywords)
+    found = list(scopes) if scopes is not None else find_stores(data, exclude=service.exclude)
     if not found:
         return [], None
     result = runner.run(scan_plan(service, found))

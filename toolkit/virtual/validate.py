@@ -22,13 +22,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Unpack
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
 from toolkit import icechunk as R
-from toolkit.engine import RunKeywords, Runner, runner_of
+from toolkit.engine import Runner, runner_of
 from toolkit.plan import Gate, Plan, Report, Stage
 from toolkit.tasks import stable
 from toolkit.virtual.completeness import Cell, Completeness, completeness, label_text, window_of
@@ -446,36 +446,54 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.time() >= deadline
 
 
-def validate(
-    job: Job,
-    *,
-    start: Any = None,
-    end: Any = None,
-    fire_time: Any = None,
-    sample: int = 16,
-    positions: int | str = 1,
-    max_positions: int | None = None,
-    branch: str = "main",
-    min_present_fraction: Sequence[float] | None = None,
-    include_vars: Collection[str] = (),
-    exclude_vars: Collection[str] = (),
-    deadline: float | None = None,
-    extra: Sequence[str] = (),
-    runner: Runner | None = None,
-    **run: Unpack[RunKeywords],
-) -> ValidationReport:
+@dataclass(frozen=True)
+class Asked:
+    """What `validate` is asked: the window ([start, end), or the update window at
+    `fire_time`), the decode samples (`sample` cells over the `positions` newest positions,
+    at most `max_positions`), which variables completeness counts and at which tiers, the
+    branch, the `deadline` (epoch seconds) and `extra` failures carried in."""
+
+    start: Any = None
+    end: Any = None
+    fire_time: Any = None
+    sample: int = 16
+    positions: int | str = 1
+    max_positions: int | None = None
+    branch: str = "main"
+    min_present_fraction: Sequence[float] | None = None
+    include_vars: Collection[str] = ()
+    exclude_vars: Collection[str] = ()
+    deadline: float | None = None
+    extra: Sequence[str] = ()
+
+
+RUN_KEYWORDS = ("cluster", "executor", "progress")
+
+
+def validate(job: Job, runner: Runner | None = None, **keywords: Any) -> ValidationReport:
     """Completeness, data currency, replicas, then decode health, over one pinned snapshot.
 
-    The window is [start, end), or with neither the dataset's update window at `fire_time`
-    (default: now). Data currency runs when the window is the fire's (`fire_time` given, or
-    no window given). Decode health samples the `positions` newest positions with data
-    (`pick_samples`: every variable, first/interior/last leads, every member; up to `sample`
-    cells when that is more). `deadline` (epoch seconds) bounds the whole: what it stops is
-    named in `unfinished`, and fails. `runner` runs the decode samples (or the one `cluster`/
-    `executor`/`progress` make; in this process by default).
+    `keywords` are `Asked`'s fields (`start=`, `fire_time=`, `sample=`, ...). The window is
+    [start, end), or with neither the dataset's update window at `fire_time` (default: now).
+    Data currency runs when the window is the fire's (`fire_time` given, or no window given).
+    Decode health samples the `positions` newest positions with data (`pick_samples`: every
+    variable, first/interior/last leads, every member; up to `sample` cells when that is
+    more). `deadline` (epoch seconds) bounds the whole: what it stops is named in
+    `unfinished`, and fails. `runner` runs the decode samples (or the one `cluster=`/
+    `executor=`/`progress=` make; in this process by default).
     """
+    run = {k: keywords.pop(k) for k in RUN_KEYWORDS if k in keywords}
+    unknown = sorted(set(keywords) - {f.name for f in fields(Asked)})
+    if unknown:
+        raise TypeError(f"validate() got unexpected keyword argument(s): {', '.join(unknown)}")
+    return _validate(job, Asked(**keywords), runner_of(runner, "sync", **run))
+
+
+def _validate(job: Job, asked: Asked, runner: Runner) -> ValidationReport:
+    start, end, fire_time, branch = asked.start, asked.end, asked.fire_time, asked.branch
+    sample, positions, max_positions = asked.sample, asked.positions, asked.max_positions
+    deadline, extra = asked.deadline, asked.extra
     _check_positions(positions, max_positions)  # before any work
-    runner = runner_of(runner, "sync", **run)
     operational = fire_time is not None or (start is None and end is None)
     if operational and fire_time is None:
         fire_time = np.datetime64("now", "s")
@@ -488,9 +506,9 @@ def validate(
         start=start,
         end=end,
         snapshot=snapshot,
-        min_present_fraction=min_present_fraction,
-        include_vars=include_vars,
-        exclude_vars=exclude_vars,
+        min_present_fraction=asked.min_present_fraction,
+        include_vars=asked.include_vars,
+        exclude_vars=asked.exclude_vars,
         session=R.readonly(repo, branch, snapshot),
     )  # always runs, however late: the cheapest and most basic check
     currency = currency_failures(job, comp, fire_time) if operational else []
