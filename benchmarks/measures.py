@@ -49,6 +49,7 @@ ENGINE = (
     "toolkit/engine/malloc.py",
     "toolkit/engine/progress.py",
     "toolkit/engine/run.py",
+    "toolkit/engine/runner.py",
     "toolkit/engine/ship.py",
     "toolkit/engine/versions.py",
     "toolkit/plan.py",
@@ -57,13 +58,18 @@ ENGINE = (
 # build() of a plain Zarr store: plan from the listing, read + decode level 0, the kernels,
 # encode + write, level and root metadata, through the engine (repo sources go to repo.py).
 PYRAMID_BUILD = (
-    "toolkit/pyramid/build.py",
+    "toolkit/pyramid/api.py",
+    "toolkit/pyramid/store_build.py",
+    "toolkit/pyramid/failure.py",
+    "toolkit/pyramid/home.py",
     "toolkit/pyramid/levels.py",
     "toolkit/pyramid/metadata.py",
-    "toolkit/pyramid/plan.py",
+    "toolkit/pyramid/geometry.py",
     "toolkit/pyramid/records.py",
+    "toolkit/pyramid/settings.py",
     "toolkit/pyramid/shards.py",
     "toolkit/pyramid/source.py",
+    "toolkit/pyramid/zarr_home.py",
     "toolkit/cf.py",
     "toolkit/kernels.py",
     "toolkit/engine/codecs.py",
@@ -79,7 +85,6 @@ CLI_IMPORTS = (
     "toolkit/engine/interrupt.py",
     "toolkit/pyramid/__init__.py",
     "toolkit/pyramid/cli.py",
-    "toolkit/pyramid/origin.py",
     "toolkit/pyramid/read.py",
     "toolkit/pyramid/verify.py",
     "toolkit/archive/__init__.py",
@@ -102,7 +107,7 @@ GRIB = (
 # refs, the template and its layout, the Icechunk session and commit, the collector's setting.
 VIRTUAL_WRITE = (
     "toolkit/engine/heap.py",
-    "toolkit/icechunk.py",
+    "toolkit/icechunk/",
     "toolkit/transaction.py",
     "toolkit/plan.py",
     "toolkit/tasks.py",
@@ -254,7 +259,7 @@ MEASURES: dict[str, Measures] = {
     ),
     "virtual_resplit": Measures(
         "virtual_resplit",
-        ("toolkit/icechunk.py", "toolkit/virtual/split_sizing.py", *STORAGE),
+        ("toolkit/icechunk/", "toolkit/virtual/split_sizing.py", *STORAGE),
     ),
     "virtual_throughput": Measures(
         "virtual_throughput",

@@ -202,7 +202,7 @@ def test_a_long_build_survives_its_credentials_expiring(seaweed_endpoint: str) -
 
     from tests.conftest import ROTATING
     from tests.faults import Rotating
-    from toolkit.pyramid.build import build
+    from toolkit.pyramid import build
 
     bucket = make_bucket(seaweed_endpoint)
     where = s3_options(seaweed_endpoint)

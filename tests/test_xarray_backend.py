@@ -16,7 +16,7 @@ from tests.virtual.test_backfill import START, sim
 from toolkit import storage
 from toolkit.examples import synthetic
 from toolkit.pyramid import build, open_datatree, open_level
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.geometry import PlanError
 from toolkit.virtual import open_dataset as virtual_open
 from toolkit.virtual.backfill import backfill
 from toolkit.xarray_backend import ToolkitBackendEntrypoint as Engine

@@ -8,12 +8,10 @@ DISTRIBUTION = "zarr-toolkit"  # what importlib.metadata and pip know it by
 
 
 def __getattr__(name: str) -> Any:
-    """`toolkit.serve` is `toolkit.webmap.serve` (docs/serve.md), found when first asked for.
-    By name, not by an import: the engine imports this package (for DISTRIBUTION), so an import
-    of the web map here would be an arrow from the engine's floor up to the face's, and
-    `import toolkit` would load the web server."""
+    """`toolkit.serve` is `toolkit.webmap.serve` (docs/serve.md), imported when first asked
+    for: `import toolkit` loads no web server."""
     if name == "serve":
-        from importlib import import_module
+        from toolkit.webmap import serve
 
-        return import_module("toolkit.webmap").serve
+        return serve
     raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

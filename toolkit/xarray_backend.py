@@ -3,9 +3,10 @@
 
 xarray alone cannot open either: `engine="zarr"` refuses a pyramid's tree (every level reuses
 level 0's dimension names, see `toolkit.pyramid.read`), and a virtual repo's chunks are read
-only once its virtual chunk containers are authorized (`toolkit.virtual.reader`). This engine
-delegates to those two readers. xarray loads every installed engine on each `open_dataset`
-call, so this module imports nothing but xarray's base class at import time.
+only once its virtual chunk containers are authorized. This engine opens the location once and
+reads through the home `toolkit.pyramid.home.open_home` finds there (a Zarr store, or a repo at
+a branch or snapshot). xarray loads every installed engine on each `open_dataset` call, so
+this module imports nothing but xarray's base class at import time.
 """
 
 from __future__ import annotations
@@ -84,24 +85,14 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         at `branch` (or `snapshot`), lazily: xarray applies `chunks` to what this returns."""
         kwargs = _zarr_kwargs(drop_variables, decoders)
         level = _level(group)
-        source, ref = _open(filename_or_obj, credentials, store_options)
+        home = _open(filename_or_obj, credentials, store_options)
         try:
-            if ref is not None:
-                from toolkit.virtual.reader import open_dataset
-
-                ds = open_dataset(
-                    ref.store, branch=branch, snapshot=snapshot, credentials=credentials,
-                    group=level, **kwargs,
-                )  # fmt: skip
-            else:
-                from toolkit.pyramid.read import open_level
-
-                ds = open_level(source, level or ".", **kwargs)
+            ds = home.open_level(level, branch, snapshot, **kwargs)
             return crs_as_coords(ds, decoders)
         except (KeyError, FileNotFoundError) as err:
             if level is None:
                 raise
-            from toolkit.pyramid.plan import PlanError
+            from toolkit.pyramid.geometry import PlanError
 
             try:
                 has = self.open_datatree(filename_or_obj, branch=branch, snapshot=snapshot,
@@ -131,49 +122,12 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         import xarray as xr
 
         kwargs = _zarr_kwargs(drop_variables, decoders)
-        source, ref = _open(filename_or_obj, credentials, store_options)
-        if ref is None:
-            from toolkit.pyramid.plan import PlanError
-            from toolkit.pyramid.read import open_datatree
-            from toolkit.pyramid.source import growth_note, level0_growth
-
-            try:
-                tree = open_datatree(source, **kwargs)
-            except PlanError:  # an xarray append replaced the root's layout: say so
-                if not (grew := level0_growth(source)):
-                    raise
-                named = _named(filename_or_obj)
-                raise PlanError(
-                    f"{named}: {growth_note(grew)} since the build: run `toolkit pyramid build "
-                    f"{named}`"
-                ) from None
-            return xr.DataTree.from_dict(
-                {n.path: crs_as_coords(n.to_dataset(inherit=False), decoders) for n in tree.subtree}
-            )
-        from toolkit import icechunk as R
-        from toolkit.virtual.reader import open_dataset
-
-        if snapshot is None:  # pinned: a commit landing meanwhile cannot mix two snapshots
-            snapshot = R.snapshot_of(R.open_repo(ref.store, credentials, fresh=True), branch)
-        base = open_dataset(ref.store, snapshot=snapshot, credentials=credentials, **kwargs)
-        base = crs_as_coords(base, decoders)
-        layout = base.attrs.get("multiscales", {}).get("layout") or []
-        if not layout:
-            return xr.DataTree(base)
-        tree = {"/": xr.Dataset(attrs=base.attrs)}
-        for item in layout:
-            asset = item["asset"]
-            tree[f"/{BASE[0] if asset in BASE else asset}"] = (
-                base
-                if asset in BASE
-                else crs_as_coords(
-                    open_dataset(
-                        ref.store, snapshot=snapshot, credentials=credentials, group=asset, **kwargs
-                    ),
-                    decoders,
-                )
-            )
-        return xr.DataTree.from_dict(tree)
+        tree = _open(filename_or_obj, credentials, store_options).open_tree(
+            branch, snapshot, **kwargs
+        )
+        return xr.DataTree.from_dict(
+            {n.path: crs_as_coords(n.to_dataset(inherit=False), decoders) for n in tree.subtree}
+        )
 
     def open_groups_as_dict(  # type: ignore[override]
         self, filename_or_obj: Any, **kwargs: Any
@@ -238,13 +192,13 @@ def _open(
     filename_or_obj: Any,
     credentials: Literal["anonymous", "env"],
     store_options: Mapping[str, Any] | None,
-) -> tuple[Any, Any]:
-    """(the Zarr store, None) for a pyramid, (None, the repo) for an Icechunk repo; anything
-    else is refused in one line naming the path and what it wants."""
+) -> Any:
+    """The home of what is there (`toolkit.pyramid.home.open_home`: a pyramid's Zarr store or
+    an Icechunk repo), its location opened once; anything else is refused in one line naming
+    the path and what it wants."""
     from toolkit import storage
-    from toolkit.pyramid.plan import PlanError
-    from toolkit.pyramid.repo import open_repo_source
-    from toolkit.pyramid.source import open_source
+    from toolkit.pyramid.geometry import PlanError
+    from toolkit.pyramid.home import open_home
 
     if isinstance(filename_or_obj, os.PathLike):
         filename_or_obj = os.fspath(filename_or_obj)
@@ -252,16 +206,16 @@ def _open(
         raise TypeError(
             f"engine 'toolkit' opens a path or URL, not {type(filename_or_obj).__name__}"
         )
-    options = dict(store_options or {})
     named = _named(filename_or_obj)
     local = None if isinstance(filename_or_obj, storage.Store) else storage.local_path_of(named)
     if local is not None and not local.is_dir():
         what = "is not a directory" if local.exists() else "does not exist"
         raise PlanError(f"{named}: {what}; {WANT}")
-    ref = open_repo_source(filename_or_obj, credentials, **options)
-    if ref is not None:
-        return None, ref
-    store = open_source(filename_or_obj, **options)
-    if not storage.exists(store, "zarr.json"):
+    try:  # the store options as the caller gives them (any `toolkit.storage.open_store` takes)
+        store = storage.open_store(filename_or_obj, **dict(store_options or {}))
+    except storage.StorageError as err:
+        raise PlanError(str(err)) from err
+    home = open_home(store, storage.Options(credentials=credentials))
+    if not home.exists():
         raise PlanError(f"{named}: holds no zarr.json at its root and no Icechunk repo; {WANT}")
-    return store, None
+    return home

@@ -18,8 +18,8 @@ import xarray as xr
 from typer.testing import CliRunner
 
 from toolkit.cli import app
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.metadata import MULTISCALES_UUID, SPATIAL_UUID
-from toolkit.pyramid.plan import PlanError
 
 ARGS = ["--levels", "2", "--executor", "sync"]
 

@@ -16,9 +16,9 @@ from toolkit import storage
 from toolkit.examples import synthetic
 from toolkit.plan import IncompleteStageError
 from toolkit.pyramid import build, plan
-from toolkit.pyramid.build import pyramid_stages
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.source import read_source
+from toolkit.pyramid.store_build import pyramid_stages
 
 
 def mem() -> storage.Store:

@@ -21,7 +21,7 @@ from tests.pyramid.oracle import reduce0
 from toolkit import kernels, storage
 from toolkit.examples import synthetic
 from toolkit.pyramid import build, plan, verify
-from toolkit.pyramid.plan import MAX_CLASSES, ArrayMeta, PlanError, declared_classes
+from toolkit.pyramid.geometry import MAX_CLASSES, ArrayMeta, PlanError, declared_classes
 
 
 def mem() -> storage.Store:

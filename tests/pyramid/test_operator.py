@@ -15,7 +15,7 @@ from toolkit import storage
 from toolkit.cli import app
 from toolkit.examples import synthetic
 from toolkit.pyramid import build, plan
-from toolkit.pyramid.plan import ArrayMeta, PlanError, choose_methods, max_levels, plan_pyramid
+from toolkit.pyramid.geometry import ArrayMeta, PlanError, choose_methods, max_levels, plan_pyramid
 
 runner = CliRunner()
 

@@ -337,7 +337,7 @@ def test_a_source_in_a_bucket_gets_its_pyramid_in_a_repo_in_another(s3_endpoint)
                        consolidated=False)  # fmt: skip
     before = _objects(s3_endpoint, source_bucket)
     repo = f"s3://{make_bucket(s3_endpoint)}/t-pyramid"
-    report = build(src, output=repo, levels=2, executor="sync", **opts)
+    report = build(src, output=repo, levels=2, executor="sync", options=storage.Options(**opts))
     assert "none copied" in report.notes[0]
     assert _objects(s3_endpoint, source_bucket) == before
     tree = xr.open_datatree(repo, engine="toolkit", store_options=opts)
@@ -345,7 +345,7 @@ def test_a_source_in_a_bucket_gets_its_pyramid_in_a_repo_in_another(s3_endpoint)
     np.testing.assert_array_equal(tree["1x"]["t"].values, want["t"].values)
     mean, _ = window_mean(want["t"].values.astype(np.float64), 2)
     np.testing.assert_allclose(tree["2x"]["t"].values, mean, rtol=2e-6, equal_nan=True)
-    assert verify(repo, executor="sync", private=True, **opts).ok  # the repo's bucket is private
+    assert verify(repo, executor="sync", private=True, options=storage.Options(**opts)).ok
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.core.chunk_key_encodings import parse_chunk_key_encoding
 
-from toolkit.pyramid.plan import (
+from toolkit.pyramid.geometry import (
     ArrayMeta,
     PlanError,
     child_shard_size,

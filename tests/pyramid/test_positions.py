@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.pyramid.plan import ArrayMeta, position_cells
+from toolkit.pyramid.geometry import ArrayMeta, position_cells
 
 
 @st.composite
@@ -53,7 +53,7 @@ def test_cells_are_exactly_those_holding_a_chosen_position(case):
 def test_runs_cover_every_shard_once_in_regions_of_neighbours(indices, limit):
     """A worker's shards grouped into runs: each task once, a run consecutive along one leading
     axis and equal elsewhere, never longer than the limit."""
-    from toolkit.pyramid.plan import ShardTask
+    from toolkit.pyramid.geometry import ShardTask
     from toolkit.pyramid.shards import runs
 
     tasks = [ShardTask("2x", "v", (*i, 0, 0), f"k{i}", f"c{i}") for i in sorted(indices)]

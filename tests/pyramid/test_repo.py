@@ -19,7 +19,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.examples.simulate import expected_values
 from toolkit.pyramid import build, plan, verify
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.repo import PREFIX
 from toolkit.virtual.backfill import backfill
 
@@ -407,11 +407,13 @@ def test_a_repo_on_s3_gets_its_levels_on_process_workers(server, request, local_
     )
     backfill(ds, start=START, workers=2, cluster=local_cluster)
     url = ds.repo.url
-    report = build(url, ["temperature_2m"], levels=2, cluster=local_cluster, **opts)
+    report = build(
+        url, ["temperature_2m"], levels=2, cluster=local_cluster, options=storage.Options(**opts)
+    )
     assert report.stage("4x-commit").gate_have == 24
     handle = R.open_repo(storage.open_store(url, **opts), fresh=True)
     got = xr.open_zarr(R.readonly(handle).store, group="2x", consolidated=False)
     want, count = window_reference(level0(files, "temperature_2m"), 2)
     np.testing.assert_array_equal(got["temperature_2m_count"].values, count)
     np.testing.assert_allclose(got["temperature_2m"].values, want, rtol=2e-6)
-    assert verify(url, executor="sync", private=True, **opts).ok
+    assert verify(url, executor="sync", private=True, options=storage.Options(**opts)).ok

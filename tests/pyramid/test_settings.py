@@ -17,9 +17,8 @@ from tests.pyramid.test_operators import pyramid, write_store
 from tests.pyramid.test_usage import one_line_error
 from toolkit import storage
 from toolkit.examples import synthetic
-from toolkit.pyramid import records
-from toolkit.pyramid.build import build
-from toolkit.pyramid.plan import ArrayMeta, RecordedPlan, plan_pyramid
+from toolkit.pyramid import build, records
+from toolkit.pyramid.geometry import ArrayMeta, RecordedPlan, plan_pyramid
 from toolkit.pyramid.settings import Settings
 
 # (digest, sha256 of the plan record's bytes)[:16], taken at 839f5f1

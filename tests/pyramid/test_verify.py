@@ -116,7 +116,7 @@ def test_samples_spread_over_the_level_first_and_last_included():
 def test_a_level_consistent_with_a_wrong_parent_is_caught_against_level_0(built):
     """The old check re-derived a shard from its parent with the builder's own code: a level
     built from a bad parent passed. The numpy reference pools level 0 itself."""
-    from toolkit.pyramid.plan import region
+    from toolkit.pyramid.geometry import region
 
     p = plan(built, band_dim="band", levels=3, max_shard=16)
     arr = zarr.open_array(built.zarr(), path="2x/field", mode="r+")

@@ -12,8 +12,7 @@ from toolkit.engine.cluster import (
 from toolkit.engine.graph import Node, compile_plan
 from toolkit.engine.listing import ListedKeys
 from toolkit.engine.progress import progress_bar
-from toolkit.engine.run import run
-from toolkit.engine.runner import Executor, InProcess, OnDask, RunKeywords, Runner, runner_of
+from toolkit.engine.runner import Executor, InProcess, OnDask, RunKeywords, Runner, run, runner_of
 from toolkit.engine.ship import ship
 from toolkit.engine.versions import VersionMismatch, check_versions
 from toolkit.plan import (

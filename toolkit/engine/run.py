@@ -24,7 +24,6 @@ from toolkit.plan import (
     AUTO,
     IncompleteStageError,
     Plan,
-    Report,
     Stage,
     TaskError,
     task_context,
@@ -275,26 +274,3 @@ def run_dask(plan: Plan, cluster: ClusterLike, run_id: str, counter: Counter) ->
         finally:
             if counter.progress:
                 client.unsubscribe_topic(topic)
-
-
-def run(
-    plan: Plan,
-    cluster: ClusterLike = None,
-    executor: Executor = "dask",
-    progress: Progress | None = None,
-    run_id: str | None = None,
-) -> Report:
-    """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want
-    (`Runner(cluster, executor, progress).run(plan)`).
-
-    `cluster`: None (an embedded cluster, threads or processes as the plan's services need), a
-    scheduler address, a `Client`, a `Session`, or anything with `.get_client()` (dask-gateway,
-    Coiled). `progress(stage, tasks_done, tasks_total)` hears tasks, not nodes: stripe nodes
-    report as they go. Node keys are `<stage>-<plan hash>-<run id>` and an index.
-    A service's exception is raised as itself, carrying `toolkit.plan.task_context(err)` (stage,
-    task, the worker's traceback); a gate that finds missing objects raises
-    `IncompleteStageError`; no node of a later stage runs after either.
-    """
-    from toolkit.engine.runner import Runner
-
-    return Runner(cluster, executor, progress).run(plan, run_id)

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from toolkit.engine.cluster import ClusterLike
 from toolkit.engine.graph import StageSummary
+from toolkit.engine.run import Counter, run_dask, run_sync
 from toolkit.plan import Plan, Report, StageReport
 
 Named = Literal["auto", "dask", "sync"]
@@ -29,7 +30,7 @@ class Executor(Protocol):
 
     name: str
 
-    def stages(self, plan: Plan, run_id: str, counter: Any) -> list[StageSummary]: ...
+    def stages(self, plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]: ...
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,7 @@ class InProcess:
 
     name: str = "sync"
 
-    def stages(self, plan: Plan, run_id: str, counter: Any) -> list[StageSummary]:
-        from toolkit.engine.run import run_sync
-
+    def stages(self, plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]:
         return run_sync(plan, run_id, counter)
 
 
@@ -51,9 +50,7 @@ class OnDask:
     cluster: ClusterLike = None
     name: str = "dask"
 
-    def stages(self, plan: Plan, run_id: str, counter: Any) -> list[StageSummary]:
-        from toolkit.engine.run import run_dask
-
+    def stages(self, plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]:
         return run_dask(plan, self.cluster, run_id, counter)
 
 
@@ -102,8 +99,6 @@ class Runner:
     def run(self, plan: Plan, run_id: str | None = None) -> Report:
         """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want
         (`toolkit.engine.run` says what is raised)."""
-        from toolkit.engine.run import Counter
-
         if not isinstance(plan, Plan):
             raise TypeError(
                 f"run() takes a toolkit.plan.Plan, not {type(plan).__name__}: a job's own entry "
@@ -159,3 +154,24 @@ def report(plan: Plan, executor: str, summaries: list[StageSummary], t0: float) 
         for s in summaries
     )
     return Report(plan.name, plan.digest, executor, stages, time.time() - t0)
+
+
+def run(
+    plan: Plan,
+    cluster: ClusterLike = None,
+    executor: Named | Executor = "dask",
+    progress: Any = None,
+    run_id: str | None = None,
+) -> Report:
+    """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want
+    (`Runner(cluster, executor, progress).run(plan)`).
+
+    `cluster`: None (an embedded cluster, threads or processes as the plan's services need), a
+    scheduler address, a `Client`, a `Session`, or anything with `.get_client()` (dask-gateway,
+    Coiled). `progress(stage, tasks_done, tasks_total)` hears tasks, not nodes: stripe nodes
+    report as they go. Node keys are `<stage>-<plan hash>-<run id>` and an index.
+    A service's exception is raised as itself, carrying `toolkit.plan.task_context(err)` (stage,
+    task, the worker's traceback); a gate that finds missing objects raises
+    `IncompleteStageError`; no node of a later stage runs after either.
+    """
+    return Runner(cluster, executor, progress).run(plan, run_id)

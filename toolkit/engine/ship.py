@@ -32,9 +32,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import toolkit
 from toolkit.engine.versions import (
     CODE,
+    DISTRIBUTION,
     PACKAGES,
     Identity,
     _identity,
@@ -53,16 +53,16 @@ def payload() -> tuple[bytes, str]:
     """The running toolkit as a zip (sources, package data, dist-info) and its code digest,
     the digest every process's identity reports (`versions._identity`)."""
     sources, digest, _ = _identity()
-    root = str(Path(toolkit.__file__).resolve().parent)
+    root = str(Path(__file__).resolve().parents[1])  # the toolkit package
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for name, path in sources(root):
             z.writestr(name, Path(path).read_bytes())
-        v = version(toolkit.DISTRIBUTION)
-        dist = toolkit.DISTRIBUTION.replace("-", "_")  # a dist-info folder's spelling of it
+        v = version(DISTRIBUTION)
+        dist = DISTRIBUTION.replace("-", "_")  # a dist-info folder's spelling of it
         z.writestr(
             f"{dist}-{v}.dist-info/METADATA",
-            f"Metadata-Version: 2.1\nName: {toolkit.DISTRIBUTION}\nVersion: {v}\n",
+            f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {v}\n",
         )
     return buf.getvalue(), digest(root)
 

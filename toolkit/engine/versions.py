@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 CODE = "toolkit"  # compared by the digest of its sources; every other package by version
+# what importlib.metadata and pip know the code by (`toolkit.DISTRIBUTION`, said again here so
+# the engine does not import the package root, which sits above every job)
+DISTRIBUTION = "zarr-toolkit"
 PACKAGES = (CODE, "numba", "zarr", "icechunk", "gribberish", "obstore")
 SUFFIXES = (".py", ".json")  # what makes up the code (and what --ship packs)
 

@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import storage
-from toolkit.pyramid.plan import PlanError
 from toolkit.pyramid.read import BASE, levels, open_level
 from toolkit.pyramid.read import _root as root_metadata
-from toolkit.pyramid.source import open_source
 
-__all__ = ["stac"]
+__all__ = ["href_of", "store_entry"]
 
 
 def href_of(store: storage.Store) -> str:
@@ -35,23 +33,10 @@ def _storage_options(store: storage.Store) -> dict[str, Any] | None:
     return opts or None
 
 
-def stac(source: str | storage.Store, output_dir: str | Path, **options: Any) -> Any:
-    """Write a built pyramid's STAC Collection + Item to `output_dir` (`toolkit.stac.Entry`).
-
-    Level 0 is the `data` asset; each coarser level (`2x`, `4x`, ...) from the root's
-    multiscales layout is an asset of its own with `"group"` in its open kwargs, and the level
-    names are summarised as `multiscales:levels`, as the layout names them ("." is level 0,
-    at the root: no group is named for it that xarray could not open). An Icechunk repo is refused (PlanError):
-    its entry is `toolkit.virtual.stac`'s."""
-    from toolkit.pyramid.repo import open_repo_source
+def store_entry(store: storage.Store, output_dir: str | Path) -> Any:
+    """`toolkit.pyramid.stac` of a Zarr store's pyramid."""
     from toolkit.stac import StacAsset, write_entry
 
-    store = open_source(source, **options)
-    if open_repo_source(store) is not None:
-        raise PlanError(
-            f"{href_of(store)}: an Icechunk repo; its STAC entry is written by "
-            "`toolkit virtual stac` (this command describes a Zarr store)"
-        )
     names = levels(store)
     consolidated = root_metadata(store).get("consolidated_metadata") is not None
     ds = open_level(store, ".", chunks=None)

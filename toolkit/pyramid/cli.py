@@ -107,19 +107,20 @@ Executor = Annotated[
 ]
 
 
-def _options(source: str, stores: StorageOptions) -> dict[str, Any]:
-    from toolkit.pyramid.plan import PlanError
+def _options(source: str, stores: StorageOptions) -> StorageOptions:
+    """The storage flags, checked against SOURCE: S3 options on a URL they do not concern, or
+    a plain-http endpoint without --allow-http, are bad usage."""
+    from toolkit.pyramid.geometry import PlanError
 
-    options = stores.checked(source)
-    if not options and stores.given:
+    if not stores.checked(source) and stores.given:
         raise PlanError(f"{source}: S3 options only apply to s3://, gs:// or az:// URLs")
-    return options
+    return stores
 
 
 def _selection(items: list[str] | None, latest: bool = False) -> dict[str, list[str]]:
     """`--select DIM=VALUE` options as {dim: [values]}; a malformed one, or one given with
     --latest (which chooses positions too), is bad usage."""
-    from toolkit.pyramid.plan import PlanError
+    from toolkit.pyramid.geometry import PlanError
 
     if items and latest:
         raise PlanError(
@@ -135,7 +136,7 @@ def _selection(items: list[str] | None, latest: bool = False) -> dict[str, list[
 
 
 def _exit_codes() -> Any:
-    from toolkit.pyramid.plan import PlanError
+    from toolkit.pyramid.geometry import PlanError
 
     # OSError: a local path the OS refuses (not a directory, no permission)
     return exit_codes(usage_errors=(PlanError, OSError))
@@ -170,7 +171,7 @@ def plan_cmd(
             force_method,
             select=_selection(select, latest),
             latest=latest,
-            **opts,
+            options=opts,
         )
     why = dict(p.operators_from)
     if as_json:
@@ -284,7 +285,7 @@ def build_cmd(
             select=_selection(select, latest),
             latest=latest,
             output=output,
-            **opts,
+            options=opts,
         )
     if as_json:
         emit_json(report_json(report))
@@ -341,7 +342,7 @@ def verify_cmd(
             private=private,
             select=_selection(select, latest),
             latest=latest,
-            **opts,
+            options=opts,
         )
     if as_json:
         failures = [dataclasses.asdict(f) for f in result.failures]
@@ -389,7 +390,7 @@ def stac_cmd(
     from toolkit.pyramid import stac
 
     with _exit_codes():
-        entry = stac(source, output, **_options(source, stores))
+        entry = stac(source, output, _options(source, stores))
     if as_json:
         emit_json(entry.as_dict())
         return

@@ -16,7 +16,7 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.engine import Gate, ListedKeys, Plan, RunKeywords, Runner, Stage, runner_of
 from toolkit.plan import AUTO, Each, Report
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.source import LEVEL_GROUP
 from toolkit.tasks import Named, stable
 

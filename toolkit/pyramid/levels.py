@@ -1,5 +1,5 @@
 """From a level-0 source to a plan and each level's inputs: shared by the Zarr-store build
-(`toolkit.pyramid.build`), the repo build (`toolkit.pyramid.repo`) and the verifier."""
+(`toolkit.pyramid.store_build`), the repo build (`toolkit.pyramid.repo`) and the verifier."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.pyramid.plan import (
+from toolkit.pyramid.geometry import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,

@@ -26,7 +26,7 @@ import zarr
 from toolkit import storage
 from toolkit.cf import ENCODING_ATTRS, fill_attr, grid_mappings
 from toolkit.pyramid import records
-from toolkit.pyramid.plan import MIXED, ArrayMeta, PyramidPlan, VarLevel
+from toolkit.pyramid.geometry import MIXED, ArrayMeta, PyramidPlan, VarLevel
 from toolkit.pyramid.source import Source
 
 MULTISCALES_UUID = "d35379db-88df-4056-af3a-620245f8e347"

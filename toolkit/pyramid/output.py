@@ -15,6 +15,7 @@ form, an object dtype) is copied instead, and the build says so in one line.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as _dt
 import json
 import struct
@@ -28,10 +29,22 @@ import numpy as np
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
+from toolkit.engine import Runner
+from toolkit.plan import Report
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.metadata import strip_added
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.repo import build_repo
+from toolkit.pyramid.settings import Wanted
+from toolkit.pyramid.store_build import check_output_source
 
-__all__ = ["OUTPUT_BRANCH", "Level0", "open_output", "reference_level0", "v3_metadata"]
+__all__ = [
+    "OUTPUT_BRANCH",
+    "Level0",
+    "OutputHome",
+    "open_output",
+    "reference_level0",
+    "v3_metadata",
+]
 
 # where an --output build puts level 0's refresh and the levels built on it, before main moves
 # to both at once (not "pyramid-": the pyramid's own setup drops branches of that prefix)
@@ -69,6 +82,54 @@ class Level0:
             return line + ", none copied"
         why = "; ".join(f"{a}: {w}" for a, w in sorted(self.copied.items()))
         return f"{line}; copied {', '.join(sorted(self.copied))} ({why})"
+
+
+@dataclass(frozen=True)
+class OutputHome:
+    """`pyramid build SOURCE --output REPO`: the pyramid's home is the repo, over a source that
+    is only read. A home to build: verify and read the repo itself (a `RepoHome`)."""
+
+    source: storage.Store
+    output: storage.Store
+    credentials: Literal["anonymous", "env"] = "anonymous"
+
+    @classmethod
+    def open(
+        cls, source: storage.Store, output: str | storage.Store, options: storage.Options
+    ) -> OutputHome:
+        """The source and the output, each opened once (`_stores`)."""
+        src, out = _stores(source, output, options)
+        return cls(src, out, options.credentials)
+
+    @property
+    def url(self) -> str:
+        return self.output.url
+
+    def build(self, wanted: Wanted, runner: Runner) -> Report:
+        """Level 0's refresh and the levels built on it land on main in one move. Both go on
+        a branch of their own (`output-`), from main's head: the level-0 commit, then the
+        pyramid's transaction with that branch as its base; main moves to the branch only if
+        it is still where the branch began (else nothing reached main: run the build
+        again)."""
+        if wanted.positions or wanted.rebuild_from is not None:
+            raise PlanError(
+                "--output builds every level of the referenced level 0: --select, --latest "
+                "and --rebuild-from do not apply"
+            )
+        check_output_source(self.source, wanted)
+        ref = open_output(self.source, self.output, self.credentials)
+        txn = T.Txn((ref,), OUTPUT_BRANCH)
+        T.open_branch(txn)
+        level0 = reference_level0(self.source, self.output, self.credentials, OUTPUT_BRANCH)
+        try:
+            report = build_repo(level0.ref, wanted, runner, base=OUTPUT_BRANCH)
+        except PlanError as err:  # about level 0: named by the source given, not the branch
+            where = f"{ref.url}@{OUTPUT_BRANCH}: "
+            if not str(err).startswith(where):
+                raise
+            raise PlanError(f"{self.source.url}: {str(err)[len(where) :]}") from err
+        T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
+        return dataclasses.replace(report, notes=(level0.note, *report.notes))
 
 
 # ------------------------------------------------------------------ metadata, v2 -> v3 (pure)
@@ -253,20 +314,17 @@ def _open_output(output: storage.Store, source: storage.Store,
 
 
 def _stores(
-    source: str | storage.Store,
-    output: str | storage.Store,
-    output_options: Mapping[str, Any] | None,
-    options: Mapping[str, Any],
+    source: str | storage.Store, output: str | storage.Store, options: storage.Options | None
 ) -> tuple[storage.Store, storage.Store]:
+    """The source (which must exist) and the output, each opened once with the `options` that
+    concern its URL; an output inside the source is refused."""
     try:
-        src = storage.open_store(source, must_exist=True, **options)
+        src = storage.open_store(source, options, must_exist=True)
     except storage.NotFound as err:
         raise PlanError(
             f"{err.store}: does not exist; name the Zarr store (v2 or v3) to read"
         ) from err
-    out = storage.open_store(
-        output, **dict(output_options if output_options is not None else options)
-    )
+    out = storage.open_store(output, options)
     if out.url.rstrip("/") == src.url.rstrip("/") or out.url.startswith(src.url.rstrip("/") + "/"):
         raise PlanError(f"--output {out.url}: inside the source {src.url}, which is only read")
     return src, out
@@ -276,13 +334,11 @@ def open_output(
     source: str | storage.Store,
     output: str | storage.Store,
     credentials: Literal["anonymous", "env"] = "anonymous",
-    output_options: Mapping[str, Any] | None = None,
-    **options: Any,
 ) -> R.RepoRef:
     """The output repo of `source` (created with a container for the source's location when
     new); a repo made for another source, or a folder that is no repo, is refused. The source
     is read first: one that cannot be read, or is no Zarr store, creates nothing."""
-    src, out = _stores(source, output, output_options, options)
+    src, out = _stores(source, output, None)
     if not any(storage.exists(src, key) for key in ("zarr.json", ".zgroup", ".zarray")):
         raise PlanError(f"{src.url}: no zarr.json, .zgroup or .zarray: not a Zarr store")
     return _open_output(out, src, credentials)
@@ -292,14 +348,12 @@ def reference_level0(
     source: str | storage.Store,
     output: str | storage.Store,
     credentials: Literal["anonymous", "env"] = "anonymous",
-    output_options: Mapping[str, Any] | None = None,
     branch: str = "main",
-    **options: Any,
 ) -> Level0:
     """Make (or refresh) the output repo's level 0 from `source`: its metadata, a virtual
     reference per chunk object (copies where none can be made), one commit on `branch` when
     anything changed. The source is only listed and read."""
-    src, out = _stores(source, output, output_options, options)
+    src, out = _stores(source, output, None)
     started = time.monotonic()
     objects = storage.list_objects(src)
     listing = {

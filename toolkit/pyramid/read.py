@@ -13,15 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit import storage
-from toolkit.pyramid.plan import PlanError
+from toolkit.pyramid.geometry import PlanError
 from toolkit.pyramid.source import open_source
 
 BASE = "1x"
 
 
-def levels(source: str | storage.Store, **options: Any) -> list[str]:
+def levels(source: str | storage.Store) -> list[str]:
     """The level groups named by the root's multiscales layout, level 0 as "."."""
-    store = open_source(source, **options)
+    store = open_source(source)
     attrs = _root(store).get("attributes", {})
     layout = attrs.get("multiscales", {}).get("layout")
     if not layout:

@@ -38,7 +38,7 @@ import json
 from typing import Any
 
 from toolkit import storage
-from toolkit.pyramid.plan import RecordedPlan
+from toolkit.pyramid.geometry import RecordedPlan
 
 GROUP = ".pyramid"
 PLAN = "plan"

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -36,16 +37,18 @@ from toolkit import transaction as T
 from toolkit.engine import Gate, ListedKeys, Plan, Runner, Stage
 from toolkit.plan import AUTO, Report
 from toolkit.pyramid import metadata
-from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
-from toolkit.pyramid.plan import (
+from toolkit.pyramid.failure import Failure
+from toolkit.pyramid.geometry import (
     MAX_SHARD,
     PlanError,
     PyramidPlan,
+    RecordedPlan,
     check_level_names,
     position_cells,
     stale_tasks,
 )
-from toolkit.pyramid.settings import Settings
+from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
+from toolkit.pyramid.settings import Settings, Wanted
 from toolkit.pyramid.shards import BuildShard, DoneShards, runs
 from toolkit.pyramid.source import Source, read_source
 
@@ -57,28 +60,21 @@ BUILT_FROM = "pyramid:level0_snapshot"  # root attribute: main's snapshot the le
 __all__ = [
     "PREFIX",
     "FireLevels",
+    "RepoHome",
     "build_repo",
-    "open_repo_source",
     "recorded_settings",
+    "repo_at",
     "repo_source",
 ]
+LEVEL0 = (".", "1x", "", "/")  # the names of level 0 in a layout or a request: the root
 
 
-def open_repo_source(
-    source: str | storage.Store,
-    credentials: Literal["anonymous", "env"] = "anonymous",
-    **options: Any,
+def repo_at(
+    store: storage.Store, credentials: Literal["anonymous", "env"] = "anonymous"
 ) -> R.RepoRef | None:
-    """The repo at `source`, or None when `source` is not an Icechunk repo (a Zarr store)."""
-    store = source if isinstance(source, storage.Store) else None
-    if store is None:
-        local = storage.local_path_of(source)
-        if local is not None and not local.is_dir():
-            return None
-        try:
-            store = storage.open_store(source, **options)
-        except storage.StorageError as err:
-            raise PlanError(str(err)) from err
+    """The repo at `store`, or None when it is not an Icechunk repo (a Zarr store, or nothing
+    yet); `credentials`: how its GRIB sources are read. `toolkit.pyramid.home.open_home`
+    asks."""
     try:
         if storage.exists(store, "zarr.json"):
             return None  # a Zarr store (an Icechunk repo has no zarr.json at its root)
@@ -179,7 +175,8 @@ def repo_source(
     repo = ref.open()
     session = R.readonly(repo, base)  # one snapshot: metadata and probes agree
     chosen = bool(select) or latest
-    src = read_source(R.SessionView(f"{ref.url}@{base}", session), variables, listed=not chosen)
+    view = R.SessionView(f"{ref.url}@{base}", session)
+    src = read_source(view, variables, listed=not chosen, versioned=True)
     if not chosen:
         return src, {}
     positions = select_positions(src, select)
@@ -376,13 +373,10 @@ class FireLevels:
                 if label not in select.setdefault(dim, []):
                     select[dim].append(label)
         then = recorded_settings(self.ref)
-        return build_repo(  # each variable's operator as main's levels were built with
-            self.ref,
-            list(self.variables),
-            select=select,
-            max_shard=then.max_shard if then is not None else MAX_SHARD,
-            runner=Runner(executor="sync"),  # in the fire's own process, like its commits
-        )
+        shard = then.max_shard if then is not None else MAX_SHARD
+        # each variable's operator as main's levels were built with
+        wanted = Wanted(self.variables, select=select, max_shard=shard)
+        return build_repo(self.ref, wanted, Runner(executor="sync"))  # in the fire's process
 
 
 def recorded_settings(ref: R.RepoRef, base: str = "main") -> Settings | None:
@@ -444,51 +438,157 @@ def check_levels_free(ref: R.RepoRef, src: Source, p: PyramidPlan, base: str = "
     check_level_names(p, src.nodes, ref.url, recorded)
 
 
-def repo_planned(
-    ref: R.RepoRef,
-    variables: list[str] | None,
-    method: str | Mapping[str, str] | None,
-    band_dim: str | None,
-    levels: int | None,
-    max_shard: int = MAX_SHARD,
-    force_method: bool = False,
-    select: Mapping[str, Sequence[str]] | None = None,
-    latest: bool = False,
-    base: str = "main",
-) -> tuple[Source, PyramidPlan]:
+def repo_planned(ref: R.RepoRef, wanted: Wanted, base: str = "main") -> tuple[Source, PyramidPlan]:
     """(level 0, plan) of a build on `base`: beside what its levels hold (`with_recorded`;
     their band dim and level count unless given), checked against them before any write."""
     then = recorded_settings(ref, base)
-    variables, method = with_recorded(then, variables, method)
+    variables, method = with_recorded(then, wanted.names, wanted.method)
+    levels, band_dim = wanted.levels, wanted.band_dim
     if then is not None:
         levels = then.levels if levels is None else levels
         band_dim = then.band_dim if band_dim is None else band_dim
-    src, _ = repo_source(ref, variables, select, latest, base)
+    src, _ = repo_source(ref, variables, wanted.select, wanted.latest, base)
     was = then.accepted() if then is not None else None
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method, recorded=was)
+    args = (wanted.max_shard, wanted.force_method)
+    p = plan_source(src, method, band_dim, levels, *args, recorded=was)
     check_settings(ref, p, base)
     check_levels_free(ref, src, p, base)
     return src, p
 
 
 def build_repo(
-    ref: R.RepoRef,
-    variables: list[str] | None = None,
-    method: str | Mapping[str, str] | None = None,
-    band_dim: str | None = None,
-    levels: int | None = None,
-    select: Mapping[str, Sequence[str]] | None = None,
-    latest: bool = False,
-    runner: Runner | None = None,
-    max_shard: int = MAX_SHARD,
-    force_method: bool = False,
-    base: str = "main",
+    ref: R.RepoRef, wanted: Wanted, runner: Runner | None = None, base: str = "main"
 ) -> Report:
-    """Build (or extend, or resume) the levels of `variables` inside the repo, onto main, beside
-    the variables main's levels hold (`with_recorded`). `base`: the branch level 0 is read
-    from and the levels land on, when not main (the branch of `pyramid build --output`, which
-    then moves main once)."""
-    src, p = repo_planned(
-        ref, variables, method, band_dim, levels, max_shard, force_method, select, latest, base
-    )
+    """Build (or extend, or resume) the levels of `wanted.variables` inside the repo, onto
+    main, beside the variables main's levels hold (`with_recorded`). `base`: the branch level
+    0 is read from and the levels land on, when not main (the branch of `pyramid build
+    --output`, which then moves main once)."""
+    src, p = repo_planned(ref, wanted, base)
     return (runner or Runner()).run(repo_plan(ref, src, p, base=base))
+
+
+# ----------------------------------------------------------------------------- the home
+
+
+@dataclass(frozen=True)
+class RepoHome:
+    """A pyramid inside an Icechunk repo: built onto main, checked on main (at `select`/
+    `latest` positions), read from a branch or snapshot."""
+
+    ref: R.RepoRef
+    select: Mapping[str, Sequence[str]] | None = None
+    latest: bool = False
+    decodes_grib = True  # level 0 is a virtual GRIB array
+    striped = True  # its workers build contiguous stripes
+
+    @property
+    def url(self) -> str:
+        return str(self.ref.url)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.ref.store.options)
+
+    # ------------------------------------------------------------------ build
+
+    def plan(self, wanted: Wanted) -> PyramidPlan:
+        return repo_planned(self.ref, wanted)[1]
+
+    def build(self, wanted: Wanted, runner: Runner) -> Report:
+        if wanted.rebuild_from is not None:
+            raise PlanError(
+                f"--rebuild-from: {self.url} is an Icechunk repo, whose levels are rebuilt by "
+                "position: drop the level groups in a commit, or build other --select positions"
+            )
+        return build_repo(self.ref, wanted, runner)
+
+    # ------------------------------------------------------------------ verify
+
+    @property
+    def store(self) -> Any:
+        return R.BranchView(self.ref, "main")
+
+    def recorded(self) -> Settings | None:
+        return recorded_settings(self.ref)
+
+    def unbuilt(self) -> Failure:
+        return Failure("-", "zarr.json", "plan", "no pyramid in the repo: build it first")
+
+    def level0(self, variables: list[str]) -> Source:
+        return repo_source(self.ref, variables, self.select, self.latest)[0]
+
+    def expected(self, p: PyramidPlan) -> RecordedPlan:
+        return RecordedPlan.of(p)  # a repo records settings: the plan is what level 0 asks now
+
+    def edited(self, p: PyramidPlan) -> dict[str, Any] | None:
+        return None  # the repo's history is the record of level 0's changes
+
+    def root_failures(self, plan: RecordedPlan) -> list[Failure]:
+        """Level 0's nodes are the dataset's own (their history is the repo's): the root must
+        carry the layout and both conventions; the levels are checked one by one."""
+        attrs = storage.get_json(self.store, "zarr.json").get("attributes", {})
+        out = []
+        if "multiscales" not in attrs:
+            out.append(Failure(".", "zarr.json", "root-diff", "multiscales attribute missing"))
+        have = {c.get("uuid") for c in attrs.get("zarr_conventions", [])}
+        if not set(metadata.ADDED_UUIDS) <= have:
+            out.append(Failure(".", "zarr.json", "root-diff", "conventions not registered"))
+        return out
+
+    def client_zarr(self, options: dict[str, Any], private: bool) -> Any:
+        store = storage.open_store(self.url, **options)
+        handle = R.open_repo(store, "env" if private else "anonymous", fresh=True)
+        return R.readonly(handle).store
+
+    # ------------------------------------------------------------------ read and serve
+
+    def exists(self) -> bool:
+        return True
+
+    def version(self, branch: str = "main") -> tuple[str, str]:
+        return "repo", R.snapshot_of(self.ref.open(fresh=True), branch)
+
+    def open_level(
+        self, level: str | None, branch: str = "main", version: str | None = None, **kwargs: Any
+    ) -> Any:
+        return _dataset(self.ref.open(fresh=True), branch, version, level, kwargs)
+
+    def open_tree(self, branch: str = "main", version: str | None = None, **kwargs: Any) -> Any:
+        """Level 0 and every level its root's layout names, from one snapshot (`version`, else
+        the branch's head, pinned: a commit landing meanwhile cannot mix two); a repo without
+        levels is a one-node tree."""
+        import xarray as xr
+
+        handle = self.ref.open(fresh=True)
+        snapshot = version or R.snapshot_of(handle, branch)
+        base = _dataset(handle, branch, snapshot, None, kwargs)
+        layout = base.attrs.get("multiscales", {}).get("layout") or []
+        if not layout:
+            return xr.DataTree(base)
+        tree = {"/": xr.Dataset(attrs=base.attrs)}
+        for asset in (item["asset"] for item in layout):
+            if asset in LEVEL0:
+                tree[f"/{LEVEL0[1]}"] = base
+            else:
+                tree[f"/{asset}"] = _dataset(handle, branch, snapshot, asset, kwargs)
+        return xr.DataTree.from_dict(tree)
+
+    def stac(self, output_dir: str | Path) -> Any:
+        raise PlanError(
+            f"{storage.location(self.url)}: an Icechunk repo; its STAC entry is written by "
+            "`toolkit virtual stac` (this command describes a Zarr store)"
+        )
+
+
+def _dataset(
+    handle: Any, branch: str, snapshot: str | None, group: str | None, kwargs: dict[str, Any]
+) -> Any:
+    """One group of the repo as an xarray Dataset, lazily, through a read-only session; the
+    CRS variable a coordinate (`toolkit.cf.crs_as_coords`), so rioxarray finds it."""
+    import xarray as xr
+
+    from toolkit.cf import crs_as_coords
+
+    kwargs = {"consolidated": False, **kwargs}
+    ds = xr.open_zarr(R.readonly(handle, branch, snapshot).store, group=group, **kwargs)
+    return crs_as_coords(ds, kwargs.get("decode_coords", True))

@@ -11,11 +11,11 @@ from before operators were per variable (one `method`, an optional `circular`, n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["MAX_SHARD", "MIXED", "Settings", "kernel"]
+__all__ = ["MAX_SHARD", "MIXED", "Asked", "Settings", "Wanted", "kernel"]
 
 MAX_SHARD = 4096
 MIXED = "mixed"  # a plan's `method` when its variables have different reducers
@@ -126,3 +126,40 @@ class Settings:
                 was = now.classes.get(n)
                 out[f"{n}'s classes"] = (list(c), None if was is None else list(was))
         return out
+
+
+class Asked(TypedDict, total=False):
+    """The keywords of `build` beyond its documented ones, gathered into its `Wanted`."""
+
+    rebuild_from: str | int | None
+    max_shard: int
+    force_method: bool
+    select: Mapping[str, Sequence[str]] | None
+    latest: bool
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a plan or build asks for, as one value from the entry point to the home that
+    builds it. None: as the levels already built were (their recorded `Settings`), else as the
+    data says (`plan.choose_methods`, a level count down to one tile)."""
+
+    variables: Sequence[str] | None = None
+    method: str | Mapping[str, str] | None = None
+    band_dim: str | None = None
+    levels: int | None = None
+    max_shard: int = MAX_SHARD
+    force_method: bool = False
+    select: Mapping[str, Sequence[str]] | None = None  # a repo's positions: {dim: [labels]}
+    latest: bool = False  # a repo's newest position only
+    rebuild_from: str | int | None = None  # a Zarr store's level to delete and rebuild from
+
+    @property
+    def names(self) -> list[str] | None:
+        """The variables asked for (None: none named)."""
+        return list(self.variables) if self.variables else None
+
+    @property
+    def positions(self) -> bool:
+        """Whether positions are chosen (`select` or `latest`): only a repo has them."""
+        return bool(self.select) or self.latest

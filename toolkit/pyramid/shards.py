@@ -22,7 +22,7 @@ import zarr
 
 from toolkit import kernels, storage
 from toolkit.cf import Decoding
-from toolkit.pyramid.plan import ShardTask, VarLevel, region, source_region
+from toolkit.pyramid.geometry import ShardTask, VarLevel, region, source_region
 
 Memo = dict[tuple[str, bool], Any]  # (path, opened for writing) -> the zarr array
 MODE_BAND_PIXELS = 1 << 24  # level-0 pixels per band read for a mode shard

@@ -22,7 +22,7 @@ from zarr.errors import UnknownCodecError
 from toolkit import storage
 from toolkit.cf import CFError, circle, decoding
 from toolkit.pyramid import records
-from toolkit.pyramid.plan import (
+from toolkit.pyramid.geometry import (
     ArrayMeta,
     PlanError,
     PyramidPlan,
@@ -57,8 +57,11 @@ def _fill(value: Any) -> Any:
     return v
 
 
-def open_source(source: str | storage.Store, **options: Any) -> storage.Store:
-    """Open SOURCE for the pyramid; a bad URL or a local path that is not a directory is bad usage.
+def open_source(
+    source: str | storage.Store, options: storage.Options | None = None
+) -> storage.Store:
+    """Open SOURCE for the pyramid, with the `options` that concern its URL; a bad URL or a
+    local path that is not a directory is bad usage.
 
     Checked before opening because opening a local path creates it: a typo would otherwise
     leave an empty directory behind and fail later with a less useful message.
@@ -70,7 +73,7 @@ def open_source(source: str | storage.Store, **options: Any) -> storage.Store:
         what = "is not a directory" if path.exists() else "does not exist"
         raise PlanError(f"store {path.resolve()}: {what} (want a zarr v3 store)")
     try:
-        return storage.open_store(source, **options)
+        return storage.open_store(source, options)
     except storage.StorageError as err:
         raise PlanError(str(err)) from err
 
@@ -210,10 +213,15 @@ def array_meta(name: str, arr: Any) -> ArrayMeta:
 
 
 def read_source(
-    store: storage.Store, variables: list[str] | None = None, listed: bool = True
+    store: storage.Store,
+    variables: list[str] | None = None,
+    listed: bool = True,
+    versioned: bool = False,
 ) -> Source:
     """Level-0 arrays with two named spatial dims whose 1-D coordinates exist, and their listings
-    (`listed=False`: none; the caller finds the objects another way)."""
+    (`listed=False`: none; the caller finds the objects another way). `versioned`: `store`
+    is a view of a repo, whose history versions content: its objects are listed by key alone,
+    with no fingerprints (those of an object store are `level0_prints`)."""
     nodes = _root_members(store)
     members = {n: a for n, a in nodes.items() if isinstance(a, zarr.Array)}
     coords = {n: storage.read(store, a) for n, a in members.items() if a.ndim == 1}
@@ -270,9 +278,9 @@ def read_source(
             check_coordinate(d, coords[d], store.url)
     listings: dict[str, list[str]] = {name: [] for name in candidates}
     prints: dict[str, dict[str, str]] = {}
-    then = _recorded_prints(store) if listed and isinstance(store, storage.Store) else {}
+    then = _recorded_prints(store) if listed and not versioned else {}
     for name in candidates if listed else ():
-        if isinstance(store, storage.Store):  # an object store: keys with what they hold
+        if not versioned:  # an object store: keys with what they hold
             since = time.time()  # before the listing: what is modified from here on is racy
             infos = storage.list_objects(store, name + "/")
             listings[name] = [i.key[len(name) + 1 :] for i in infos]
@@ -353,7 +361,7 @@ def settle_print(
     """An object's fingerprint now, `"<fast key> <content>"` (one token when they are the same),
     given the one recorded (`then`); None when only its bytes can say (`digest` them).
 
-    The content token is what the build compares (`toolkit.pyramid.plan.edited_in_place`); it
+    The content token is what the build compares (`toolkit.pyramid.geometry.edited_in_place`); it
     is carried over while the fast key matches, so a copy that keeps the fast key is the same
     content for free. When the fast key changed, the bytes are hashed only if the record holds
     a hash to compare with (an object that was racy once); otherwise the object counts as

@@ -21,12 +21,13 @@ import numpy as np
 from toolkit import storage
 from toolkit.engine import Plan, Runner, Stage, runner_of
 from toolkit.plan import Report
+from toolkit.pyramid.failure import Failure
+from toolkit.pyramid.geometry import PlanError, PyramidPlan, RecordedPlan, ShardTask, VarLevel
+from toolkit.pyramid.home import Home, open_home
 from toolkit.pyramid.levels import plan_source, var_sources
 from toolkit.pyramid.metadata import carried_coords, same_values
-from toolkit.pyramid.origin import Failure, Origin, RepoOrigin, open_origin
-from toolkit.pyramid.plan import PlanError, PyramidPlan, RecordedPlan, ShardTask, VarLevel
 from toolkit.pyramid.shards import VarSource, count_region
-from toolkit.pyramid.source import grown_along, growth_note
+from toolkit.pyramid.source import Source, grown_along, growth_note
 from toolkit.tasks import stable, stripe
 
 __all__ = ["Failure", "VerifyResult", "verify"]
@@ -105,7 +106,7 @@ class CountCheck:
 
 @dataclass(frozen=True)
 class MetaCheck:
-    origin: Origin  # the root's check is where the pyramid is (a backup, or a repo's history)
+    home: Home  # the root's check is where the pyramid is (a backup, or a repo's history)
     plan: RecordedPlan  # what the levels must match
     coords: dict[str, np.ndarray]  # dim -> level-0 cell centres
     attrs: dict[str, dict[str, Any]]  # level-0 attributes of data vars and CRS vars
@@ -115,100 +116,114 @@ class MetaCheck:
 
     @property
     def store(self) -> Any:
-        return self.origin.store
+        return self.home.store
 
     def __call__(self, check: Check) -> list[Failure]:
         if check.name == ".":
-            return self.origin.root_failures(self.plan)
+            return self.home.root_failures(self.plan)
         return self._level(check.name)
 
     def _level(self, group: str) -> list[Failure]:
-        import zarr
-
-        out: list[Failure] = []
+        """A level's nodes as the plan records them and level 0 implies: each variable's
+        arrays (and class labels), the coordinates, the CRS variables, the carried
+        coordinates, and the level's entry in the root's layout."""
         lvl = self.plan.level(group)
         z = self.store.zarr(read_only=True)
-        f = lvl.factor
-
-        def bad(node: str, detail: str) -> None:
-            out.append(Failure(group, node, "metadata", detail))
-
+        said: list[tuple[str, str]] = []
         for v in lvl.vars:
-            arrays = _level_arrays(v)
-            if v.classes:  # the class counts a mode level carries, and their labels
-                try:
-                    path = f"{group}/{v.class_dim}"
-                    labels = zarr.open_array(z, path=path, mode="r")[...].tolist()
-                except Exception as err:
-                    bad(v.class_dim, f"class coordinate cannot be opened: {err}")
-                else:
-                    if labels != list(v.classes):
-                        bad(v.class_dim, f"classes are {labels}, want {list(v.classes)}")
-            for name, shape, dims, shards, chunks, dtype in arrays:
-                try:
-                    arr = zarr.open_array(z, path=f"{group}/{name}", mode="r")
-                except Exception as err:
-                    bad(name, f"cannot open: {err}")
-                    continue
-                fill = v.fill_value if name == v.var else 0
-                if not _same_fill(arr.fill_value, fill):
-                    bad(name, f"fill_value is {arr.fill_value}, want {fill}")
-                got = {
-                    "shape": list(arr.shape),
-                    "dimension_names": list(arr.metadata.dimension_names or []),
-                    "shards": list(arr.shards or arr.chunks),
-                    "chunks": list(arr.chunks),
-                    "dtype": np.dtype(arr.dtype).name,
-                }
-                want = {
-                    "shape": list(shape),
-                    "dimension_names": list(dims),
-                    "shards": list(shards),
-                    "chunks": list(chunks),
-                    "dtype": dtype,
-                }
-                for key in want:
-                    if got[key] != want[key]:
-                        bad(name, f"{key} is {got[key]}, want {want[key]}")
-                if name == v.var:
-                    gm = self.attrs.get(v.var, {}).get("grid_mapping")
-                    if arr.attrs.get("grid_mapping") != gm:
-                        bad(name, f"grid_mapping is {arr.attrs.get('grid_mapping')!r}, want {gm!r}")
-        level_axes: dict[str, np.ndarray] = {}
+            said += self._class_labels(z, group, v) + self._arrays(z, group, v)
+        axes, found = self._coordinates(z, group, lvl.factor, lvl.shape)
+        said += found + self._crs_vars(z, group, axes, lvl.factor)
+        said += [(n, d) for n in self.carried if (d := self._carried(z, group, n))]
+        said += self._layout(group, lvl.factor, lvl.shape)
+        return [Failure(group, node, "metadata", detail) for node, detail in said]
+
+    def _class_labels(self, z: Any, group: str, v: VarLevel) -> list[tuple[str, str]]:
+        """The class coordinate a mode level carries counts of: its labels are the plan's."""
+        if not v.classes:
+            return []
+        try:
+            labels = zarr_open(z, f"{group}/{v.class_dim}")[...].tolist()
+        except Exception as err:
+            return [(v.class_dim, f"class coordinate cannot be opened: {err}")]
+        if labels != list(v.classes):
+            return [(v.class_dim, f"classes are {labels}, want {list(v.classes)}")]
+        return []
+
+    def _arrays(self, z: Any, group: str, v: VarLevel) -> list[tuple[str, str]]:
+        """Each array of a variable at the level: its fill value, shape, dims, shards, chunks,
+        dtype as the plan records them, and the data's grid mapping as level 0's."""
+        out: list[tuple[str, str]] = []
+        for name, shape, dims, shards, chunks, dtype in _level_arrays(v):
+            try:
+                arr = zarr_open(z, f"{group}/{name}")
+            except Exception as err:
+                out.append((name, f"cannot open: {err}"))
+                continue
+            fill = v.fill_value if name == v.var else 0
+            if not _same_fill(arr.fill_value, fill):
+                out.append((name, f"fill_value is {arr.fill_value}, want {fill}"))
+            got = {
+                "shape": list(arr.shape),
+                "dimension_names": list(arr.metadata.dimension_names or []),
+                "shards": list(arr.shards or arr.chunks),
+                "chunks": list(arr.chunks),
+                "dtype": np.dtype(arr.dtype).name,
+            }
+            said = (list(shape), list(dims), list(shards), list(chunks), dtype)
+            want = dict(zip(got, said, strict=True))
+            out += [(name, f"{k} is {got[k]}, want {want[k]}") for k in want if got[k] != want[k]]
+            gm = self.attrs.get(v.var, {}).get("grid_mapping")
+            if name == v.var and arr.attrs.get("grid_mapping") != gm:
+                out.append(
+                    (name, f"grid_mapping is {arr.attrs.get('grid_mapping')!r}, want {gm!r}")
+                )
+        return out
+
+    def _coordinates(
+        self, z: Any, group: str, f: int, shape: Sequence[int]
+    ) -> tuple[dict[str, np.ndarray], list[tuple[str, str]]]:
+        """(the level's spatial coordinates that opened, what is wrong with them): each the
+        mean of its level-0 window."""
+        axes: dict[str, np.ndarray] = {}
+        out: list[tuple[str, str]] = []
         for axis, dim in enumerate(self.plan.settings.spatial_dims):
             base0 = np.asarray(self.coords[dim], dtype=np.float64)
             try:
-                c = zarr.open_array(z, path=f"{group}/{dim}", mode="r")[...]
+                c = zarr_open(z, f"{group}/{dim}")[...]
             except Exception as err:
-                bad(dim, f"coordinate cannot be opened: {err}")
+                out.append((dim, f"coordinate cannot be opened: {err}"))
                 continue
-            n = lvl.shape[axis]
+            n = shape[axis]
             if len(c) != n:
-                bad(dim, f"coordinate length {len(c)}, want {n}")
+                out.append((dim, f"coordinate length {len(c)}, want {n}"))
                 continue
-            level_axes[dim] = np.asarray(c, dtype=np.float64)
+            axes[dim] = np.asarray(c, dtype=np.float64)
             want = window_means(base0, f, n)
             scale = float(np.max(np.abs(base0)) or 1.0)
             off = np.flatnonzero(~np.isclose(c, want, rtol=0, atol=1e-12 * scale))
             if off.size:
                 i = int(off[0])
-                bad(
-                    dim,
-                    f"{off.size} coordinate(s) differ from the mean of their level-0 window "
-                    f"(cell {i}: {c[i]!r}, want {want[i]!r})",
-                )
+                out.append((dim, f"{off.size} coordinate(s) differ from the mean of their "
+                                 f"level-0 window (cell {i}: {c[i]!r}, want {want[i]!r})"))  # fmt: skip
+        return axes, out
+
+    def _crs_vars(
+        self, z: Any, group: str, axes: dict[str, np.ndarray], f: int
+    ) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
         for crs in self.crs:
             try:
-                got_attrs = dict(zarr.open_array(z, path=f"{group}/{crs}", mode="r").attrs)
+                got_attrs = dict(zarr_open(z, f"{group}/{crs}").attrs)
             except Exception as err:
-                bad(crs, f"CRS variable cannot be opened: {err}")
+                out.append((crs, f"CRS variable cannot be opened: {err}"))
                 continue
-            for detail in self._crs(got_attrs, self.attrs.get(crs, {}), level_axes, f):
-                bad(crs, detail)
-        for name in self.carried:
-            detail = self._carried(z, group, name)
-            if detail:
-                bad(name, detail)
+            out += [(crs, d) for d in self._crs(got_attrs, self.attrs.get(crs, {}), axes, f)]
+        return out
+
+    def _layout(self, group: str, f: int, shape: Sequence[int]) -> list[tuple[str, str]]:
+        """The level's entry in the root's multiscales layout: its transform (origin kept,
+        pixel size `f` times level 0's; none on an irregular grid), shape and scale."""
         root = storage.get_json(self.store, "zarr.json")
         layout = {
             x["asset"]: x
@@ -216,32 +231,31 @@ class MetaCheck:
         }
         item = layout.get(group)
         if item is None:
-            bad("zarr.json", "root multiscales layout has no entry for this level")
+            return [("zarr.json", "root multiscales layout has no entry for this level")]
+        out: list[str] = []
+        base = layout.get(".", {}).get("spatial:transform")
+        t = item.get("spatial:transform")
+        regular = all(_regular(self.coords[d]) for d in self.plan.settings.spatial_dims)
+        if not regular:
+            if t is not None or base is not None:
+                out.append("spatial:transform written for an irregular grid")
+        elif base is None or t is None:
+            out.append("spatial:transform missing")
         else:
-            base = layout.get(".", {}).get("spatial:transform")
-            t = item.get("spatial:transform")
-            regular = all(_regular(self.coords[d]) for d in self.plan.settings.spatial_dims)
-            if not regular:
-                if t is not None or base is not None:
-                    bad("zarr.json", "spatial:transform written for an irregular grid")
-            elif base is None or t is None:
-                bad("zarr.json", "spatial:transform missing")
-            else:
-                if (t[2], t[5]) != (base[2], base[5]):
-                    bad("zarr.json", f"transform origin {t[2], t[5]} moved from {base[2], base[5]}")
-                if not np.allclose([t[0], t[4]], [base[0] * f, base[4] * f]):
-                    bad("zarr.json", f"transform pixel size {t[0], t[4]} is not {f}x level 0")
-            if item.get("spatial:shape") != list(lvl.shape):
-                bad("zarr.json", f"spatial:shape {item.get('spatial:shape')} != {list(lvl.shape)}")
-            # scale is relative to `derived_from` ("." = level 0, else a level named "<k>x")
-            source = item.get("derived_from", ".")
-            rel = f / (1 if source == "." else int(str(source).rstrip("x") or 1))
-            if item.get("transform", {}).get("scale") != [float(rel), float(rel)]:
-                bad(
-                    "zarr.json",
-                    f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}",
-                )
-        return out
+            if (t[2], t[5]) != (base[2], base[5]):
+                out.append(f"transform origin {t[2], t[5]} moved from {base[2], base[5]}")
+            if not np.allclose([t[0], t[4]], [base[0] * f, base[4] * f]):
+                out.append(f"transform pixel size {t[0], t[4]} is not {f}x level 0")
+        if item.get("spatial:shape") != list(shape):
+            out.append(f"spatial:shape {item.get('spatial:shape')} != {list(shape)}")
+        # scale is relative to `derived_from` ("." = level 0, else a level named "<k>x")
+        source = item.get("derived_from", ".")
+        rel = f / (1 if source == "." else int(str(source).rstrip("x") or 1))
+        if item.get("transform", {}).get("scale") != [float(rel), float(rel)]:
+            out.append(
+                f"transform.scale {item.get('transform')} is not {rel} relative to {source!r}"
+            )
+        return [("zarr.json", d) for d in out]
 
     def _carried(self, z: Any, group: str, name: str) -> str | None:
         """A non-spatial coordinate of level 0 (`valid_time`, ...): in the level, as level 0
@@ -347,7 +361,7 @@ class SampleCheck:
         for key in t.objects:
             if not storage.exists(self.store, key):
                 return fail("missing", f"object {key} does not exist")
-        from toolkit.pyramid.plan import region
+        from toolkit.pyramid.geometry import region
 
         reg = region(spec.out, t.index)
         z = self.store.zarr(read_only=True)
@@ -495,7 +509,7 @@ class WindowCheck:
         spec = next(s for s in self.sources[t.group] if s.out.var == t.var)
         if not all(storage.exists(self.store, k) for k in t.objects):
             return []  # the reference check names what is missing
-        from toolkit.pyramid.plan import region
+        from toolkit.pyramid.geometry import region
 
         reg = region(spec.out, t.index)
         factor = int(t.group.rstrip("x"))
@@ -716,7 +730,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 class ClientCheck:
     """Open every level the way a browser would: read-only, no credentials (unless `private`)."""
 
-    origin: Origin
+    home: Home
     shapes: dict[str, tuple[int, int]]
     variables: tuple[str, ...]
     private: bool = False
@@ -767,13 +781,13 @@ class ClientCheck:
         import xarray as xr
 
         group = check.name
-        options = self.origin.options
+        options = self.home.options
         opts = {k: v for k, v in options.items() if k not in storage.SECRET_OPTIONS}
-        if self.origin.url.startswith(("s3://", "gs://", "az://")) and not self.private:
+        if self.home.url.startswith(("s3://", "gs://", "az://")) and not self.private:
             opts["anonymous"] = True
         try:
             ds = xr.open_zarr(
-                self.origin.client_zarr(opts, self.private),
+                self.home.client_zarr(opts, self.private),
                 group=None if group == "." else group,
                 consolidated=False,
                 chunks=None,
@@ -819,7 +833,7 @@ def verify(
     select: Mapping[str, Sequence[str]] | None = None,
     latest: bool = False,
     runner: Runner | None = None,
-    **options: Any,
+    options: storage.Options | None = None,
 ) -> VerifyResult:
     """Run every check; `result.ok` is True only if all pass.
 
@@ -827,18 +841,17 @@ def verify(
     for stores that are not published (it reads with the environment's credentials instead).
     An Icechunk repo's levels are checked on main; `select`/`latest` restrict the check to
     those positions (as `build` does). `runner` runs the checks (or the one `cluster`/
-    `executor`/`progress` make: `toolkit.engine.Runner`).
+    `executor`/`progress` make: `toolkit.engine.Runner`); `options` reach the store
+    (`toolkit.storage.Options`).
     """
     runner = runner_of(runner, cluster=cluster, executor=executor, progress=progress)
     if sample < 1:
         raise PlanError(f"--sample must be >= 1 (stripes sampled per level), got {sample}")
-    origin = open_origin(source, select, latest, **options)
-    store = origin.store
-    then = origin.recorded()
+    home = open_home(source, options, select=select, latest=latest)
+    then = home.recorded()
     if then is None:
-        return VerifyResult((origin.unbuilt(),))
-    src = origin.level0(list(then.variables))
-    failures: list[Failure] = []
+        return VerifyResult((home.unbuilt(),))
+    src = home.level0(list(then.variables))
     try:
         # the build accepted each variable's operator; the check re-plans with it
         p: PyramidPlan = plan_source(
@@ -846,35 +859,73 @@ def verify(
         )
     except PlanError as err:
         return VerifyResult((Failure("-", "-", "plan", str(err)),))
-    doc = origin.expected(p)
+    doc = home.expected(p)
     if grew := grown_along(doc, p):  # an append since the build: one line, not every check
-        why = f"{growth_note(grew)} since the build: run `toolkit pyramid build {origin.url}`"
+        why = f"{growth_note(grew)} since the build: run `toolkit pyramid build {home.url}`"
         return VerifyResult((Failure("-", ".pyramid/plan", "plan", why),))
-    if p.digest != doc.digest:
-        failures.append(
-            Failure(
-                "-",
-                ".pyramid/plan",
-                "plan",
-                "level 0 no longer matches the recorded plan (listing changed)",
-            )
+    failures = _against_record(home, p, doc)
+    samples = _samples(p, sample, home.striped)
+    report = runner.run(
+        Plan(
+            f"pyramid-verify-{p.method}",
+            _stages(home, src, p, doc, samples, private),
+            holds_gil=home.decodes_grib,  # a repo's level 0 decodes GRIB (holds the GIL)
+            # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
+            work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
         )
-    edited = origin.edited(p) if p.digest == doc.digest else None
+    )
+    for s in report.stages:
+        failures.extend(s.result or [])
+    checked = {s.name: s.tasks for s in report.stages}
+    return VerifyResult(tuple(failures), report, checked)
+
+
+def _against_record(home: Home, p: PyramidPlan, doc: RecordedPlan) -> list[Failure]:
+    """The plan of level 0 now against the record: its listing, objects changed in place since
+    the build, each level's planned shards."""
+    out: list[Failure] = []
+    if p.digest != doc.digest:
+        why = "level 0 no longer matches the recorded plan (listing changed)"
+        out.append(Failure("-", ".pyramid/plan", "plan", why))
+    edited = home.edited(p) if p.digest == doc.digest else None
     if edited and any(edited.values()):
         n = sum(len(v) for v in edited.values())
-        failures.append(
-            Failure(
-                "-",
-                ".pyramid/plan",
-                "plan",
-                f"level 0 changed in place since the build ({n} object(s)); run pyramid build "
-                "to rebuild the shards that depend on them",
-            )
+        why = (
+            f"level 0 changed in place since the build ({n} object(s)); run pyramid build "
+            "to rebuild the shards that depend on them"
         )
-    targets = {lvl.group: lvl.targets for lvl in p.levels}
+        out.append(Failure("-", ".pyramid/plan", "plan", why))
     for lp in doc.levels:
         if list(lp.keys) != p.level(lp.group).tasks.keys:
-            failures.append(Failure(lp.group, "-", "plan", "planned shards differ from the record"))
+            out.append(Failure(lp.group, "-", "plan", "planned shards differ from the record"))
+    return out
+
+
+def _samples(p: PyramidPlan, sample: int, striped: bool) -> list[Sample]:
+    """The shards compared with the reference: `sample` per level and variable, spread, and
+    (`striped`: the build's workers took contiguous stripes) the edges of `sample` stripes."""
+    samples = []
+    for lvl in p.levels:
+        picked = []
+        for var in p.variables:
+            picked += spread_samples([t for t in lvl.tasks if t.var == var], sample)
+        if striped:
+            picked += stripe_samples(lvl.tasks, sample)
+        samples += [Sample(t) for t in dict.fromkeys(picked)]
+    return samples
+
+
+def _stages(
+    home: Home,
+    src: Source,
+    p: PyramidPlan,
+    doc: RecordedPlan,
+    samples: list[Sample],
+    private: bool,
+) -> tuple[Stage, ...]:
+    """The checks, cheapest first: counts, metadata, coverage, range, samples, client."""
+    store = home.store
+    targets = {lvl.group: lvl.targets for lvl in p.levels}
     prefixes = {
         lvl.group: tuple(
             f"{lvl.group}/{n}/"
@@ -886,14 +937,6 @@ def verify(
     coords = {d: np.asarray(src.coords[d]) for d in p.spatial_dims}
     meta_attrs = {n: src.attrs.get(n, {}) for n in (*p.variables, *src.crs)}
     sources = {lvl.group: var_sources(src, p, k) for k, lvl in enumerate(p.levels)}
-    samples = []
-    for lvl in p.levels:
-        picked = []
-        for var in p.variables:
-            picked += spread_samples([t for t in lvl.tasks if t.var == var], sample)
-        if isinstance(origin, RepoOrigin):  # its workers built contiguous stripes
-            picked += stripe_samples(lvl.tasks, sample)
-        samples += [Sample(t) for t in dict.fromkeys(picked)]
     windows = {kind: [Window(kind, s.task) for s in samples] for kind in ("coverage", "range")}
     level0 = {
         n: Level0(n, a.dims.index(p.band_dim) if p.band_dim else None)
@@ -901,53 +944,20 @@ def verify(
     }
     groups = [lvl.group for lvl in p.levels]
     shapes = {".": p.base_shape, **{lvl.group: lvl.shape for lvl in p.levels}}
-    stages = (
-        _stage(
-            "verify-counts",
-            [Check("counts", g) for g in groups],
-            CountCheck(store, targets, prefixes),
-        ),
-        _stage(
-            "verify-metadata",
-            [Check("meta", g) for g in [".", *groups]],
-            MetaCheck(
-                origin, doc, coords, meta_attrs, src.crs, src.node_keys, carried_coords(src, p)
-            ),
-        ),
-        _stage(
-            "verify-coverage",
-            windows["coverage"],
-            WindowCheck(store, p.method, sources, level0),
-        ),
-        _stage("verify-range", windows["range"], WindowCheck(store, p.method, sources, level0)),
+    crs = {
+        v: src.attrs[gm]
+        for v in p.variables
+        if (gm := src.attrs.get(v, {}).get("grid_mapping")) in src.attrs
+    }
+    meta = MetaCheck(home, doc, coords, meta_attrs, src.crs, src.node_keys, carried_coords(src, p))
+    windowed = WindowCheck(store, p.method, sources, level0)
+    return (
+        _stage("verify-counts", [Check("counts", g) for g in groups],
+               CountCheck(store, targets, prefixes)),
+        _stage("verify-metadata", [Check("meta", g) for g in [".", *groups]], meta),
+        _stage("verify-coverage", windows["coverage"], windowed),
+        _stage("verify-range", windows["range"], windowed),
         _stage("verify-samples", samples, SampleCheck(store, p.method, sources, level0)),
-        _stage(
-            "verify-client",
-            [Check("client", g) for g in [".", *groups]],
-            ClientCheck(
-                origin,
-                shapes,
-                p.variables,
-                private,
-                {
-                    v: src.attrs[gm]
-                    for v in p.variables
-                    if (gm := src.attrs.get(v, {}).get("grid_mapping")) in src.attrs
-                },
-                coords,
-            ),
-        ),
-    )
-    report = runner.run(
-        Plan(
-            f"pyramid-verify-{p.method}",
-            stages,
-            holds_gil=origin.decodes_grib,  # a repo's level 0 decodes GRIB (holds the GIL)
-            # each sample reads at most two level-0 tiles of REFERENCE_PIXELS a side
-            work_bytes=len(samples) * 2 * REFERENCE_PIXELS**2 * _pixel_bytes(src),
-        )
-    )
-    for s in report.stages:
-        failures.extend(s.result or [])
-    checked = {s.name: s.tasks for s in report.stages}
-    return VerifyResult(tuple(failures), report, checked)
+        _stage("verify-client", [Check("client", g) for g in [".", *groups]],
+               ClientCheck(home, shapes, p.variables, private, crs, coords)),
+    )  # fmt: skip

@@ -2,13 +2,13 @@
 a tile or a point makes.
 
 A pyramid store's version is the digest of its root metadata (a build rewrites it); a repo's
-is the snapshot main points at. A `View` is opened for exactly one version and never changes,
+is the snapshot main points at: the home there (`toolkit.pyramid.home`) says which, and reads
+the levels of that version. A `View` is opened for exactly one version and never changes,
 so everything cached under its version (styles here, tiles in the app) is true of that data.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.stac import axis_of, crs_of, geographic, label_of
 from toolkit.webmap import colors, tiles
@@ -54,28 +53,29 @@ class Source:
         return storage.open_store(self.location, must_exist=True, **dict(self.store_options))
 
 
-def version_of(source: Source, kind: str | None = None) -> tuple[str, str]:
-    """("pyramid", digest of the root zarr.json) or ("repo", snapshot id of the branch).
-    The root's zarr.json is asked for first, through toolkit.storage, so an unreadable
-    location is named in one line (a repo root has none); `kind` skips what is known."""
+def _home(source: Source) -> Any:
+    """Where the data lives (`toolkit.pyramid.home.open_home`: a pyramid's Zarr store or a
+    repo), its location opened once."""
+    from toolkit.pyramid.home import open_home
+
     try:
         store = source.store()
     except storage.NotFound:
         raise SelectionError(f"{source.name}: does not exist; check the path") from None
-    if kind != "repo":
-        try:
-            root = storage.get(store, "zarr.json").data
-            return "pyramid", hashlib.sha256(root).hexdigest()[:16]
-        except storage.NotFound:
-            if kind == "pyramid":
-                raise
-    if kind == "repo" or R.is_repo(store):
-        repo = R.open_repo(store, source.credentials, fresh=True)
-        return "repo", R.snapshot_of(repo, source.branch)
-    raise SelectionError(
-        f"{source.name}: holds no zarr.json at its root and no Icechunk repo; "
-        "serve a pyramid built by `toolkit pyramid build` or a virtual repo"
-    )
+    return open_home(store, storage.Options(credentials=source.credentials))
+
+
+def version_of(source: Source, kind: str | None = None) -> tuple[str, str]:
+    """("pyramid", digest of the root zarr.json) or ("repo", snapshot id of the branch), as
+    the home there says; a location that holds neither is named in one line. (`kind`, what
+    the caller saw last, is the home's to know: kept for callers.)"""
+    try:
+        return _home(source).version(source.branch)
+    except storage.NotFound:  # no root zarr.json, and no repo either
+        raise SelectionError(
+            f"{source.name}: holds no zarr.json at its root and no Icechunk repo; "
+            "serve a pyramid built by `toolkit pyramid build` or a virtual repo"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -279,14 +279,10 @@ class View:
         }
 
 
-def _tree(source: Source, kind: str, version: str) -> Any:
-    """The dataset's levels through toolkit's xarray engine, a repo pinned to `version`."""
-    import xarray as xr
-
-    kwargs: dict[str, Any] = {"store_options": dict(source.store_options)}
-    if kind == "repo":
-        kwargs.update(snapshot=version, credentials=source.credentials, branch=source.branch)
-    return xr.open_datatree(source.location, engine="toolkit", **kwargs)
+def _tree(source: Source, version: str) -> Any:
+    """The dataset's levels from its home, a repo pinned to `version` (a Zarr store is read as
+    it is: its version is the digest of what is read)."""
+    return _home(source).open_tree(source.branch, version)
 
 
 def _grid(ds: Any, crs: Any, where: str) -> tuple[tiles.Grid, str, str] | None:
@@ -338,7 +334,7 @@ def open_view(
     from toolkit.stac import wgs84_bbox
 
     kind, version = known or version_of(source)
-    tree = _tree(source, kind, version)
+    tree = _tree(source, version)
     nodes = [(name, node.to_dataset()) for name, node in tree.children.items()]
     if not nodes:
         nodes = [(BASE, tree.to_dataset())]

@@ -822,9 +822,7 @@ def plan_pyramid(
     method: str | Mapping[str, str] = "mean",
     band_dim: str | None = None,
     levels: int | None = None,
-    tile: int = TILE,
     max_shard: int = MAX_SHARD,
-    max_task_bytes: int = MAX_TASK_BYTES,
     method_from: str = "given",
     classes: Mapping[str, tuple[int, ...]] | None = None,
     prints: Mapping[str, Mapping[str, str]] | None = None,
@@ -835,93 +833,23 @@ def plan_pyramid(
     array); `prints` are the listed objects' fingerprints (key -> `source.fingerprint`).
     `method`: the reducer of every array, or of each (a store of quantities and classes).
     Refused: more levels than halvings to one pixel, and any level whose largest task
-    would read more than `max_task_bytes`. `classes`: each array's declared classes
-    (`declared_classes`), which a mode pyramid without a band dim carries counts of."""
+    would read more than `MAX_TASK_BYTES`. `classes`: each array's declared classes
+    (`declared_classes`), which a mode pyramid without a band dim carries counts of, unless
+    a task carrying them would read too much (the classes are then re-read from level 0)."""
     methods = dict.fromkeys(arrays, method) if isinstance(method, str) else dict(method)
     spatial, base = _check_arrays(arrays, methods, band_dim)
-    n_levels = level_count(base, tile) if levels is None else levels
-    if n_levels < 1:
-        raise PlanError(f"--levels must be >= 1, got {n_levels}")
-    deepest = max_levels(base)
-    if n_levels > deepest:
-        raise PlanError(
-            f"--levels {n_levels}: the {base[0]}x{base[1]} array is one pixel at level "
-            f"{deepest} ({2**deepest}x), so at most {deepest} levels are useful; "
-            f"use --levels {deepest} or fewer"
-        )
-    names = tuple(sorted(arrays))
-    present: dict[str, set[tuple[int, ...]]] = {}
-    listing_keys: list[_Key] = []
-    for name in names:
-        a = arrays[name]
-        grid = tuple(-(-n // s) for n, s in zip(a.shape, a.grid, strict=True))
-        found = decode_keys(a.encoding, listings.get(name, ()), len(a.shape))
-        present[name] = {i for i in found if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
-        listing_keys.extend(_Key(f"{name}:{'.'.join(map(str, i))}") for i in present[name])
-    source_digest = stable(listing_keys).digest
-
-    prev_shards = {n: arrays[n].grid for n in names}
-    prev_shape = {n: arrays[n].shape for n in names}
-    prev_classes: dict[str, str] = {}
-    out_levels: list[LevelPlan] = []
-    naive: list[int] = []
-    parent_group = ""
-    for k in range(1, n_levels + 1):
-        shape = (-(-base[0] // 2**k), -(-base[1] // 2**k))
-        group = f"{2**k}x"
-        vls: list[VarLevel] = []
-        tasks: list[ShardTask] = []
-        n_naive = 0
-        for name in names:
-            a = arrays[name]
-            py, px = prev_shards[name][-2:]
-            # a level that fits in one shard gets a shard (and chunk) of its own size: a larger
-            # one would only encode fill (one-position shards of a repo's small fields)
-            sy = min(shape[0], child_shard_size(py, desired_shard(py, max_shard)))
-            sx = min(shape[1], child_shard_size(px, desired_shard(px, max_shard)))
-            v = _var_level(
-                a, methods[name], band_dim, shape, (sy, sx), (classes or {}).get(name, ()), k,
-                circular=name in circular,
-            )  # fmt: skip
-            band_axis = a.dims.index(band_dim) if band_dim is not None else None
-            kids = _children(present[name], prev_shards[name], prev_shape[name], v, band_axis)
-            grid = v.grid_shape()
-            kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
-            n_naive += _prod(grid)
-            tasks.extend(_task(group, v, i, band_axis) for i in kids)
-            need = task_bytes(a, v, v.method, k, prev_shape[name], prev_classes.get(name, ""))
-            if need > max_task_bytes and v.classes:  # too many classes to carry: re-read
-                rest = {n: c for n, c in (classes or {}).items() if n != name}
-                return plan_pyramid(
-                    arrays,
-                    listings,
-                    method=method,
-                    band_dim=band_dim,
-                    levels=levels,
-                    tile=tile,
-                    max_shard=max_shard,
-                    max_task_bytes=max_task_bytes,
-                    method_from=method_from,
-                    classes=rest,
-                    prints=prints,
-                    circular=circular,
-                    operators_from=operators_from,
-                )
-            if need > max_task_bytes:
-                raise PlanError(
-                    f"level {group} of {name!r}: one {v.method} task would read "
-                    f"{need / 2**30:.1f} GiB, over the {max_task_bytes / 2**30:g} GiB a task may "
-                    f"use; lower --max-shard (now {max_shard}) or --levels (now {n_levels})"
-                )
-            vls.append(v)
-            present[name] = kids
-            prev_shards[name] = v.shards
-            prev_shape[name] = v.shape
-            prev_classes[name] = v.classes_dtype
-        out_levels.append(LevelPlan(k, group, parent_group, 2**k, shape, tuple(vls), stable(tasks)))
-        naive.append(n_naive)
-        parent_group = group
+    n_levels = _level_count(base, levels)
+    found, source_digest = _listed(arrays, listings)
+    carried = dict(classes or {})
+    shape = _Shape(band_dim, base, n_levels, max_shard)
+    while True:
+        try:
+            out_levels, naive = _plan_levels(arrays, found, methods, shape, carried, circular)
+            break
+        except _TooManyClasses as err:  # too many classes to carry: re-read
+            carried.pop(err.name)
     shared = set(methods.values())
+    names = tuple(sorted(arrays))
     return PyramidPlan(
         method=shared.pop() if len(shared) == 1 else MIXED,
         band_dim=band_dim,
@@ -937,6 +865,115 @@ def plan_pyramid(
         circular=tuple(sorted(n for n in names if n in circular and methods[n] == "mean")),
         operators_from=tuple(sorted((operators_from or {}).items())),
     )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What every level's geometry follows from: the band dim, level 0's spatial shape, the
+    level count and the largest shard side."""
+
+    band_dim: str | None
+    base: tuple[int, int]
+    levels: int
+    max_shard: int
+
+
+class _TooManyClasses(Exception):
+    """A level of `name` whose task would read more than a task may, carrying its classes."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _level_count(base: tuple[int, int], levels: int | None) -> int:
+    """`levels`, or down to one tile; refused below one or past one pixel."""
+    n_levels = level_count(base, TILE) if levels is None else levels
+    if n_levels < 1:
+        raise PlanError(f"--levels must be >= 1, got {n_levels}")
+    deepest = max_levels(base)
+    if n_levels > deepest:
+        raise PlanError(
+            f"--levels {n_levels}: the {base[0]}x{base[1]} array is one pixel at level "
+            f"{deepest} ({2**deepest}x), so at most {deepest} levels are useful; "
+            f"use --levels {deepest} or fewer"
+        )
+    return n_levels
+
+
+def _listed(
+    arrays: Mapping[str, ArrayMeta], listings: Mapping[str, Iterable[str]]
+) -> tuple[dict[str, set[tuple[int, ...]]], str]:
+    """(each array's level-0 shards the listing holds, within its grid; the digest of them)."""
+    present: dict[str, set[tuple[int, ...]]] = {}
+    listing_keys: list[_Key] = []
+    for name in sorted(arrays):
+        a = arrays[name]
+        grid = tuple(-(-n // s) for n, s in zip(a.shape, a.grid, strict=True))
+        found = decode_keys(a.encoding, listings.get(name, ()), len(a.shape))
+        present[name] = {i for i in found if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
+        listing_keys.extend(_Key(f"{name}:{'.'.join(map(str, i))}") for i in present[name])
+    return present, stable(listing_keys).digest
+
+
+def _plan_levels(
+    arrays: Mapping[str, ArrayMeta],
+    found: Mapping[str, set[tuple[int, ...]]],
+    methods: Mapping[str, str],
+    shape: _Shape,
+    classes: Mapping[str, tuple[int, ...]],
+    circular: Sequence[str],
+) -> tuple[list[LevelPlan], list[int]]:
+    """(every level, its naive task count): each variable's level shaped from its parent
+    level, its tasks the parent's present shards' children."""
+    names = tuple(sorted(arrays))
+    band_dim = shape.band_dim
+    present = {n: set(found[n]) for n in names}
+    prev = {n: (arrays[n].grid, arrays[n].shape, "") for n in names}  # shards, shape, classes
+    out_levels: list[LevelPlan] = []
+    naive: list[int] = []
+    parent_group = ""
+    for k in range(1, shape.levels + 1):
+        size = (-(-shape.base[0] // 2**k), -(-shape.base[1] // 2**k))
+        group = f"{2**k}x"
+        vls: list[VarLevel] = []
+        tasks: list[ShardTask] = []
+        n_naive = 0
+        for name in names:
+            a = arrays[name]
+            shards, prev_shape, prev_classes = prev[name]
+            py, px = shards[-2:]
+            # a level that fits in one shard gets a shard (and chunk) of its own size: a larger
+            # one would only encode fill (one-position shards of a repo's small fields)
+            sy = min(size[0], child_shard_size(py, desired_shard(py, shape.max_shard)))
+            sx = min(size[1], child_shard_size(px, desired_shard(px, shape.max_shard)))
+            v = _var_level(
+                a, methods[name], band_dim, size, (sy, sx), classes.get(name, ()), k,
+                circular=name in circular,
+            )  # fmt: skip
+            band_axis = a.dims.index(band_dim) if band_dim is not None else None
+            kids = _children(present[name], shards, prev_shape, v, band_axis)
+            grid = v.grid_shape()
+            kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
+            n_naive += _prod(grid)
+            tasks.extend(_task(group, v, i, band_axis) for i in kids)
+            need = task_bytes(a, v, v.method, k, prev_shape, prev_classes)
+            if need > MAX_TASK_BYTES and v.classes:
+                raise _TooManyClasses(name)
+            if need > MAX_TASK_BYTES:
+                raise PlanError(
+                    f"level {group} of {name!r}: one {v.method} task would read "
+                    f"{need / 2**30:.1f} GiB, over the {MAX_TASK_BYTES / 2**30:g} GiB a task may "
+                    f"use; lower --max-shard (now {shape.max_shard}) or --levels (now "
+                    f"{shape.levels})"
+                )
+            vls.append(v)
+            present[name] = kids
+            prev[name] = (v.shards, v.shape, v.classes_dtype)
+        out_levels.append(LevelPlan(k, group, parent_group, 2**k, size, tuple(vls), stable(tasks)))
+        naive.append(n_naive)
+        parent_group = group
+    return out_levels, naive
 
 
 def _shard_prints(

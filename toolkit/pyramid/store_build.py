@@ -1,22 +1,23 @@
-"""`plan` and `build`: read the store, plan every level, hand one gated graph to the engine."""
+"""The build of a Zarr v3 store's levels beside its level 0 (`plan_store`, `build_store`):
+read the store, plan every level, hand one gated graph to the engine, then the root metadata.
+Where a pyramid lives (and so whether this runs) is `toolkit.pyramid.home.open_home`'s
+decision; the public `plan` and `build` are `toolkit.pyramid.api`'s.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from toolkit import storage
-from toolkit.engine import Gate, ListedKeys, Plan, Runner, Stage, codecs, runner_of
-from toolkit.engine.cluster import check_dask_env
+from toolkit.engine import Gate, ListedKeys, Plan, Runner, Stage
 from toolkit.plan import IncompleteStageError, Report
 from toolkit.pyramid import metadata, records
-from toolkit.pyramid.levels import level0_bytes, no_positions, plan_source, var_sources
-from toolkit.pyramid.plan import (
-    MAX_SHARD,
+from toolkit.pyramid.geometry import (
     PlanError,
     PyramidPlan,
     RecordedPlan,
@@ -27,54 +28,32 @@ from toolkit.pyramid.plan import (
     filled_in_place,
     stale_tasks,
 )
-from toolkit.pyramid.settings import Settings
+from toolkit.pyramid.levels import level0_bytes, plan_source, var_sources
+from toolkit.pyramid.settings import Settings, Wanted
 from toolkit.pyramid.shards import BuildShard, DoneShards
-from toolkit.pyramid.source import Source, grown_along, growth_note, open_source, read_source
+from toolkit.pyramid.source import Source, grown_along, growth_note, read_source
 
 
-def plan(
-    source: str | storage.Store,
-    variables: list[str] | None = None,
-    method: str | None = None,
-    band_dim: str | None = None,
-    levels: int | None = None,
-    max_shard: int = MAX_SHARD,
-    force_method: bool = False,
-    select: Mapping[str, Sequence[str]] | None = None,
-    latest: bool = False,
-    **options: Any,
-) -> PyramidPlan:
-    """Plan the pyramid of `source` from its level-0 listing (reads metadata and listings only).
-
-    `method` None chooses the operator from what the data means (`choose_methods`). `source`
-    may be an Icechunk repo (its main branch; `select`/`latest` restrict its positions)."""
-    from toolkit.pyramid.repo import open_repo_source, repo_planned
-
-    ref = open_repo_source(source, **options)
-    if ref is not None:
-        args = (band_dim, levels, max_shard, force_method, select, latest)
-        return repo_planned(ref, variables, method, *args)[1]
-    no_positions(source, select, latest)
-    store = open_source(source, **options)
+def _old_plan(store: storage.Store, rebuilding: bool) -> RecordedPlan | None:
+    """The recorded plan; one this toolkit did not write is named, or let go by a rebuild
+    (which rewrites it) and by a plan (which shows what a rebuild would make)."""
     try:
-        old = records.read_plan(store)
-    except storage.CorruptObject:  # `build` names it; the plan is what a rebuild would make
-        old = None
-    src, p, _ = planned(store, old, variables, method, band_dim, levels, max_shard, force_method)
+        return records.read_plan(store)
+    except storage.CorruptObject:
+        if not rebuilding:
+            raise
+        return None
+
+
+def plan_store(store: storage.Store, wanted: Wanted) -> PyramidPlan:
+    """The plan of a Zarr store's levels (`plan`)."""
+    src, p, _ = planned(store, _old_plan(store, rebuilding=True), wanted)
     check_levels_free(src, p)
     return p
 
 
 def planned(
-    store: storage.Store,
-    old: RecordedPlan | None,
-    variables: list[str] | None,
-    method: str | None,
-    band_dim: str | None,
-    levels: int | None,
-    max_shard: int,
-    force_method: bool,
-    rebuilding: bool = False,
+    store: storage.Store, old: RecordedPlan | None, wanted: Wanted, rebuilding: bool = False
 ) -> tuple[Source, PyramidPlan, PyramidPlan]:
     """(source, plan, plan of the recorded variables alone): the variables asked for (every
     array on the grid when none) and those the recorded pyramid `old` holds, so a variable
@@ -85,6 +64,12 @@ def planned(
     has are let go (a rebuild), else refused."""
     was = old.settings if old is not None else None
     then = list(was.variables) if was is not None else []
+    variables, method, band_dim, levels = (
+        wanted.names,
+        wanted.method,
+        wanted.band_dim,
+        wanted.levels,
+    )
     if not variables and then:  # a pyramid's own variables: adding one is `--variable NEW`
         variables = list(then)
     src = read_source(store, sorted({*variables, *then}) if variables and then else variables)
@@ -100,7 +85,7 @@ def planned(
     if was is not None and not rebuilding:  # unless given, what the kept levels were built with
         band_dim = was.band_dim if band_dim is None else band_dim
         levels = was.levels if levels is None else levels
-    args = (band_dim, levels, max_shard, force_method)
+    args = (band_dim, levels, wanted.max_shard, wanted.force_method)
     p = plan_source(src, given, *args, recorded=recorded)
     if not kept or set(kept) == set(p.variables):
         return src, p, p
@@ -117,7 +102,7 @@ def planned(
     return src, p, q
 
 
-def _recorded_levels(store: storage.Store) -> list[str]:
+def recorded_levels(store: storage.Store) -> list[str]:
     """The level groups the recorded plan lists (none when there is no plan this toolkit
     wrote: then only the groups' own `pyramid:factor` marks them as its)."""
     try:
@@ -132,7 +117,7 @@ def check_levels_free(src: Source, p: PyramidPlan) -> None:
     node sit inside one of the toolkit's level groups (user data is never overwritten or
     deleted): checked before the first write."""
     check_level_names(
-        p, src.nodes, src.store.url, _recorded_levels(src.store), records_group=records.GROUP
+        p, src.nodes, src.store.url, recorded_levels(src.store), records_group=records.GROUP
     )
     check_level_contents(p, _level_children(src, p), src.store.url, *_written_in_levels(src))
 
@@ -144,7 +129,7 @@ def _level_children(src: Source, p: PyramidPlan) -> dict[str, list[str]]:
     from zarr.core.sync import sync
 
     zs = src.store.zarr(read_only=True)
-    groups = [*(lvl.group for lvl in p.levels), *_recorded_levels(src.store)]
+    groups = [*(lvl.group for lvl in p.levels), *recorded_levels(src.store)]
     there = [g for g in dict.fromkeys(groups) if g in src.nodes]
 
     async def names(group: str) -> list[str]:
@@ -264,161 +249,21 @@ def _kept(s: Settings) -> dict[str, Any]:
     }
 
 
-def build(
-    source: str | storage.Store,
-    variables: list[str] | None = None,
-    method: str | None = None,
-    band_dim: str | None = None,
-    levels: int | None = None,
-    cluster: Any = None,
-    executor: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    rebuild_from: str | int | None = None,
-    max_shard: int = MAX_SHARD,
-    force_method: bool = False,
-    select: Mapping[str, Sequence[str]] | None = None,
-    latest: bool = False,
-    credentials: Literal["anonymous", "env"] = "anonymous",
-    output: str | storage.Store | None = None,
-    runner: Runner | None = None,
-    **options: Any,
-) -> Report:
-    """Build (or resume) every level, gate by gate; then add the root metadata. `method` None
-    chooses each variable's operator from what its data means (`plan.choose_methods`); the
-    variables a built pyramid holds are planned with those asked for (`planned`).
-
-    An Icechunk repo as `source` (a virtual dataset's) gets its levels inside it, landed on
-    main in one move (`toolkit.pyramid.repo`); `select` {dim: [values]} and `latest` restrict
-    the positions built, `credentials` is how its GRIB sources are read.
-
-    With `output` (an Icechunk repo: a path, file:// or s3://), `source` is only read: level 0
-    lands in the repo as virtual references to the source's chunk objects, and the levels are
-    built there (`toolkit.pyramid.output`).
-
-    The arrays it opens in this process (planning, and the run itself in process or on the
-    embedded cluster's threads) use zarr's fused codec pipeline (`toolkit.engine.codecs`).
-    `runner` runs it (or the one `cluster`/`executor`/`progress` make: `toolkit.engine.Runner`)."""
-    run = runner_of(runner, cluster=cluster, executor=executor, progress=progress)
-    with codecs.fused():
-        return _build(
-            source,
-            variables,
-            method,
-            band_dim,
-            levels,
-            run,
-            rebuild_from,
-            max_shard,
-            force_method,
-            select,
-            latest,
-            credentials,
-            output,
-            **options,
-        )
-
-
-def _build(
-    source: str | storage.Store,
-    variables: list[str] | None,
-    method: str | None,
-    band_dim: str | None,
-    levels: int | None,
-    runner: Runner,
-    rebuild_from: str | int | None,
-    max_shard: int,
-    force_method: bool,
-    select: Mapping[str, Sequence[str]] | None,
-    latest: bool,
-    credentials: Literal["anonymous", "env"],
-    output: str | storage.Store | None,
-    **options: Any,
-) -> Report:
-    from toolkit.pyramid.repo import build_repo, open_repo_source
-
-    if runner.executor != "sync":  # read as a cluster starts: after the levels were created
-        check_dask_env()
-    if output is not None:
-        if select or latest or rebuild_from is not None:
-            raise PlanError(
-                "--output builds every level of the referenced level 0: --select, --latest "
-                "and --rebuild-from do not apply"
-            )
-        return _build_output(
-            source, output, credentials, options, variables, method, band_dim, levels,
-            runner, max_shard, force_method,
-        )  # fmt: skip
-    ref = open_repo_source(source, credentials, **options)
-    if ref is not None:
-        if rebuild_from is not None:
-            raise PlanError(
-                f"--rebuild-from: {ref.url} is an Icechunk repo, whose levels are rebuilt by "
-                "position: drop the level groups in a commit, or build other --select positions"
-            )
-        return build_repo(
-            ref,
-            variables,
-            method,
-            band_dim,
-            levels,
-            select=select,
-            latest=latest,
-            runner=runner,
-            max_shard=max_shard,
-            force_method=force_method,
-        )
-    no_positions(source, select, latest)
-    store = open_source(source, **options)
-    try:
-        old = records.read_plan(store)
-    except storage.CorruptObject:  # a record this toolkit did not write: rewritten by a rebuild
-        if rebuild_from is None:
-            raise
-        old = None
-    src, p, q = planned(
-        store, old, variables, method, band_dim, levels, max_shard, force_method,
-        rebuilding=rebuild_from is not None,
-    )  # fmt: skip
+def build_store(store: storage.Store, wanted: Wanted, runner: Runner) -> Report:
+    """Build a Zarr store's levels beside its level 0: from `wanted.rebuild_from` when given,
+    else what an append, an edit in place or a variable added since the recorded build asks
+    (none of it: what is missing, a resume); the records and level metadata first, the root
+    last."""
+    rebuilding = wanted.rebuild_from is not None
+    old = _old_plan(store, rebuilding)
+    src, p, q = planned(store, old, wanted, rebuilding=rebuilding)
     check_levels_free(src, p)
-    start = 0
-    notes = list(p.notes)
-    accepted = rebuild_from is not None  # a changed level 0 this build takes on
-    grew = {} if rebuild_from is not None else _appended(old, q)  # an append since the build
-    if rebuild_from is not None:
-        start = _level_index(p, rebuild_from)
-        if start > 0:
-            _check_kept_levels(store, p, start)
-            check_complete(store, p, start - 1)
-        then = list(old.groups) if old is not None else []
-        first = p.levels[start].factor  # this level and every coarser one, planned or left over
-        for group in dict.fromkeys([*(lvl.group for lvl in p.levels[start:]), *then]):
-            if int(group.rstrip("x")) >= first:
-                storage.delete_prefix(store, group + "/")
+    if wanted.rebuild_from is not None:
+        start = _rebuild_from(store, p, old, wanted.rebuild_from)
+        notes, accepted, grew = list(p.notes), True, {}  # a changed level 0 this build takes on
     else:
-        if old is not None and old.digest != q.digest and not grew:
-            raise PlanError(f"{store.url}: {_unlike(old, q)}")
-        if q is not p:  # the recorded variables' levels stay; their shards are done
-            added = [v for v in p.variables if v not in q.variables]
-            notes.append(
-                f"adding {', '.join(added)} beside {', '.join(q.variables)}, whose levels "
-                "are kept as they are"
-            )
-        prints = recorded_prints(store) if old is not None else None
-        edited = edited_in_place(prints, q) if old is not None else None
-        if grew:  # the digest cannot vouch for the old positions: their prints must
-            if edited is None:
-                raise PlanError(
-                    f"{store.url}: {growth_note(grew)}, and an object of the old positions is "
-                    "gone since the last build (rewritten as all-nodata?), so what changed "
-                    f"cannot be told; rebuild with --rebuild-from {q.levels[0].group}"
-                )
-            edited = filled_in_place(edited, prints or {}, q, src.arrays, grew)
-        if edited and any(edited.values()):
-            notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
-            accepted = True
-        if grew:  # an append: its positions are built, the levels grow to hold them
-            notes.append(f"{growth_note(grew)} since the last build: building its new shards")
-            accepted = True
+        start = 0
+        notes, accepted, grew = _since_recorded(src, p, q, old)
 
     def setup() -> None:
         records.put(store, records.PLAN, p.to_json().encode())
@@ -434,67 +279,72 @@ def _build(
     return replace(report, notes=(*report.notes, *notes))
 
 
-def _build_output(
-    source: str | storage.Store,
-    output: str | storage.Store,
-    credentials: Literal["anonymous", "env"],
-    options: Mapping[str, Any],
-    variables: list[str] | None,
-    method: str | None,
-    band_dim: str | None,
-    levels: int | None,
-    runner: Runner,
-    max_shard: int,
-    force_method: bool,
-) -> Report:
-    """`--output`: level 0's refresh and the levels built on it land on main in one move.
-    Both go on a branch of their own (`output-`), from main's head: the level-0 commit, then
-    the pyramid's transaction with that branch as its base; main moves to the branch only if
-    it is still where the branch began (else nothing reached main: run the build again)."""
-    from toolkit import transaction as T
-    from toolkit.pyramid.output import OUTPUT_BRANCH, open_output, reference_level0
-    from toolkit.pyramid.repo import build_repo
-
-    _check_output_source(source, options, variables, method, band_dim, levels, max_shard,
-                         force_method)  # fmt: skip
-    ref = open_output(source, output, credentials, **options)
-    txn = T.Txn((ref,), OUTPUT_BRANCH)
-    T.open_branch(txn)
-    level0 = reference_level0(source, output, credentials, branch=OUTPUT_BRANCH, **options)
-    try:
-        report = build_repo(
-            level0.ref, variables, method, band_dim, levels, runner=runner, max_shard=max_shard,
-            force_method=force_method, base=OUTPUT_BRANCH,
-        )  # fmt: skip
-    except PlanError as err:  # about level 0: named by the source the user gave, not the branch
-        where = f"{ref.url}@{OUTPUT_BRANCH}: "
-        if not str(err).startswith(where):
-            raise
-        said = str(err)[len(where) :]
-        raise PlanError(f"{storage.open_store(source, **options).url}: {said}") from err
-    T.finalize(txn, lambda url: f"{url}: main moved while the pyramid was built; run it again")
-    return replace(report, notes=(level0.note, *report.notes))
+def _rebuild_from(
+    store: storage.Store, p: PyramidPlan, old: RecordedPlan | None, level: str | int
+) -> int:
+    """`--rebuild-from LEVEL`: the levels below it checked (built for these settings and this
+    level 0, the parent complete), it and every coarser one deleted, planned or left over.
+    Returns the index of the first level to build."""
+    start = _level_index(p, level)
+    if start > 0:
+        _check_kept_levels(store, p, start)
+        check_complete(store, p, start - 1)
+    then = list(old.groups) if old is not None else []
+    first = p.levels[start].factor  # this level and every coarser one, planned or left over
+    for group in dict.fromkeys([*(lvl.group for lvl in p.levels[start:]), *then]):
+        if int(group.rstrip("x")) >= first:
+            storage.delete_prefix(store, group + "/")
+    return start
 
 
-def _check_output_source(
-    source: str | storage.Store,
-    options: Mapping[str, Any],
-    variables: list[str] | None,
-    method: str | None,
-    band_dim: str | None,
-    levels: int | None,
-    max_shard: int,
-    force_method: bool,
-) -> None:
+def _since_recorded(
+    src: Source, p: PyramidPlan, q: PyramidPlan, old: RecordedPlan | None
+) -> tuple[list[str], bool, dict[str, tuple[int, int]]]:
+    """(notes, level 0 accepted as changed, the dims it grew along) of a build over the
+    recorded one: a variable added beside the recorded ones, level-0 objects edited in place
+    (their dependent shards dropped), an append (its positions built); anything else that
+    differs from the record is refused, naming the rebuild that makes it."""
+    store = src.store
+    notes = list(p.notes)
+    accepted = False
+    grew = _appended(old, q)  # an append since the build
+    if old is not None and old.digest != q.digest and not grew:
+        raise PlanError(f"{store.url}: {_unlike(old, q)}")
+    if q is not p:  # the recorded variables' levels stay; their shards are done
+        added = [v for v in p.variables if v not in q.variables]
+        notes.append(
+            f"adding {', '.join(added)} beside {', '.join(q.variables)}, whose levels "
+            "are kept as they are"
+        )
+    prints = recorded_prints(store) if old is not None else None
+    edited = edited_in_place(prints, q) if old is not None else None
+    if grew:  # the digest cannot vouch for the old positions: their prints must
+        if edited is None:
+            raise PlanError(
+                f"{store.url}: {growth_note(grew)}, and an object of the old positions is "
+                "gone since the last build (rewritten as all-nodata?), so what changed "
+                f"cannot be told; rebuild with --rebuild-from {q.levels[0].group}"
+            )
+        edited = filled_in_place(edited, prints or {}, q, src.arrays, grew)
+    if edited and any(edited.values()):
+        notes.append(_drop_stale(store, p, stale_tasks(p, src.arrays, edited), edited))
+        accepted = True
+    if grew:  # an append: its positions are built, the levels grow to hold them
+        notes.append(f"{growth_note(grew)} since the last build: building its new shards")
+        accepted = True
+    return notes, accepted, grew
+
+
+def check_output_source(store: storage.Store, wanted: Wanted) -> None:
     """`--output` of a Zarr v3 source: the plan's checks on the source itself (its arrays,
     codecs, coordinates, level names), before the output repo is made. A v2 source is
     checked once its level 0 is referenced (on a branch of its own, main untouched)."""
-    store = open_source(source, **options)
     if not storage.exists(store, "zarr.json"):
         return
-    src = read_source(store, variables, listed=False)
-    p = plan_source(src, method, band_dim, levels, max_shard, force_method)
-    check_level_names(p, src.nodes, store.url, _recorded_levels(store), records.GROUP)
+    src = read_source(store, wanted.names, listed=False)
+    args = (wanted.band_dim, wanted.levels, wanted.max_shard, wanted.force_method)
+    p = plan_source(src, wanted.method, *args)
+    check_level_names(p, src.nodes, store.url, recorded_levels(store), records.GROUP)
 
 
 def again_while_unanswered(store: storage.Store, step: Callable[[], None]) -> None:
