@@ -208,11 +208,14 @@ def session(
     ship: bool = False,
     executor: str | None = None,
     wait_for_workers: float = WAIT_FOR_WORKERS,
+    at_once: bool = True,
 ) -> Session:
     """The cluster a job command runs on: connected when the job first needs it (after its
     arguments are validated), dashboard link on stderr, closed when the command ends. A
     scheduler given by --cluster / TOOLKIT_CLUSTER that the `executor` will use is reached at
-    once, and given `wait_for_workers` seconds to have a worker, before anything is written."""
+    once, and given `wait_for_workers` seconds to have a worker, before anything is written;
+    with `at_once` False only when first needed (an update's commits never wait for the
+    cluster of its validation samples)."""
     address = root_cluster(ctx, cluster)
     logging.getLogger("toolkit.console").info(
         "executor %s, cluster %s", executor or "dask", address or "embedded (started when needed)"
@@ -224,7 +227,7 @@ def session(
         )
     return Session(
         address,
-        eager=address is not None and executor not in (None, "sync"),
+        eager=at_once and address is not None and executor not in (None, "sync"),
         wait_for_workers=wait_for_workers,
         announce=_announce,
         performance_report=performance_report,
@@ -242,10 +245,13 @@ def runner(
     executor: str = "auto",
     wait_for_workers: float = WAIT_FOR_WORKERS,
     bars: bool = True,
+    at_once: bool = True,
 ) -> Iterator[Runner]:
-    """The one `Runner` of a job command, made from its flags: its `session` (the cluster),
-    the executor, and a progress bar per stage on stderr unless `bars` is False or --quiet."""
-    with session(ctx, cluster, performance_report, ship, executor, wait_for_workers) as where:
+    """The one `Runner` of a job command, made from its flags: its `session` (the cluster;
+    `at_once`: see `session`), the executor, and a progress bar per stage on stderr unless
+    `bars` is False or --quiet."""
+    args = (ctx, cluster, performance_report, ship, executor, wait_for_workers, at_once)
+    with session(*args) as where:
         if not bars:
             yield Runner(where, executor)  # type: ignore[arg-type]
             return

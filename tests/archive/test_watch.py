@@ -356,3 +356,16 @@ def test_the_s3_servers_own_notifications_drive_the_watch(s3_endpoint: str) -> N
     heard = {unquote_plus(r["Records"][0]["s3"]["object"]["key"]) for r in records[1:]}
     assert "manifests/cordex/a.zarr/manifest.json" in heard  # it heard its own writes
     _check_end_state(data, manifests, pumped[1:], strip="root/")
+
+
+def test_watch_options_after_the_policy_are_named_never_placed() -> None:
+    """`WatchOptions` once held `executor` fourth: a caller still placing it there must be
+    refused, not have "dask" read as `break_lock` (a truthy flag that breaks live locks)."""
+    from toolkit.archive.model import Policy
+    from toolkit.archive.watch import WatchOptions
+
+    policy = Policy(t_max=50 << 30, t_hot=64 << 20, t_min=10 << 30)
+    with pytest.raises(TypeError):
+        WatchOptions(policy, (), (), "dask")  # type: ignore[misc]
+    assert WatchOptions(policy, break_lock=True).break_lock is True
+    assert WatchOptions(policy).break_lock is False

@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import json
 import re
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -290,3 +291,27 @@ def test_definitions_take_a_few_values_not_many_keywords():
                 if count > 12 or lines > 100:
                     long.append(f"{path.name}:{node.name} {count} parameters, {lines} lines")
     assert files and not long
+
+
+def test_the_old_module_paths_of_renamed_modules_still_import() -> None:
+    """A user's dataset module written before the renames keeps working, warned once."""
+    import importlib
+    import warnings
+
+    from toolkit.virtual import builtin, gribsource, split_sizing
+
+    for old in ("toolkit.virtual.source", "toolkit.virtual.splits", "toolkit.virtual.datasets"):
+        sys.modules.pop(old, None)
+    with pytest.warns(
+        DeprecationWarning, match="toolkit.virtual.source is toolkit.virtual.gribsource"
+    ):
+        old = importlib.import_module("toolkit.virtual.source")
+    assert old is gribsource and old.GribSource is gribsource.GribSource
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert importlib.import_module("toolkit.virtual.splits") is split_sizing
+        assert importlib.import_module("toolkit.virtual.datasets") is builtin
+        gfs = importlib.import_module("toolkit.virtual.datasets.gfs")
+    assert gfs is importlib.import_module("toolkit.virtual.builtin.gfs")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("toolkit.virtual.no_such_module")

@@ -310,3 +310,31 @@ def test_the_one_fire_function_shows_the_fire_then_validates_and_records(tmp_pat
     assert late.record["validation"] is None and late.record["committed"] == 0
     assert "(60 s after the scheduled 2025-08-01T18:00:00, less" in said[-1]
     assert said[-1].endswith("has passed: one sweep only")
+
+
+def test_an_unreachable_samples_cluster_never_holds_back_the_commits(tmp_path: Path) -> None:
+    """The cluster of `update --executor dask --cluster ADDR` is the decode samples': a fire
+    commits what published first, and only its validation needs the cluster (exit 2 naming
+    it); with --no-validate the fire never reaches for it."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    archive, files, ds = sim(storage.open_store(str(tmp_path / "src")),
+                             storage.open_store(str(tmp_path / "repo")), publish=6)  # fmt: skip
+    backfill(ds, start=START, executor="sync")
+    archive.publish(files[6:])
+    repo = str(tmp_path / "repo")
+    before = R.snapshot_of(R.RepoRef(storage.open_store(repo)).open(fresh=True))
+    fire = [TOOLKIT, "virtual", "update", "sim-gfs", "--repo", repo, "--source",
+            str(tmp_path / "src"), "--fire-time", FIRE, "--scheduled-at", "now", "--deadline",
+            "60", "--executor", "dask", "--cluster", f"tcp://127.0.0.1:{port}",
+            "--wait-for-workers", "2"]  # fmt: skip
+    fired = subprocess.run([*fire, "--no-validate"], capture_output=True, text=True, timeout=180)
+    assert fired.returncode == 0, fired.stderr[-2000:]
+    after = R.snapshot_of(R.RepoRef(storage.open_store(repo)).open(fresh=True))
+    assert after != before  # the fire's files landed on main
+    again = subprocess.run(fire, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert f"127.0.0.1:{port}" in again.stderr.strip().splitlines()[-1]

@@ -511,7 +511,12 @@ def watch(
             raise ValueError(f"--executor {executor!r}: choose dask or sync")
         d = _open_data(data, stores)
         m = _open(manifests, stores)
-        options = WatchOptions(policy, tuple(exclude or ()), tuple(hot_always or ()), break_lock)
+        options = WatchOptions(
+            policy,
+            exclude=tuple(exclude or ()),
+            hot_always=tuple(hot_always or ()),
+            break_lock=break_lock,
+        )
         stopper = Stopper()
         stopper.install()
         with _event_stream(events) as fd:

@@ -25,7 +25,7 @@ import stat
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -51,7 +51,11 @@ CONFLICTS = 20  # lost manifest races one node absorbs before the batch fails
 
 @dataclass(frozen=True)
 class WatchOptions:
+    """How a watcher partitions: the policy of new scopes, then by name only (a value in the
+    wrong place, such as the `executor` this once held, must not become `break_lock`)."""
+
     policy: Policy  # for scopes with no manifest yet
+    _: KW_ONLY
     exclude: tuple[str, ...] = ()
     hot_always: tuple[str, ...] = ()
     break_lock: bool = False

@@ -496,7 +496,9 @@ def update(
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
         levels = _pyramid_hooks(ds, pyramid)
         _stac_dir(stac)
-        with runner(ctx, cluster, executor=executor, wait_for_workers=wait_for_workers) as run:
+        with runner(
+            ctx, cluster, executor=executor, wait_for_workers=wait_for_workers, at_once=False
+        ) as run:  # the samples' cluster is reached after the commits, when validation runs
             outcome = run_fire(
                 ds,
                 when,
