@@ -1430,6 +1430,28 @@ CASES: tuple[Case, ...] = (
         ("notes.txt", "is not a directory"),
         env={"TOOLKIT_DEBUG": "false"},
     ),
+    Case(
+        "`--cluster` a dask-gateway address (a scheme distributed does not speak)",
+        ("pyramid", "build", "good.zarr", "--cluster", "gateway://gw.example.org:8000/c1"),
+        2,
+        ("'gateway://gw.example.org:8000/c1'", "unknown scheme 'gateway'", "from Python"),
+        absent=("good.zarr/2x",),
+    ),
+    Case(
+        "`--cluster` the dashboard's web address",
+        ("pyramid", "build", "good.zarr", "--cluster", "http://127.0.0.1:8787/status"),
+        2,
+        ("'http://127.0.0.1:8787/status'", "unknown scheme 'http'", "'Scheduler at:'"),
+        absent=("good.zarr/2x",),
+    ),
+    Case(
+        "`TOOLKIT_CLUSTER` a tls:// address with no certificates configured",
+        ("pyramid", "build", "good.zarr"),
+        2,
+        ("'tls://127.0.0.1:8786'", "needs certificates", "distributed.comm.tls.ca-file"),
+        env={"TOOLKIT_CLUSTER": "tls://127.0.0.1:8786"},
+        absent=("good.zarr/2x",),
+    ),
 )
 
 

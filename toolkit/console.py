@@ -225,7 +225,7 @@ def session(
             f"--performance-report {performance_report}: distributed's report needs a cluster, "
             "and --executor sync runs in this process; drop one of them"
         )
-    return Session(
+    where = Session(
         address,
         eager=at_once and address is not None and executor not in (None, "sync"),
         wait_for_workers=wait_for_workers,
@@ -234,6 +234,10 @@ def session(
         ship=ship,
         quiet=not debugging(),
     )
+    if address is not None and executor == "sync":  # the user's choice, never a silent one
+        shown = escape(storage.redact(address))
+        hint(f"note: --executor sync runs in this process; the cluster {shown} is not used")
+    return where
 
 
 @contextmanager

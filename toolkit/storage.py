@@ -112,8 +112,10 @@ class StorageError(Exception):
             msg += f"; {self.fix}"
         super().__init__(msg)
 
-    def __reduce__(self) -> tuple[Any, ...]:  # travels from a worker as itself
-        return (_rebuild, (type(self), self.store, self.key, self.detail))
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Travels from a worker as itself, with what was attached to it there (the task it
+        failed in: `toolkit.plan.task_context`)."""
+        return (_rebuild, (type(self), self.store, self.key, self.detail), self.__dict__)
 
 
 def _rebuild(kind: type[StorageError], store: str, key: str | None, detail: str) -> StorageError:
@@ -164,7 +166,11 @@ class CorruptObject(StorageError):
         Exception.__init__(self, f"{location(store, key)}: {detail} (not {what}); {self.fix}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (CorruptObject, (self.store, self.key, self.what, self.detail, self.fix))
+        return (
+            CorruptObject,
+            (self.store, self.key, self.what, self.detail, self.fix),
+            self.__dict__,
+        )
 
 
 class AccessDenied(StorageError):
@@ -878,6 +884,43 @@ def list_keys(store: Store | ZarrView, prefix: str = "") -> list[str]:
 def iter_keys(store: Store | ZarrView, prefix: str = "") -> Iterator[str]:
     """Keys under `prefix` page by page, unsorted: for counting huge prefixes."""
     return backend(store).iter_keys(prefix)
+
+
+def list_between(store: Store | ZarrView, prefix: str, first: str, last: str) -> list[str]:
+    """Keys under `prefix` from `first` to `last` (both included), sorted: one stripe's or one
+    gate page's share of a huge prefix. An object store is listed from just before `first` and
+    no further than `last` where its listings come sorted (every cloud store); a local folder or
+    a zarr view is listed whole and filtered."""
+    if not isinstance(store, Store) or store.is_local:
+        return [k for k in list_keys(store, prefix) if first <= k <= last]
+    if _absent(store):
+        return []
+    found: list[str] = []
+    try:
+        pages = obstore.list(store.inner, prefix=prefix.strip("/") or None, offset=_before(first))
+        for page in pages:
+            for meta in page:
+                key = meta["path"]
+                if key > last:
+                    return found
+                if key >= first:
+                    found.append(key)
+    except Exception as err:
+        raise _translate(err, store, prefix or None) from err
+    return found
+
+
+def _before(key: str) -> str | None:
+    """A string every listing offset (exclusive) may take so that `key` is listed: below `key`
+    and above every shorter key that sorts before it."""
+    if not key:
+        return None
+    below = ord(key[-1]) - 1
+    if below < 0:
+        return key[:-1] or None
+    if 0xD800 <= below <= 0xDFFF:  # a surrogate is no character of a key: the one below them
+        below = 0xD7FF
+    return key[:-1] + chr(below) + "\U0010ffff"
 
 
 def get(store: Store | ZarrView, key: str) -> Blob:

@@ -9,7 +9,7 @@ lengths, whose stripes overlap and leave tasks unclaimed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, runtime_checkable
 
@@ -19,6 +19,7 @@ __all__ = [
     "Task",
     "TaskList",
     "block_bounds",
+    "guided_blocks",
     "remaining",
     "stable",
     "stripe",
@@ -129,3 +130,24 @@ def remaining[T: Task](mine: Iterable[T], done: Collection[str]) -> list[T]:
     """The tasks of one stripe whose objects are not yet there. Apply after `stripe`."""
     done_set = done if isinstance(done, (set, frozenset)) else set(done)
     return [t for t in mine if t.key not in done_set]
+
+
+def guided_blocks(
+    n: int, threads: Callable[[], int], share: int = 4, floor: int = 1, cap: int | None = None
+) -> Iterator[tuple[int, int]]:
+    """[start, stop) blocks covering range(n) in order, each cut when it is asked for: a
+    `share`-th of what remains per thread the cluster has then (`threads()`), at least `floor`
+    and at most `cap` tasks (guided self-scheduling). Blocks cut later are smaller, and cut for
+    the cluster as it is by then: a cluster that grows mid-stage gets blocks for its new
+    workers; one of a constant size always gets the same blocks for the same `n`."""
+    if share < 1 or floor < 1 or (cap is not None and cap < floor):
+        raise ValueError(
+            f"guided blocks need share >= 1 and 1 <= floor <= cap, not {share}, {floor}, {cap}"
+        )
+    start = 0
+    while start < n:
+        size = max(floor, -(-(n - start) // (share * max(1, threads()))))
+        size = min(size, cap) if cap is not None else size
+        stop = min(n, start + size)
+        yield start, stop
+        start = stop

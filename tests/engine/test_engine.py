@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -225,24 +226,34 @@ def test_a_stage_made_from_the_certified_result_of_the_one_before(store, executo
     assert {t for s, _, t in heard if s == "b"} == {3}
 
 
-def test_a_stage_sends_its_service_once_whatever_its_node_count(store) -> None:
+PICKLED: list[str] = []
+
+
+@dataclass(frozen=True)
+class CountedWrite(Write):
+    """`Write` that notes each time this process pickles it."""
+
+    def __reduce__(self):  # type: ignore[override]
+        PICKLED.append("service")
+        return (CountedWrite, (self.store, self.skip_writing))
+
+
+@pytest.mark.cluster
+def test_a_stage_sends_its_service_once_whatever_its_node_count(local_cluster, tmp_path) -> None:
     """Every work node refers to one data node holding the service: a service that pickles by
-    value (defined in a notebook) is serialized once for the stage, not once per node."""
-    from dask.task_spec import DataNode
-
-    from toolkit.engine.graph import compile_stage
-    from toolkit.engine.run import _stage_graph
-
+    value (defined in a notebook) is serialized once for the stage, not once per node or per
+    window of nodes."""
+    store = storage.open_store(str(tmp_path / "s"))
     tasks = stable(Item("s", i) for i in range(50))
-    for workers in (None, 5):
-        service = Write(store) if workers is None else Each(Write(store))
+    seen = []
+    for workers in (None, 5, 1):
+        PICKLED.clear()
+        service = CountedWrite(store) if workers is None else Each(CountedWrite(store))
         stage = Stage("s", tasks, service, workers=workers)
-        graph = _stage_graph(compile_stage(stage, "d"), None)
-        data = [k for k, v in graph.items() if isinstance(v, DataNode)]
-        assert len(data) == 1 and graph[data[0]].value == service
-        work = [v for k, v in graph.items() if isinstance(k, tuple) and k[0] == "s-d"]
-        assert len(work) == (50 if workers is None else 5)
-        assert all(data[0] in v.dependencies for v in work)
+        report = run(Plan(f"p{workers}", (stage,)), local_cluster)
+        assert report.stage("s").nodes == (50 if workers is None else workers)
+        seen.append(len(PICKLED))
+    assert seen[0] == seen[1] == seen[2] <= 2  # once sent (and once tokenized by dask)
 
 
 def test_a_done_node_carries_its_probe_not_the_stages_tasks(store) -> None:

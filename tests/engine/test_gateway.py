@@ -109,8 +109,8 @@ def test_plan_runs_on_a_dask_gateway_cluster(gateway: str, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_an_adaptive_cluster_scales_up_for_a_striped_stage(gateway: str, tmp_path: Path) -> None:
     """`adapt(minimum=1, maximum=4)`: the stage starts on one worker with one thread, and its
-    stripe nodes (four per thread, not one) leave queued work that the cluster adds workers
-    for; more than one worker process ends up running them."""
+    stripe nodes (four per thread in flight, not one) leave queued work that the cluster adds
+    workers for; more than one worker process ends up running them."""
     from dask_gateway import Gateway
 
     from tests.engine.services import Item, SlowWrite
@@ -129,7 +129,7 @@ def test_an_adaptive_cluster_scales_up_for_a_striped_stage(gateway: str, tmp_pat
         gate = Gate(ListedKeys(store, "ingest"), want=tuple(tasks.keys))
         stage = Stage("ingest", tasks, Each(SlowWrite(store, 0.5)), gate, workers=AUTO)
         report = run(Plan("adaptive", (stage,)), cluster=cluster)
-        assert report.stages[0].nodes == 4 and report.stages[0].gate_have == 48
+        assert report.stages[0].nodes > 4 and report.stages[0].gate_have == 48  # cut as it grew
         writers = {storage.get(store, k).data for k in tasks.keys}
         assert len(writers) > 1, "one worker ran every stripe: the cluster never scaled"
     finally:

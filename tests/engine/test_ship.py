@@ -1,7 +1,8 @@
 """Code on workers: every process is compared by the toolkit code it actually imports (a digest
 of its sources) and by its dependencies' versions. A cluster that differs is refused in one line
 naming the process, the package and the fix; `--ship` sends the checkout for one run and leaves
-nothing behind; a worker that joins a run with other code is retired and named."""
+nothing behind; a worker that joins a run with other code is kept out of that run (never
+retired), and nothing a run registers outlives it, even when its client is killed."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.external import ROOT, isolated_python, start
 from toolkit import storage
 from toolkit.cli import app
 from toolkit.engine import VersionMismatch, check_versions
-from toolkit.engine.ship import PLUGIN, payload
+from toolkit.engine.ship import PLUGIN, RESOURCE, guard, payload, run_resources
 from toolkit.engine.versions import _identity, _probe, local_versions, mismatches, refusal
 from toolkit.examples import synthetic
 
@@ -182,7 +183,7 @@ def test_a_worker_without_toolkit_is_refused_shipped_to_for_one_run(bare, tmp_pa
         plugins = client.run_on_scheduler(
             lambda dask_scheduler: list(dask_scheduler.worker_plugins)
         )
-        assert PLUGIN not in plugins
+        assert not [p for p in plugins if p.startswith(PLUGIN)]
         with pytest.raises(VersionMismatch, match="not installed on the scheduler and 1 more"):
             check_versions(client)
     assert not imports_toolkit(bare.python, bare.env)  # the shared environment is untouched
@@ -233,7 +234,7 @@ def test_a_shipped_checkout_leaves_nothing_behind(
         plugins = client.run_on_scheduler(
             lambda dask_scheduler: list(dask_scheduler.worker_plugins)
         )
-        assert PLUGIN not in plugins
+        assert not [p for p in plugins if p.startswith(PLUGIN)]
 
     res = runner.invoke(app, ["--cluster", cluster_address, *build, str(clean)])
     if res.exit_code == 2:  # refused is acceptable; wrong bytes never are
@@ -244,13 +245,69 @@ def test_a_shipped_checkout_leaves_nothing_behind(
     assert res.exit_code == 0  # and with the shipped code gone, the clean install just runs
 
 
+def toolkit_state(client) -> dict[str, list[str]]:
+    """What toolkit runs have registered on the scheduler: worker plugins, scheduler plugins,
+    resources (on the scheduler and on any worker)."""
+
+    def mine(names) -> list[str]:
+        return sorted(n for n in names if str(n).startswith(("toolkit-identity", RESOURCE)))
+
+    def on_scheduler(dask_scheduler) -> dict[str, list[str]]:
+        s = dask_scheduler
+        on_workers = [r for ws in s.workers.values() for r in [*ws.resources, *ws.used_resources]]
+        return {
+            "worker_plugins": mine(s.worker_plugins),
+            "plugins": mine(s.plugins),
+            "resources": mine([*s.resources, *on_workers]),
+        }
+
+    found = client.run_on_scheduler(on_scheduler)
+    on_workers = client.run(lambda dask_worker: [*dask_worker.state.total_resources])
+    found["worker_resources"] = mine(r for rs in on_workers.values() for r in rs)
+    return found
+
+
+NOTHING = {"worker_plugins": [], "plugins": [], "resources": [], "worker_resources": []}
+
+
+def join_worker(external, env: dict[str, str]) -> tuple[str, object]:
+    """Start one more worker in `env`: its address and its process."""
+    from distributed import Client
+
+    with Client(external.address, set_as_default=False) as c:
+        before = set(c.scheduler_info(n_workers=-1)["workers"])
+    pid = external.add_worker(env=env)
+    proc = next(p for p in external.procs if p.pid == pid)
+    with Client(external.address, set_as_default=False) as c:
+        new = set(c.scheduler_info(n_workers=-1)["workers"]) - before
+    assert len(new) == 1, "the worker that joined has left the cluster again"
+    return new.pop(), proc
+
+
+def stop_worker(external, proc) -> None:
+    proc.terminate()
+    proc.wait(timeout=60)
+    external.procs.remove(proc)
+
+
+def serves_others(address: str, cluster_address: str) -> bool:
+    """A worker still runs other clients' work (no toolkit involved)."""
+    from distributed import Client
+
+    with Client(cluster_address, set_as_default=False) as c:
+        return c.submit(lambda x: x + 1, 41, workers=[address], pure=False).result(60) == 42
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_worker_joining_with_other_code_is_retired_and_named(
+def test_a_worker_joining_with_other_code_is_kept_out_of_the_run_and_stays_up(
     external, cluster_address: str, tmp_path: Path
 ) -> None:
     """A worker whose toolkit says the same version but is other code joins mid-build: it runs
-    nothing, is retired, is named on stderr, and the build equals a sync build."""
+    none of the run's tasks, is named once on stderr, is neither retired nor closed (it serves
+    other clients afterwards), and the build equals a sync build."""
+    from distributed import Client
+
     from tests.external import _await_line, _start
 
     modified = modified_checkout(tmp_path)
@@ -265,22 +322,99 @@ def test_a_worker_joining_with_other_code_is_retired_and_named(
         toolkit("--cluster", cluster_address, *build, str(on)), tmp_path, env_with(ROOT)
     )
     _await_line(lines, r"dashboard:", "the build")  # connected and checked: the run is on
-    late = external.add_worker(env=env_with(f"{modified}:{ROOT}"))
-    joined = time.monotonic() - started
-    assert proc.poll() is None, "the build ended before the late worker joined: make it longer"
-    assert proc.wait(timeout=240) == 0
-    took = time.monotonic() - started
-    stderr = []
-    while not lines.empty():
-        stderr.append(lines.get())
-    said = [line for line in stderr if "retired" in line]
-    assert len(said) == 1, "".join(stderr)
-    assert re.search(
-        rf"retired tcp://127\.0\.0\.1:\d+: toolkit code {MINE} on the client, \w+ on worker "
-        r"tcp://127\.0\.0\.1:\d+; ship this checkout with --ship",
-        said[0],
-    ), said[0]
-    assert next(p for p in external.procs if p.pid == late).wait(timeout=60) is not None
-    res = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
-    assert res.exit_code == 0, res.output
-    assert same_objects(on, twin), f"joined after {joined:.1f} s of {took:.1f} s"
+    late, late_proc = join_worker(external, env_with(f"{modified}:{ROOT}"))
+    try:
+        joined = time.monotonic() - started
+        assert proc.poll() is None, "the build ended before the late worker joined: make it longer"
+        assert proc.wait(timeout=240) == 0
+        took = time.monotonic() - started
+        stderr = []
+        while not lines.empty():
+            stderr.append(lines.get())
+        said = [line for line in stderr if "out of this run" in line]
+        assert len(said) == 1, "".join(stderr)
+        here = re.escape(late)
+        assert re.search(
+            rf"kept {here} out of this run: toolkit code \w+ on the client, \w+ on worker "
+            rf"{here}; ship this checkout with --ship",
+            said[0],
+        ), said[0]
+        assert not any("retired" in line for line in stderr), "".join(stderr)
+
+        assert late_proc.poll() is None  # never retired nor closed
+        with Client(cluster_address) as client:
+            ran = client.run(lambda dask_worker: dask_worker.state.executed_count, workers=[late])
+            assert ran == {late: 0}  # none of the run's tasks
+            assert toolkit_state(client) == NOTHING
+        assert serves_others(late, cluster_address)
+        res = runner.invoke(app, [*build, str(twin), "--executor", "sync"])
+        assert res.exit_code == 0, res.output
+        assert same_objects(on, twin), f"joined after {joined:.1f} s of {took:.1f} s"
+    finally:
+        stop_worker(external, late_proc)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_concurrent_runs_from_two_clients_keep_their_own_checks(
+    external, cluster_address: str
+) -> None:
+    """The first run to end removes its own registrations only: the second run's check and
+    resource stay, and its tasks still run."""
+    from distributed import Client
+
+    with Client(cluster_address) as a, Client(cluster_address) as b:
+        first, second = guard(a), guard(b)
+        first.__enter__()
+        second.__enter__()
+        try:
+            both = toolkit_state(a)
+            assert len(both["worker_plugins"]) == 2 and len(both["plugins"]) == 2
+            first.__exit__(None, None, None)
+            left = toolkit_state(b)
+            assert len(left["worker_plugins"]) == 1 and len(left["plugins"]) == 1
+            resources = run_resources(b)
+            assert resources is not None and set(left["resources"]) == set(resources)
+            assert run_resources(a) is None
+            got = b.get({"x": (sum, [1, 2])}, "x", resources=resources)
+            assert got == 3  # the second run's tasks find their checked workers
+        finally:
+            second.__exit__(None, None, None)
+        assert toolkit_state(b) == NOTHING
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_killed_client_leaves_nothing_and_later_workers_stay_up(
+    external, cluster_address: str, tmp_path: Path
+) -> None:
+    """SIGKILL a build once its run is registered: within a bounded wait the scheduler holds
+    nothing of it, and a worker with other code that joins afterwards stays up and serves."""
+    from distributed import Client
+
+    from tests.external import _await_line, _start
+
+    on = tmp_path / "on.zarr"
+    synthetic.write_store(storage.open_store(str(on)), shape=(3072, 2048), shards=(32, 32))
+    proc, lines = _start(
+        toolkit("--cluster", cluster_address, "pyramid", "build", "--levels", "4", str(on)),
+        tmp_path,
+        env_with(ROOT),
+    )
+    _await_line(lines, r"dashboard:", "the build")
+    with Client(cluster_address) as client:
+        registered = toolkit_state(client)
+        assert registered["worker_plugins"], "the run registered nothing: it proves nothing"
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while (left := toolkit_state(client)) != NOTHING and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert left == NOTHING
+
+    late, late_proc = join_worker(external, env_with(f"{modified_checkout(tmp_path)}:{ROOT}"))
+    try:
+        assert serves_others(late, cluster_address)
+        assert late_proc.poll() is None
+    finally:
+        stop_worker(external, late_proc)

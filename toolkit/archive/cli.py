@@ -28,7 +28,9 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
     exit_codes,
+    hint,
     json_text,
+    root_cluster,
     runner,
 )
 
@@ -230,6 +232,7 @@ def _warn_stale(scope: str, stale: Any, how: str) -> None:
 
 @app.command()
 def partition(
+    ctx: typer.Context,
     scopes: Annotated[
         list[str] | None,
         typer.Argument(help="Store paths under --data (default: every store found)."),
@@ -257,6 +260,8 @@ def partition(
         d = _open_data(data, stores)
         m = _open(manifests, stores)
         todo = scopes or _stores(d, exclude)
+        if root_cluster(ctx) is not None:  # by design; never silently
+            hint("note: archive partition runs in this process; `archive scan` runs on the cluster")
         outcomes = [
             partition_store(
                 d,

@@ -35,20 +35,89 @@ class BadOption(ValueError):
 
 
 def check_address(address: str) -> None:
-    """`address` names a scheduler (tcp://host:port, tls://, ws://, a bare host:port), or
-    BadOption naming it; distributed's own parser decides."""
+    """`address` names a scheduler distributed can reach from here, or BadOption naming it:
+    its parser decides the form (tcp://host:port, tls://, ws://, a bare host:port), its comm
+    registry the scheme, its Security the certificates a tls:// address needs. Distributed
+    itself says a raw ValueError or TypeError only once it connects."""
     from distributed.comm import parse_address
     from distributed.comm.addressing import parse_host_port
 
+    named = f"--cluster / TOOLKIT_CLUSTER {address!r}"
     try:
         scheme, location = parse_address(address)
         if scheme in ("tcp", "tls", "ws", "wss"):
             parse_host_port(location)
     except ValueError as err:
         raise BadOption(
-            f"--cluster / TOOLKIT_CLUSTER {address!r} is not a scheduler address ({err}); "
+            f"{named} is not a scheduler address ({err}); "
             "want tcp://host:port, or leave it unset for the embedded cluster"
         ) from None
+    why = _unknown_scheme(scheme) or _unsecured(scheme)
+    if why is not None:
+        raise BadOption(f"{named}: {why}")
+
+
+def _unknown_scheme(scheme: str) -> str | None:
+    """Why distributed cannot speak `scheme` (its comm registry, entry points included), with
+    where to go instead, or None."""
+    from distributed.comm import registry
+
+    try:
+        registry.get_backend(scheme)
+    except ValueError:
+        pass
+    else:
+        return None
+    known = ", ".join(f"{s}://" for s in sorted(registry.backends))
+    if scheme == "gateway":
+        fix = (
+            "a dask-gateway cluster is reached through its proxy with credentials the gateway "
+            "hands its own client: run the job from Python with cluster=gateway.connect(NAME) "
+            "(docs/clusters.md, dask-gateway)"
+        )
+    elif scheme in ("http", "https"):
+        fix = (
+            "that is a web address, such as the dashboard's; give the scheduler's, which "
+            "`dask scheduler` prints as 'Scheduler at:' (usually tcp://HOST:8786)"
+        )
+    else:
+        fix = "want tcp://host:port"
+    return f"unknown scheme {scheme!r} (distributed speaks {known}); {fix}"
+
+
+TLS_SETTINGS = "distributed.comm.tls.ca-file and distributed.comm.tls.client.cert (and .key)"
+TLS_ENV = "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ...__CLIENT__CERT, ...__CLIENT__KEY"
+
+
+def _unsecured(scheme: str) -> str | None:
+    """Why the client's Dask security settings cannot reach a `scheme` address (tls:// without
+    certificates, or certificates that do not load; tcp:// when encryption is required), or
+    None. A `distributed.client.security-loader` supplies its own: then the Client decides."""
+    import ssl
+
+    import dask
+    from distributed.security import Security
+
+    if dask.config.get("distributed.client.security-loader", None):
+        return None
+    security = Security()
+    if scheme in ("tcp", "ws") and security.require_encryption:
+        return (
+            f"{scheme}:// is not encrypted and distributed.comm.require-encryption is set; "
+            "give the scheduler's tls:// address, or unset it"
+        )
+    if scheme not in ("tls", "gateway"):
+        return None
+    try:
+        context = security.get_connection_args("client")["ssl_context"]
+    except (OSError, ValueError, ssl.SSLError) as err:
+        return f"its TLS certificates do not load ({err}); correct {TLS_SETTINGS}"
+    if context is None:
+        return (
+            f"{scheme}:// needs certificates and none are configured: set {TLS_SETTINGS} "
+            f"({TLS_ENV})"
+        )
+    return None
 
 
 def check_dask_env(environ: Mapping[str, str] | None = None) -> None:
@@ -146,12 +215,16 @@ def _accepted(rule: dict[str, Any]) -> str:
 
 CONNECT_SECONDS = 10.0  # a scheduler address gets at most this long to answer (or Dask's own)
 REFUSED_SECONDS = 2.0  # a port nobody listens on is retried this long (a scheduler starting)
+GREETING_SECONDS = 3.0  # a Dask scheduler greets a connection at once; this long is silence
+REPLY_SECONDS = 2.0  # then a silent server is asked in HTTP, and given this long to answer
+HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
 
 
-def _refused(address: str) -> str | None:
-    """Why nothing can answer at a tcp:// scheduler address (its port refused every connection
-    for REFUSED_SECONDS), or None when something may: then the Client's own timeout decides.
-    Distributed retries a refused port until its timeout, so a mistyped address cost 10 s."""
+def _no_scheduler(address: str) -> str | None:
+    """Why no Dask scheduler answers at a tcp:// or tls:// address, or None when one may: its
+    port refuses, or (tcp://) what listens there does not greet as a scheduler does. Distributed
+    retries a refused port until its timeout, and reads whatever another server sends as a
+    frame: an HTTP server (the dashboard's port) hung it, or raised `MemoryError` for exabytes."""
     from distributed.comm import parse_address
     from distributed.comm.addressing import parse_host_port
 
@@ -159,17 +232,92 @@ def _refused(address: str) -> str | None:
     if scheme not in ("tcp", "tls"):
         return None
     host, port = parse_host_port(location)
+    dialled = _dial(host, port)
+    if not isinstance(dialled, socket.socket):
+        return dialled
+    with dialled:
+        return None if scheme == "tls" else _not_greeted(dialled)
+
+
+def _dial(host: str, port: int) -> socket.socket | str | None:
+    """A connection to host:port; why none, when the port refused every attempt for
+    REFUSED_SECONDS; or None when the Client should find out (unresolvable, filtered)."""
     deadline = time.monotonic() + REFUSED_SECONDS
     while True:
         try:
-            with socket.create_connection((host, port), timeout=REFUSED_SECONDS):
-                return None
+            return socket.create_connection((host, port), timeout=REFUSED_SECONDS)
         except ConnectionRefusedError:
             if time.monotonic() >= deadline:
                 return f"nothing listens on port {port} of {host}: connection refused"
             time.sleep(0.1)  # a scheduler that is starting binds within moments
         except OSError:
             return None  # unresolvable, filtered, slow: the Client says what it finds
+
+
+def _not_greeted(sock: socket.socket) -> str | None:
+    """Why the server on `sock` is not a Dask scheduler, or None. A scheduler writes its
+    handshake first, a msgpack frame behind an 8-byte length and a frame count; a web server
+    waits for a request, so a silent one is sent an HTTP line to name what it is."""
+    waited = min(GREETING_SECONDS, _connect_seconds())
+    said, closed = _read(sock, 16, waited)
+    if _greets(said):
+        return None
+    silent = not said and not closed
+    if silent:
+        try:
+            sock.sendall(HTTP_PROBE)
+        except OSError:
+            return "the server there closed the connection without a Dask handshake"
+        said, closed = _read(sock, 16, REPLY_SECONDS)
+        waited += REPLY_SECONDS
+        if _greets(said):  # a scheduler slow to greet (its event loop was busy)
+            return None
+    if said.startswith(b"HTTP/"):
+        return (
+            "an HTTP server answers there, not a Dask scheduler: is it the dashboard port? "
+            "the scheduler's port is usually 8786, printed by `dask scheduler` as 'Scheduler at:'"
+        )
+    if said[:1] in (b"\x15", b"\x16") and said[1:2] == b"\x03":  # a TLS alert or handshake
+        return "a TLS server answers there: give the address as tls://HOST:PORT"
+    if said:
+        return f"something other than a Dask scheduler answers there (it sent {said[:16]!r})"
+    if silent and not closed:
+        return (
+            f"a server there accepted the connection but said nothing in {waited:g} s, "
+            "where a Dask scheduler greets at once"
+        )
+    return "the server there closed the connection without a Dask handshake"
+
+
+def _read(sock: socket.socket, size: int, seconds: float) -> tuple[bytes, bool]:
+    """Up to `size` bytes the server sends within `seconds`, and whether it closed."""
+    said = b""
+    deadline = time.monotonic() + seconds
+    while len(said) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return said, False
+        sock.settimeout(left)
+        try:
+            got = sock.recv(size - len(said))
+        except TimeoutError:
+            return said, False
+        except OSError:
+            return said, True
+        if not got:
+            return said, True
+        said += got
+    return said, False
+
+
+def _greets(said: bytes) -> bool:
+    """`said` opens as distributed's TCP frames do: a total length, then a frame count."""
+    import struct
+
+    if len(said) < 16:
+        return False
+    total, frames = struct.unpack("QQ", said[:16])
+    return 0 < total <= 2**24 and 0 < frames <= 2**10
 
 
 def _connect_seconds() -> float:
@@ -307,7 +455,8 @@ def connect(
             local = stack.enter_context(embedded(holds_gil, n_workers, quiet))
             client = stack.enter_context(Client(local))
         elif isinstance(cluster, str):
-            why = _refused(cluster)
+            check_address(cluster)  # from Python too: a scheme or TLS setting that cannot work
+            why = _no_scheduler(cluster)
             if why is not None:
                 raise ClusterUnreachable(
                     f"no Dask scheduler reachable at {cluster} ({why}); "

@@ -83,6 +83,39 @@ class StageSummary:
     excused: tuple[tuple[str, str], ...] = ()  # wanted keys absent for a reason the gate took
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A stage's service, pickled once by the client and carried by each of its nodes as bytes:
+    a service that pickles by value (defined in a notebook) is serialized once per stage, not
+    once per node, and a worker unpickles it once (`unpacked`)."""
+
+    digest: str
+    blob: bytes
+
+    @staticmethod
+    def of(value: Any) -> Packed:
+        import hashlib
+
+        import cloudpickle
+
+        blob = cloudpickle.dumps(value)
+        return Packed(hashlib.sha256(blob).hexdigest(), blob)
+
+
+_UNPACKED: dict[str, Any] = {}  # digest -> service, in this worker process (a few at a time)
+
+
+def unpacked(service: Any) -> Any:
+    if not isinstance(service, Packed):
+        return service
+    found = _UNPACKED.get(service.digest)
+    if found is None:
+        if len(_UNPACKED) >= 8:
+            _UNPACKED.pop(next(iter(_UNPACKED)))
+        found = _UNPACKED[service.digest] = pickle.loads(service.blob)
+    return found
+
+
 # ----------------------------------------------------------------------------- node functions
 # Module-level so they pickle by reference; they receive only what one node needs.
 
@@ -94,7 +127,8 @@ def observe_done(observe: Callable[[], frozenset[str]], *_after: Any) -> frozens
 
 def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> Any:
     """Call a service. Its exception is re-raised as itself (callers keep `except` on its type)
-    carrying a `TaskContext` (stage, task, traceback); one that cannot pickle becomes a
+    carrying a `TaskContext` (stage, task, traceback); one that cannot travel with its context
+    (it does not pickle, or its class pickles without its instance's attributes) becomes a
     `TaskError` with its type name and message, so the context reaches the client either way."""
     try:
         return service(arg)
@@ -104,19 +138,20 @@ def serve(stage: str, label: str, service: Callable[[Any], Any], arg: Any) -> An
         detail = traceback.format_exc()
         err = storage.explain(raised) or raised  # an obstore error from inside zarr: named
         setattr(err, CONTEXT, TaskContext(stage, label, detail))
-        if not _pickles(err):
+        if not _travels(err):
             raise TaskError(stage, label, type(err).__name__, str(err), detail) from None
         if err is raised:
             raise
         raise err from None
 
 
-def _pickles(err: BaseException) -> bool:
+def _travels(err: BaseException) -> bool:
+    """`err` reaches the client as its class, still carrying its task context."""
     try:
-        pickle.loads(pickle.dumps(err))
+        back = pickle.loads(pickle.dumps(err))
     except Exception:
         return False
-    return True
+    return type(back) is type(err) and task_context(back) is not None
 
 
 def run_task(
@@ -125,7 +160,7 @@ def run_task(
     started = time.time()
     if task.key in done:
         return NodeResult(0, 1, (), started, time.time())
-    value = serve(stage, task.key, service, task)
+    value = serve(stage, task.key, unpacked(service), task)
     return NodeResult(1, 0, (value,), started, time.time())
 
 
@@ -141,6 +176,7 @@ def run_block(
     The service is called as `service(todo, tick=...)` and tells how many of `todo` it has
     finished (heard by `tick`, when progress is drawn)."""
     started = time.time()
+    service = unpacked(service)
     todo = remaining(block, done)
     skipped = len(block) - len(todo)
 
@@ -180,7 +216,12 @@ def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partia
 def check_gate(
     stage: str, tasks: int, nodes: int, gate: Gate | None, combine: Any, *parts: Any
 ) -> StageSummary:
-    folded = fold(combine, *parts) if parts else Partial(0, 0, time.time(), time.time(), None)
+    if len(parts) == 1 and isinstance(parts[0], Partial) and combine is None:
+        folded = parts[0]  # folded already (by the client, from a streamed stage's windows)
+    elif parts:
+        folded = fold(combine, *parts)
+    else:
+        folded = Partial(0, 0, time.time(), time.time(), None)
     have = want = None
     excused: tuple[tuple[str, str], ...] = ()
     if gate is not None:

@@ -24,3 +24,30 @@ class ListedKeys:
         if self.to_task is None:
             return frozenset(keys)
         return frozenset(k for k in map(self.to_task, keys) if k is not None)
+
+    @property
+    def per_range(self) -> KeysBetween | None:
+        """How the engine observes this listing one key range at a time (a gate page), when
+        that is cheaper than one listing: object keys named as themselves, in a cloud store."""
+        return (
+            KeysBetween(self.store, self.prefix)
+            if self.to_task is None and ranged(self.store)
+            else None
+        )
+
+
+def ranged(store: object) -> bool:
+    """`store` lists a key range without listing the rest: an object store whose listings come
+    sorted (a local folder lists whole, an Icechunk view from its manifests)."""
+    return isinstance(store, storage.Store) and not store.is_local
+
+
+@dataclass(frozen=True)
+class KeysBetween:
+    """The keys of `prefix` from `first` to `last` that exist (`storage.list_between`)."""
+
+    store: storage.Store
+    prefix: str = ""
+
+    def __call__(self, first: str, last: str) -> frozenset[str]:
+        return frozenset(storage.list_between(self.store, self.prefix, first, last))

@@ -1,36 +1,31 @@
 """The two executors' loops: in-process (`sync`) or on a Dask cluster (`dask`), stage by stage
 (`toolkit.engine.runner` chooses between them).
 
-On Dask each stage goes to the scheduler as one graph in one call (its done node, work nodes,
-combine tree and gate). The client waits for the gate, keeps only its summary, and releases
-every future of the stage: a certified stage is never recomputed when a later worker dies,
-because the scheduler no longer holds anything to recompute it from.
+On Dask each stage is streamed to the scheduler in windows (`toolkit.engine.stream`). The
+client waits for the gate, keeps only its summary, and releases every future of the stage: a
+certified stage is never recomputed when a later worker dies, because the scheduler no longer
+holds anything to recompute it from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import Any, Literal
+from typing import Any
 
-from toolkit.engine.cluster import ClusterLike, connect, default_workers, total_threads
+from toolkit.engine.cluster import ClusterLike, connect, default_workers
 from toolkit.engine.graph import Key, Node, StageSummary, Tick, compile_stage, gate_key, plan_key
-from toolkit.plan import (
-    AUTO,
-    IncompleteStageError,
-    Plan,
-    Stage,
-    TaskError,
-    task_context,
-)
+from toolkit.engine.ship import run_resources
+from toolkit.engine.stream import run_stage
+from toolkit.plan import AUTO, Plan, Stage
 
 Progress = Callable[[str, int, int], None]
-Executor = Literal["auto", "dask", "sync"]
+log = logging.getLogger("toolkit.engine")
 TICK_SECONDS = 0.2  # a stripe node reports its progress at most this often (and when done)
 
 
@@ -40,32 +35,43 @@ class Counter:
     def __init__(self, plan: Plan, progress: Progress | None) -> None:
         self.total = {s.name: len(s.tasks) for s in plan.stages}
         self.by_node: dict[str, dict[int, int]] = {s.name: {} for s in plan.stages}
+        self.closed = {s.name: 0 for s in plan.stages}  # tasks of finished nodes
+        self.ended: dict[str, set[int]] = {s.name: set() for s in plan.stages}  # striped ones
         self.progress = progress
         self.lock = threading.Lock()
 
     def node(self, stage: str, index: int, done: int) -> None:
+        """A running node has done `done` of its tasks (or all: a finished one)."""
         if self.progress is None:
             return
         with self.lock:
             nodes = self.by_node[stage]
-            if done <= nodes.get(index, 0):
+            if index in self.ended[stage] or done <= nodes.get(index, 0):
                 return  # a late or repeated report: nothing new to say
             nodes[index] = done
-            count = sum(nodes.values())
+            count = sum(nodes.values()) + self.closed[stage]
+        self.progress(stage, count, self.total[stage])
+
+    def finish(self, stage: str, index: int, tasks: int, ticks: bool = True) -> None:
+        """A node finished with its `tasks`: counted whole and forgotten, so a stage of a
+        million nodes keeps no entry per node (`ticks`: its node may still have a report of
+        its own on the way, which must not count again)."""
+        if self.progress is None:
+            return
+        with self.lock:
+            self.by_node[stage].pop(index, None)
+            if ticks:
+                self.ended[stage].add(index)
+            self.closed[stage] += tasks
+            count = sum(self.by_node[stage].values()) + self.closed[stage]
         self.progress(stage, count, self.total[stage])
 
 
-# `workers=AUTO` on a cluster: stripe nodes per thread it has when the stage starts. More
-# nodes than threads give an adaptive cluster queued work to scale up for (dask-gateway's and
-# Coiled's `adapt(maximum=...)` add workers for it) and a cluster that grows under the run
-# something to hand its new workers; the task count caps it.
-NODES_PER_THREAD = 4
-
-
-def _resolve(stage: Stage, stripes: int, previous: StageSummary | None) -> Stage:
-    """The stage as it runs: `workers=AUTO` becomes `stripes` nodes (capped by its tasks), and
-    tasks made from the previous stage's certified result (`tasks_from`) are made now."""
-    if stage.workers == AUTO:
+def _resolve(stage: Stage, previous: StageSummary | None, stripes: int | None = None) -> Stage:
+    """The stage as it runs: tasks made from the previous stage's certified result
+    (`tasks_from`) are made now; with `stripes`, `workers=AUTO` becomes that many nodes (in
+    this process; a cluster cuts AUTO stages as it goes, `toolkit.engine.stream.cut`)."""
+    if stage.workers == AUTO and stripes is not None:
         stage = dataclasses.replace(stage, workers=max(1, stripes))
     if stage.tasks_from is not None:
         stage = dataclasses.replace(
@@ -94,7 +100,7 @@ def run_sync(plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]:
     threads = 1 if plan.holds_gil else default_workers()
     with ThreadPoolExecutor(threads, thread_name_prefix="toolkit-sync") as pool:
         for planned in plan.stages:
-            stage = _resolve(planned, default_workers(), summaries[-1] if summaries else None)
+            stage = _resolve(planned, summaries[-1] if summaries else None, default_workers())
             counter.total[stage.name] = len(stage.tasks)
             for wave in _waves(compile_stage(stage, digest, previous, ticker)):
                 if len(wave) == 1 or threads == 1:
@@ -169,84 +175,9 @@ class EventTick:
             get_worker().log_event(self.topic, [self.stage, self.index, done])
 
 
-def _stage_graph(stage_nodes: list[Node], previous: StageSummary | None) -> dict[Key, Any]:
-    """One stage as a task-spec graph. Its dependency on the previous stage's gate becomes that
-    gate's summary, gathered by the client and sent as data (counts, without the stage's value):
-    nothing in this graph refers to a key of a certified stage, so none is ever recomputed."""
-    from dask.task_spec import DataNode, Task, TaskRef  # public since dask 2025.1
-
-    own = {n.key for n in stage_nodes}
-    before = dataclasses.replace(previous, value=None) if previous is not None else None
-    graph: dict[Key, Any] = {}
-    sent: dict[int, TaskRef] = {}
-
-    def once(node: Node, value: Any) -> TaskRef:
-        """The stage's service goes in the graph once, as data its nodes refer to: one that
-        pickles by value (defined in a notebook or `__main__`) is then serialized once per
-        stage, and fetched once per worker, instead of once per node."""
-        ref = sent.get(id(value))
-        if ref is None:
-            key = (f"{node.key[0]}-shared", len(sent))  # type: ignore[index]
-            graph[key] = DataNode(key, value)
-            ref = sent[id(value)] = TaskRef(key)
-        return ref
-
-    for n in stage_nodes:
-        args = tuple(once(n, a) if i in n.shared else a for i, a in enumerate(n.args))
-        deps = (TaskRef(d) if d in own else before for d in n.deps)
-        # work nodes go to whichever worker is free, not to the one that holds the done-set
-        # and the service (small, and fetched once per worker): distributed's data producers
-        graph[n.key] = Task(n.key, n.fn, *args, *deps, _data_producer=n.kind == "work")
-    return graph
-
-
-def _node_failure(node: Node, err: BaseException) -> BaseException:
-    """A failure the service did not raise itself (a worker killed too often) still names the
-    stage and the node."""
-    if task_context(err) is not None or isinstance(err, IncompleteStageError):
-        return err
-    what = f"node {node.key[1]} of {node.stage}" if isinstance(node.key, tuple) else str(node.key)
-    return TaskError(node.stage, what, type(err).__name__, str(err))
-
-
-def _run_stage(
-    client: Any, stage_nodes: list[Node], counter: Counter, previous: StageSummary | None
-) -> StageSummary:
-    from distributed import as_completed
-
-    stage_nodes = list(stage_nodes)
-    gate = stage_nodes[-1]
-    watched = [n for n in stage_nodes if n.kind == "work"] if counter.progress else []
-    retries = max(n.retries for n in stage_nodes)
-    with warnings.catch_warnings():
-        # A commit stage's tasks carry the forks its work stage returned (packed, yet megabytes
-        # for a large backfill), and they ride in the graph on purpose: a node retried after its
-        # worker died finds them there. distributed's advice to load large data with Dask does
-        # not apply.
-        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-        futures = client.get(
-            _stage_graph(stage_nodes, previous),
-            [n.key for n in watched] + [gate.key],
-            sync=False,
-            retries=retries,
-        )
-    try:
-        node_of = {f.key: n for f, n in zip(futures, watched, strict=False)}
-        for fut in as_completed(futures[:-1]):
-            node = node_of[fut.key]
-            if fut.status == "error":
-                raise _node_failure(node, fut.exception()) from None
-            counter.node(node.stage, node.key[1], node.tasks)  # type: ignore[index]
-        try:
-            return futures[-1].result()
-        except Exception as err:
-            raise _node_failure(gate, err) from None
-    finally:
-        for f in futures:  # certified (or failed): nothing of this stage stays on the cluster
-            f.release()
-
-
 def run_dask(plan: Plan, cluster: ClusterLike, run_id: str, counter: Counter) -> list[StageSummary]:
+    """The plan on a cluster, one stage at a time, each streamed in windows
+    (`toolkit.engine.stream`); a worker lost with this run's nodes on it is named once."""
     topic = f"toolkit-progress-{run_id}"
     digest = plan_key(plan, run_id)
     with connect(cluster, holds_gil=plan.holds_gil) as client:
@@ -260,17 +191,41 @@ def run_dask(plan: Plan, cluster: ClusterLike, run_id: str, counter: Counter) ->
 
         if counter.progress:
             client.subscribe_topic(topic, heard)
+        client.subscribe_topic("all", _worker_loss(digest))
         summaries: list[StageSummary] = []
         try:
-            gate: tuple[Key, ...] = ()
             for planned in plan.stages:
                 previous = summaries[-1] if summaries else None
-                stage = _resolve(planned, NODES_PER_THREAD * total_threads(client), previous)
+                stage = _resolve(planned, previous)
                 counter.total[stage.name] = len(stage.tasks)
-                nodes = compile_stage(stage, digest, gate, ticker if counter.progress else None)
-                summaries.append(_run_stage(client, nodes, counter, previous))
-                gate = (gate_key(stage, digest),)
+                tick = ticker if counter.progress else None
+                resources = run_resources(client)
+                summaries.append(
+                    run_stage(client, stage, digest, previous, counter, tick, resources)
+                )
             return summaries
         finally:
-            if counter.progress:
-                client.unsubscribe_topic(topic)
+            with contextlib.suppress(Exception):  # the scheduler may be gone
+                client.unsubscribe_topic("all")
+                if counter.progress:
+                    client.unsubscribe_topic(topic)
+
+
+def _worker_loss(digest: str) -> Callable[[tuple[float, dict[str, Any]]], None]:
+    """One warning per worker that leaves while running this run's nodes (their tasks rerun
+    elsewhere); the scheduler's "all" topic tells of every worker that leaves."""
+
+    def heard(event: tuple[float, dict[str, Any]]) -> None:
+        msg = event[1]
+        if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
+            return
+        ours = [k for k in msg.get("processing-tasks", ()) if digest in str(k)]
+        if ours:
+            log.warning(
+                "worker %s left while running %d node(s) of this run; they rerun on the other "
+                "workers",
+                msg.get("worker", "?"),
+                len(ours),
+            )
+
+    return heard

@@ -346,7 +346,10 @@ def verify_cmd(
         )
     if as_json:
         failures = [dataclasses.asdict(f) for f in result.failures]
-        emit_json({"ok": result.ok, "checked": result.checked, "failures": failures})
+        where = result.report.executor if result.report else None  # None: no check ran
+        emit_json(
+            {"ok": result.ok, "checked": result.checked, "failures": failures, "executor": where}
+        )
     elif not result.checked and len(result.failures) == 1:  # refused before any check ran
         raise fail(1, f"{source}: {result.failures[0].detail}")
     else:

@@ -22,6 +22,7 @@ import zarr
 
 from toolkit import kernels, storage
 from toolkit.cf import Decoding
+from toolkit.engine.listing import KeysBetween, ranged
 from toolkit.pyramid.geometry import ShardTask, VarLevel, region, source_region
 
 Memo = dict[tuple[str, bool], Any]  # (path, opened for writing) -> the zarr array
@@ -360,6 +361,29 @@ class DoneShards:
     def __call__(self) -> frozenset[str]:
         have = set(storage.list_keys(self.store, self.group + "/"))
         return frozenset(t.key for t in self.tasks if all(k in have for k in t.objects))
+
+    @property
+    def per_block(self) -> DoneBetween | None:
+        """How the engine observes one contiguous block's done tasks (per-stripe done-sets),
+        when a key range lists cheaply; it carries no task list, only the store and level."""
+        return (
+            DoneBetween(KeysBetween(self.store, self.group + "/")) if ranged(self.store) else None
+        )
+
+
+@dataclass(frozen=True)
+class DoneBetween:
+    """The done tasks of one contiguous block of the stable list, from a listing of the key
+    range its objects span."""
+
+    listing: KeysBetween
+
+    def __call__(self, block: Sequence[ShardTask]) -> frozenset[str]:
+        objects = [k for t in block for k in t.objects]
+        if not objects:
+            return frozenset()
+        have = self.listing(min(objects), max(objects))
+        return frozenset(t.key for t in block if all(k in have for k in t.objects))
 
 
 def count_region(spec: VarSource, index: tuple[int, ...]) -> tuple[slice, ...]:

@@ -416,8 +416,13 @@ ValidationSeconds = Annotated[
 SampleCluster = Annotated[
     str | None, typer.Option(help="Dask scheduler address for the decode samples.")
 ]
+AUTO_HELP = (
+    "auto: the cluster --cluster / TOOLKIT_CLUSTER names, else this process for small work "
+    "(under 1 GiB to decode, nothing to start); dask: always a cluster; sync: always this process."
+)
+AutoExecutor = Annotated[Literal["auto", "dask", "sync"], typer.Option(help=AUTO_HELP)]
 SampleExecutor = Annotated[
-    Literal["dask", "sync"], typer.Option(help="dask or sync (decode samples)")
+    Literal["auto", "dask", "sync"], typer.Option(help=f"The decode samples' executor. {AUTO_HELP}")
 ]
 FireJson = Annotated[
     bool,
@@ -473,7 +478,8 @@ def update(
     min_present: MinPresent = None,
     cluster: SampleCluster = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
-    executor: SampleExecutor = "sync",
+    executor: SampleExecutor = "auto",
+    performance_report: PerformanceReport = None,
     as_json: FireJson = False,
     expire_older_than: ExpireOlderThan = None,
     pyramid: PyramidVars = None,
@@ -496,8 +502,14 @@ def update(
         ds = _dataset(dataset, repo, source, stores, anonymous, replica)
         levels = _pyramid_hooks(ds, pyramid)
         _stac_dir(stac)
+        _here_by_design(ctx, cluster, executor, check, bool(pyramid))
         with runner(
-            ctx, cluster, executor=executor, wait_for_workers=wait_for_workers, at_once=False
+            ctx,
+            cluster,
+            performance_report,
+            executor=executor,
+            wait_for_workers=wait_for_workers,
+            at_once=False,
         ) as run:  # the samples' cluster is reached after the commits, when validation runs
             outcome = run_fire(
                 ds,
@@ -510,6 +522,23 @@ def update(
                 shown=partial(_show_fire, as_json=as_json),
             )
         _show_verdict(outcome, as_json)
+
+
+def _here_by_design(
+    ctx: typer.Context, cluster: str | None, executor: str, check: bool, pyramid: bool
+) -> None:
+    """With a cluster given, say once what of the fire runs in this process anyway: its
+    commits (one writer, holding the repo's lease) and --pyramid's levels; only the decode
+    samples of its validation go to the cluster."""
+    from toolkit.console import hint, root_cluster
+
+    if root_cluster(ctx, cluster) is None or executor == "sync":  # sync: `runner` says so
+        return
+    mine = "commits and --pyramid levels" if pyramid else "commits"
+    where = "its validation's decode samples run on the cluster"
+    if not check:
+        where = "with --no-validate nothing runs on the cluster"
+    hint(f"note: the fire's {mine} run in this process (one writer, holding the lease); {where}")
 
 
 def _say(line: str) -> None:
@@ -981,7 +1010,7 @@ def validate(
     replica: Replicas = None,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
-    executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "sync",
+    executor: AutoExecutor = "auto",
     stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     performance_report: PerformanceReport = None,
@@ -1053,6 +1082,7 @@ def _report_validation(found: Any, to: Any = None, as_json: bool = False) -> Non
                 },
                 "samples": len(found.samples),
                 "samples_failed": len(bad),
+                "executor": found.decode_report.executor if found.decode_report else None,
                 "failures": [str(line) for line in found.failures],
             }
         )

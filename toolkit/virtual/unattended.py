@@ -99,9 +99,10 @@ def fire(
     line: the data landed), hand the fire to `shown` (the CLI prints it before validation
     starts, so a fire killed mid-validation has logged its commits), then validate the
     window within what the deadline leaves and record the verdict in the fire's record.
-    `runner` (or the one `cluster`/`executor`/`progress` make) runs the decode samples, in
-    this process by default; `levels` are `--pyramid`'s hooks."""
-    runner = runner_of(runner, "sync", **run)
+    `runner` (or the one `cluster`/`executor`/`progress` make) runs the decode samples: on
+    its cluster when one is given, else in this process unless they are large (`auto`); the
+    commits, `levels` (`--pyramid`'s hooks) and the STAC entry always run in this process."""
+    runner = runner_of(runner, "auto", **run)
     after_commit, check_levels = levels or (None, None)
     clock = FireClock(schedule.scheduled_at, schedule.deadline_seconds, GRACE, checks.reserve)
     _warn_if_late(schedule, clock, say)

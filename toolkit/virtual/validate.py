@@ -297,7 +297,18 @@ def decode_plan(
                 resume=False,  # a sample's ref existing is the gate's concern, not "done"
             ),
         ),
+        work_bytes=_sample_bytes(job.template, cells),
     )
+
+
+def _sample_bytes(template: Template, cells: Sequence[Cell]) -> int:
+    """What the samples decode (one chunk each): the `auto` executor keeps a few in this
+    process when no cluster was given, and runs them on the cluster when one was."""
+    sizes = {
+        name: math.prod(template.chunks(name)) * np.dtype(v.dtype).itemsize
+        for name, v in template.variables.items()
+    }
+    return sum(sizes.get(c.variable, 0) for c in cells)
 
 
 def decode_health(
@@ -311,7 +322,7 @@ def decode_health(
 ) -> tuple[Report, tuple[SampleResult, ...]]:
     if not samples:
         raise ValidationFailed("no references present to sample: decode health cannot pass")
-    runner = runner or Runner(executor="sync")
+    runner = runner or Runner()
     report = runner.run(decode_plan(job, samples, branch, snapshot=snapshot, deadline=deadline))
     return report, tuple(report.stage("decode").result or ())
 
@@ -480,13 +491,14 @@ def validate(job: Job, runner: Runner | None = None, **keywords: Any) -> Validat
     variable, first/interior/last leads, every member; up to `sample` cells when that is
     more). `deadline` (epoch seconds) bounds the whole: what it stops is named in
     `unfinished`, and fails. `runner` runs the decode samples (or the one `cluster=`/
-    `executor=`/`progress=` make; in this process by default).
+    `executor=`/`progress=` make): on its cluster when one is given, else in this process
+    unless the samples are large (the `auto` executor).
     """
     run = {k: keywords.pop(k) for k in RUN_KEYWORDS if k in keywords}
     unknown = sorted(set(keywords) - {f.name for f in fields(Asked)})
     if unknown:
         raise TypeError(f"validate() got unexpected keyword argument(s): {', '.join(unknown)}")
-    return _validate(job, Asked(**keywords), runner_of(runner, "sync", **run))
+    return _validate(job, Asked(**keywords), runner_of(runner, "auto", **run))
 
 
 def _validate(job: Job, asked: Asked, runner: Runner) -> ValidationReport:
