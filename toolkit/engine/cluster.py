@@ -531,6 +531,11 @@ class Session:
         if self._client is None:
             from distributed import performance_report
 
+            if self.quiet:  # a lost scheduler is said in one line (engine.stream.ClusterLost),
+                chatty = logging.getLogger("distributed.client")  # not as a logged traceback
+                self._stack.callback(chatty.setLevel, chatty.level)
+                chatty.setLevel(logging.CRITICAL)
+
             client = self._stack.enter_context(
                 connect(
                     self.cluster,
