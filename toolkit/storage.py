@@ -915,12 +915,14 @@ def _before(key: str) -> str | None:
     and above every shorter key that sorts before it."""
     if not key:
         return None
-    below = ord(key[-1]) - 1
+    head, below = key[:-1], ord(key[-1]) - 1
     if below < 0:
-        return key[:-1] or None
+        return head or None
     if 0xD800 <= below <= 0xDFFF:  # a surrogate is no character of a key: the one below them
         below = 0xD7FF
-    return key[:-1] + chr(below) + "\U0010ffff"
+    if below == ord("/") and (not head or head.endswith("/")):
+        below = ord(".")  # an empty path segment is no key (and no valid offset) either
+    return head + chr(below) + "\U0010ffff"
 
 
 def get(store: Store | ZarrView, key: str) -> Blob:

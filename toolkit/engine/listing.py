@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit import storage
 
@@ -35,6 +36,13 @@ class ListedKeys:
             else None
         )
 
+    @property
+    def per_block(self) -> TasksBetween | None:
+        """How the engine observes one contiguous block's done tasks, when a range lists
+        cheaply (tasks named by their objects' keys)."""
+        between = self.per_range
+        return TasksBetween(between) if between is not None else None
+
 
 def ranged(store: object) -> bool:
     """`store` lists a key range without listing the rest: an object store whose listings come
@@ -51,3 +59,16 @@ class KeysBetween:
 
     def __call__(self, first: str, last: str) -> frozenset[str]:
         return frozenset(storage.list_between(self.store, self.prefix, first, last))
+
+
+@dataclass(frozen=True)
+class TasksBetween:
+    """The tasks of one contiguous block whose object exists (a task named by its key)."""
+
+    listing: KeysBetween
+
+    def __call__(self, block: Sequence[Any]) -> frozenset[str]:
+        if not block:
+            return frozenset()
+        have = self.listing(block[0].key, block[-1].key)
+        return frozenset(t.key for t in block if t.key in have)
