@@ -51,6 +51,7 @@ ENGINE = (
     "toolkit/engine/run.py",
     "toolkit/engine/runner.py",
     "toolkit/engine/ship.py",
+    "toolkit/engine/stream.py",
     "toolkit/engine/versions.py",
     "toolkit/plan.py",
     "toolkit/tasks.py",
@@ -65,6 +66,7 @@ PYRAMID_BUILD = (
     "toolkit/pyramid/levels.py",
     "toolkit/pyramid/metadata.py",
     "toolkit/pyramid/geometry.py",
+    "toolkit/pyramid/shardkeys.py",
     "toolkit/pyramid/records.py",
     "toolkit/pyramid/settings.py",
     "toolkit/pyramid/shards.py",
@@ -182,6 +184,11 @@ MEASURES: dict[str, Measures] = {
         ),
     ),
     "engine_overhead": Measures("engine_overhead", ENGINE, SHIP_ONLY),
+    # gated no-op plans vs client.map through the engine; plan_pyramid over a generated listing
+    "engine_scale": Measures(
+        "engine_scale",
+        _u(ENGINE, ("toolkit/pyramid/geometry.py", "toolkit/pyramid/shardkeys.py")),
+    ),
     "grib_bench": Measures(
         "grib_bench",
         # scan/parse_index, the GFS catalog match, header checks, locate(), decode; the real

@@ -21,6 +21,7 @@ client structure holds every key of a huge stage. Bookkeeping keys carry `-done-
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 import warnings
@@ -339,18 +340,15 @@ def gate(run: StageRun, started: float) -> StageSummary:
         finally:
             fut.release()
         return dataclasses.replace(summary, value=folded.value)
-    want = g.want if isinstance(g.want, Sequence) else tuple(g.want)
     have = total = 0
     missing: list[str] = []
-    pages = list(range(0, len(want), GATE_PAGE))
-    for w in range(0, len(pages), WINDOW_NODES):
+    pages = enumerate(itertools.batched(g.want, GATE_PAGE))  # made as they go: never all keys
+    while window := list(itertools.islice(pages, WINDOW_NODES)):
         graph: dict[Key, Any] = {}
-        keys: list[Key] = []
-        for p in pages[w : w + WINDOW_NODES]:
-            key = (f"{name}-gate-{run.digest}", p // GATE_PAGE)
-            graph[key] = Task(key, check_page, name, per_range, want[p : p + GATE_PAGE])
-            keys.append(key)
-        futures = run.submit(graph, keys)
+        for p, page in window:
+            key = (f"{name}-gate-{run.digest}", p)
+            graph[key] = Task(key, check_page, name, per_range, page)
+        futures = run.submit(graph, list(graph))
         try:
             for f in futures:
                 try:

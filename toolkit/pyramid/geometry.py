@@ -3,7 +3,10 @@
 Input is values: each variable's array metadata and the keys listed under its prefix. Output is
 a `PyramidPlan`: for every level, the output arrays' geometry and the stable list of output
 shards (one task each). All levels follow from the level-0 listing, so the whole graph is planned
-once and the same plan is recorded beside the output for reruns and the verifier.
+once and the same plan is recorded beside the output for reruns and the verifier. A level's
+shards are held as columns (`ShardList`: a raveled grid index each, in key order) and the listing
+is read a page at a time, so a store of 10^7 objects plans in seconds and tens of bytes per
+object on the client (`toolkit.pyramid.shardkeys`).
 
 Shard alignment. Along each spatial axis a level's shard size `s_k` is chosen so that no parent
 shard partly overlaps a child shard: either half a parent shard is a whole number of child
@@ -14,19 +17,22 @@ shard covers a whole number of parent shards (`(2 s_k) % s_{k-1} == 0`, deeper l
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
 from itertools import product
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from zarr.core.chunk_key_encodings import ChunkKeyEncoding, parse_chunk_key_encoding
 
 from toolkit.cf import Decoding, direction
 from toolkit.kernels import METHODS
+from toolkit.pyramid import shardkeys
 from toolkit.pyramid.settings import MAX_SHARD, MIXED, Settings, kernel
-from toolkit.tasks import StableTasks, stable
+from toolkit.tasks import stable
 
 __all__ = [
     "ArrayMeta",
@@ -36,7 +42,9 @@ __all__ = [
     "RecordedLevel",
     "RecordedPlan",
     "RootNode",
+    "ShardList",
     "ShardTask",
+    "Targets",
     "VarLevel",
     "check_coordinate",
     "check_dtype",
@@ -172,6 +180,150 @@ class VarLevel:
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(-(-n // s) for n, s in zip(self.shape, self.shards, strict=True))
 
+    @property
+    def encoding(self) -> ChunkKeyEncoding:
+        return parse_chunk_key_encoding(self.key_encoding)
+
+
+@dataclass(frozen=True, eq=False)
+class ShardList(Sequence[ShardTask]):
+    """A level's output shards as columns, in the order of their data keys (as `stable` sorts
+    them, with the same digest): each row a variable (`vars[which]`) and the shard's raveled
+    index in that variable's grid. 10 bytes a shard on the client instead of a `ShardTask`;
+    iterating makes the tasks, slicing (a worker's stripe) gives a smaller list, which is what
+    travels. The planner's `TaskList` of a level (`toolkit.tasks.TaskList`)."""
+
+    group: str
+    vars: tuple[VarLevel, ...]
+    band_axes: tuple[int | None, ...]
+    which: np.ndarray  # uint16: the variable of each row
+    lin: np.ndarray  # int64: the shard's index in its variable's grid, raveled
+
+    @classmethod
+    def of(
+        cls,
+        group: str,
+        vars: tuple[VarLevel, ...],
+        band_axes: tuple[int | None, ...],
+        lins: Sequence[np.ndarray],
+    ) -> ShardList:
+        """The list of each variable's shards `lins[i]` (raveled, any order), sorted by key."""
+        made = cls(group, vars, band_axes, np.empty(0, np.uint16), np.empty(0, np.int64))
+        which, lin = shardkeys.sort_rows(made._spellings("data"), made._grids(), lins)
+        return cls(group, vars, band_axes, which, lin)
+
+    def _grids(self) -> list[tuple[int, ...]]:
+        return [v.grid_shape() for v in self.vars]
+
+    def _spellings(self, kind: str) -> list[shardkeys.Spelling]:
+        name = {"data": "var", "count": "count_name", "classes": "classes_name"}[kind]
+        return [
+            shardkeys.Spelling.of(f"{self.group}/{getattr(v, name)}/", v.encoding)
+            for v in self.vars
+        ]
+
+    def __len__(self) -> int:
+        return len(self.lin)
+
+    @overload
+    def __getitem__(self, i: int) -> ShardTask: ...
+    @overload
+    def __getitem__(self, i: slice) -> ShardList: ...
+    def __getitem__(self, i: int | slice) -> ShardTask | ShardList:
+        if isinstance(i, slice):
+            return replace(self, which=self.which[i], lin=self.lin[i])
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"shard {i} of a list of {n}")
+        return next(iter(self[i % n : i % n + 1]))
+
+    def __iter__(self) -> Iterator[ShardTask]:
+        data, count, classes = (self._spellings(k) for k in ("data", "count", "classes"))
+        for i, a, b in shardkeys.runs(self.which):
+            v, ax = self.vars[i], self.band_axes[i]
+            idx = shardkeys.unravel(self.lin[a:b], v.grid_shape())
+            keys = data[i].keys(idx)
+            counts = count[i].keys(np.delete(idx, ax, axis=1) if ax is not None else idx)
+            kinds = classes[i].keys(_class_index(idx)) if v.classes else [None] * len(keys)
+            for t, k, c, m in zip(idx.tolist(), keys, counts, kinds, strict=True):
+                yield ShardTask(self.group, v.var, tuple(t), k, c, m)
+
+    def keys_of(self, kind: str, var: int) -> Iterator[str]:
+        """Variable `var`'s keys of one kind ("data", "count", "classes") in row order: sorted
+        (dropping the band index, always 0, or adding the class axis at 0 keeps the order)."""
+        spelling = self._spellings(kind)[var]
+        v, ax = self.vars[var], self.band_axes[var]
+        lin = self.lin[self.which == var]
+        keys = []
+        for s in range(0, len(lin), shardkeys.BLOCK):
+            idx = shardkeys.unravel(lin[s : s + shardkeys.BLOCK], v.grid_shape())
+            if kind == "count" and ax is not None:
+                idx = np.delete(idx, ax, axis=1)
+            elif kind == "classes":
+                idx = _class_index(idx)
+            block = spelling.keys(idx)
+            if spelling.encoding is None:
+                yield from block
+            else:  # a custom encoding's keys need not sort as their indices
+                keys += block
+        yield from sorted(keys)
+
+    @property
+    def keys(self) -> list[str]:
+        data, grids = self._spellings("data"), self._grids()
+        return [
+            k
+            for i, a, b in shardkeys.runs(self.which)
+            for k in data[i].keys(shardkeys.unravel(self.lin[a:b], grids[i]))
+        ]
+
+    @cached_property
+    def digest(self) -> str:
+        """What `stable(list(self)).digest` is: the hash of the data keys in order."""
+        data, grids = self._spellings("data"), self._grids()
+        return shardkeys.digest_rows(data, grids, self.which, self.lin)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardList):
+            return NotImplemented
+        return (self.group, len(self), self.digest) == (other.group, len(other), other.digest)
+
+    def __hash__(self) -> int:
+        return hash((self.group, self.digest))
+
+    def __repr__(self) -> str:
+        return f"ShardList({self.group!r}, {len(self)} shards)"
+
+
+def _class_index(idx: np.ndarray) -> np.ndarray:
+    """A shard's index in its class-count array: the class axis (whole, index 0) before y, x."""
+    return np.insert(idx, idx.shape[1] - 2, 0, axis=1)
+
+
+@dataclass(frozen=True)
+class Targets(Collection[str]):
+    """A level's gate targets, every shard's objects (data, count, class counts), sorted, made
+    when iterated: a gate ships the level's columns rather than a string per object."""
+
+    tasks: ShardList
+
+    def __len__(self) -> int:
+        per = np.array([3 if v.classes else 2 for v in self.tasks.vars], np.int64)
+        counts = np.bincount(self.tasks.which, minlength=len(per))[: len(per)]
+        return int(counts @ per)
+
+    def __iter__(self) -> Iterator[str]:
+        t = self.tasks
+        streams = [
+            t.keys_of(kind, i)
+            for i, v in enumerate(t.vars)
+            for kind in ("data", "count", *(("classes",) if v.classes else ()))
+        ]
+        return heapq.merge(*streams)
+
+    def __contains__(self, key: object) -> bool:
+        return any(k == key for k in self)
+
 
 @dataclass(frozen=True)
 class LevelPlan:
@@ -181,7 +333,7 @@ class LevelPlan:
     factor: int
     shape: tuple[int, int]  # spatial (y, x)
     vars: tuple[VarLevel, ...]
-    tasks: StableTasks[ShardTask]
+    tasks: ShardList
 
     def var(self, name: str) -> VarLevel:
         for v in self.vars:
@@ -190,8 +342,9 @@ class LevelPlan:
         raise KeyError(f"level {self.group} has no variable {name!r}")
 
     @property
-    def targets(self) -> tuple[str, ...]:
-        return tuple(sorted(k for t in self.tasks for k in t.objects))
+    def targets(self) -> Targets:
+        """Every task's objects, sorted; a lazy collection (its length costs nothing)."""
+        return Targets(self.tasks)
 
 
 @dataclass(frozen=True)
@@ -776,26 +929,47 @@ def _var_level(
     )
 
 
+def _axis_table(sp: int, n_parent: int, sc: int, n_child: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first child, child count) of every parent shard along one axis (`_axis_children` of
+    each, clipped to the child grid)."""
+    i = np.arange(-(-n_parent // sp), dtype=np.int64)
+    start, stop = i * sp, np.minimum((i + 1) * sp, n_parent)
+    lo = (start // 2) // sc
+    hi = np.minimum((-(-stop // 2) - 1) // sc, -(-n_child // sc) - 1)
+    return lo, np.maximum(hi - lo + 1, 0)
+
+
 def _children(
-    present: set[tuple[int, ...]],
+    present: np.ndarray,
     parent_shards: tuple[int, ...],
     parent_shape: tuple[int, ...],
     child: VarLevel,
     band_axis: int | None,
-) -> set[tuple[int, ...]]:
-    ny, nx = parent_shape[-2:]
-    sy, sx = parent_shards[-2:]
-    cy, cx = child.shards[-2:]
-    out: set[tuple[int, ...]] = set()
-    for idx in present:
-        lead = list(idx[:-2])
+) -> np.ndarray:
+    """The child shards (raveled in `child`'s grid, sorted, unique) that the parent shards
+    `present` (raveled in the parent's grid) overlap: per axis from a table of the parent
+    indices, a block of parents at a time."""
+    pgrid = _grid(parent_shape, parent_shards)
+    cgrid = child.grid_shape()
+    (ylo, yn), (xlo, xn) = (
+        _axis_table(parent_shards[d], parent_shape[d], child.shards[d], child.shape[d])
+        for d in (-2, -1)
+    )
+    out: list[np.ndarray] = []
+    for s in range(0, len(present), shardkeys.PAGE):
+        idx = shardkeys.unravel(present[s : s + shardkeys.PAGE], pgrid)
         if band_axis is not None:
-            lead[band_axis] = 0
-        for y, x in product(
-            _axis_children(idx[-2], sy, ny, cy), _axis_children(idx[-1], sx, nx, cx)
-        ):
-            out.add((*lead, y, x))
-    return out
+            idx[:, band_axis] = 0
+        inside = (idx[:, :-2] < np.array(cgrid[:-2], np.int64)).all(axis=1)
+        idx = idx[inside]
+        y0, ny, x0, nx = ylo[idx[:, -2]], yn[idx[:, -2]], xlo[idx[:, -1]], xn[idx[:, -1]]
+        lead = tuple(idx[:, :-2].T)
+        for dy in range(int(ny.max(initial=0))):
+            for dx in range(int(nx.max(initial=0))):
+                m = (dy < ny) & (dx < nx)
+                kid = (*(c[m] for c in lead), y0[m] + dy, x0[m] + dx)
+                out.append(np.ravel_multi_index(kid, cgrid))
+    return shardkeys.unique(np.concatenate(out)) if out else np.empty(0, np.int64)
 
 
 def _task(group: str, v: VarLevel, idx: tuple[int, ...], band_axis: int | None) -> ShardTask:
@@ -903,22 +1077,31 @@ def _level_count(base: tuple[int, int], levels: int | None) -> int:
 
 def _listed(
     arrays: Mapping[str, ArrayMeta], listings: Mapping[str, Iterable[str]]
-) -> tuple[dict[str, set[tuple[int, ...]]], str]:
-    """(each array's level-0 shards the listing holds, within its grid; the digest of them)."""
-    present: dict[str, set[tuple[int, ...]]] = {}
-    listing_keys: list[_Key] = []
-    for name in sorted(arrays):
-        a = arrays[name]
-        grid = tuple(-(-n // s) for n, s in zip(a.shape, a.grid, strict=True))
-        found = decode_keys(a.encoding, listings.get(name, ()), len(a.shape))
-        present[name] = {i for i in found if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
-        listing_keys.extend(_Key(f"{name}:{'.'.join(map(str, i))}") for i in present[name])
-    return present, stable(listing_keys).digest
+) -> tuple[dict[str, np.ndarray], str]:
+    """(each array's level-0 shards the listing holds, within its grid, raveled; the digest of
+    them): each listing read a page at a time."""
+    present: dict[str, np.ndarray] = {}
+    names = sorted(arrays)
+    grids = [_grid(arrays[name].shape, arrays[name].grid) for name in names]
+    for name, grid in zip(names, grids, strict=True):
+        if _prod(grid) >= 2**62:
+            raise PlanError(
+                f"array {name!r}: its grid of {' x '.join(map(str, grid))} objects is too large "
+                "to plan; use larger shards or chunks"
+            )
+        present[name] = shardkeys.present(arrays[name].encoding, listings.get(name, ()), grid)
+    spellings = [shardkeys.Spelling(f"{name}:", ".") for name in names]
+    which, lin = shardkeys.sort_rows(spellings, grids, [present[n] for n in names])
+    return present, shardkeys.digest_rows(spellings, grids, which, lin)
+
+
+def _grid(shape: tuple[int, ...], shards: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-(-n // s) for n, s in zip(shape, shards, strict=True))
 
 
 def _plan_levels(
     arrays: Mapping[str, ArrayMeta],
-    found: Mapping[str, set[tuple[int, ...]]],
+    found: Mapping[str, np.ndarray],
     methods: Mapping[str, str],
     shape: _Shape,
     classes: Mapping[str, tuple[int, ...]],
@@ -928,7 +1111,7 @@ def _plan_levels(
     level, its tasks the parent's present shards' children."""
     names = tuple(sorted(arrays))
     band_dim = shape.band_dim
-    present = {n: set(found[n]) for n in names}
+    present = dict(found)
     prev = {n: (arrays[n].grid, arrays[n].shape, "") for n in names}  # shards, shape, classes
     out_levels: list[LevelPlan] = []
     naive: list[int] = []
@@ -937,7 +1120,7 @@ def _plan_levels(
         size = (-(-shape.base[0] // 2**k), -(-shape.base[1] // 2**k))
         group = f"{2**k}x"
         vls: list[VarLevel] = []
-        tasks: list[ShardTask] = []
+        band_axes: list[int | None] = []
         n_naive = 0
         for name in names:
             a = arrays[name]
@@ -953,10 +1136,7 @@ def _plan_levels(
             )  # fmt: skip
             band_axis = a.dims.index(band_dim) if band_dim is not None else None
             kids = _children(present[name], shards, prev_shape, v, band_axis)
-            grid = v.grid_shape()
-            kids = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
-            n_naive += _prod(grid)
-            tasks.extend(_task(group, v, i, band_axis) for i in kids)
+            n_naive += _prod(v.grid_shape())
             need = task_bytes(a, v, v.method, k, prev_shape, prev_classes)
             if need > MAX_TASK_BYTES and v.classes:
                 raise _TooManyClasses(name)
@@ -968,9 +1148,11 @@ def _plan_levels(
                     f"{shape.levels})"
                 )
             vls.append(v)
+            band_axes.append(band_axis)
             present[name] = kids
             prev[name] = (v.shards, v.shape, v.classes_dtype)
-        out_levels.append(LevelPlan(k, group, parent_group, 2**k, size, tuple(vls), stable(tasks)))
+        tasks = ShardList.of(group, tuple(vls), tuple(band_axes), [present[n] for n in names])
+        out_levels.append(LevelPlan(k, group, parent_group, 2**k, size, tuple(vls), tasks))
         naive.append(n_naive)
         parent_group = group
     return out_levels, naive
@@ -1045,22 +1227,31 @@ def stale_tasks(
     overlapping it at level 1, then those overlapping those at the next level, and so on (the
     geometry the planner prunes with); whether or not the plan holds them (a repo build of
     some positions drops the stale levels of the others too)."""
-    cur = {n: set(changed.get(n, ())) for n in p.variables}
     shards = {n: arrays[n].grid for n in p.variables}
     shapes = {n: arrays[n].shape for n in p.variables}
+    cur = {n: _raveled(changed.get(n, ()), shards[n], shapes[n]) for n in p.variables}
     out: list[list[ShardTask]] = []
     for lvl in p.levels:
         tasks: list[ShardTask] = []
         for v in lvl.vars:
             a = arrays[v.var]
             band_axis = a.dims.index(p.band_dim) if p.band_dim else None
-            kids = _children(cur[v.var], shards[v.var], shapes[v.var], v, band_axis)
-            grid = v.grid_shape()
-            cur[v.var] = {i for i in kids if all(0 <= j < g for j, g in zip(i, grid, strict=True))}
+            cur[v.var] = _children(cur[v.var], shards[v.var], shapes[v.var], v, band_axis)
             shards[v.var], shapes[v.var] = v.shards, v.shape
-            tasks += [_task(lvl.group, v, i, band_axis) for i in sorted(cur[v.var])]
+            idx = shardkeys.unravel(cur[v.var], v.grid_shape()).tolist()  # sorted by index
+            tasks += [_task(lvl.group, v, tuple(i), band_axis) for i in idx]
         out.append(tasks)
     return out
+
+
+def _raveled(
+    cells: Iterable[tuple[int, ...]], shards: tuple[int, ...], shape: tuple[int, ...]
+) -> np.ndarray:
+    """The cells inside the grid of `shape` by `shards`, raveled, sorted, unique."""
+    grid = _grid(shape, shards)
+    c = np.array(sorted(cells), np.int64).reshape(-1, len(grid))
+    inside = (c >= 0).all(axis=1) & (c < np.array(grid, np.int64)).all(axis=1)
+    return shardkeys.unique(np.ravel_multi_index(tuple(c[inside].T), grid))
 
 
 def position_cells(a: ArrayMeta, positions: Mapping[str, Iterable[int]]) -> list[tuple[int, ...]]:

@@ -343,7 +343,7 @@ def repo_plan(
             LevelForks(ref, branch, build),
             None,  # forks live in memory: the commit's gate checks what must exist
             workers=workers,
-            done=DoneShards(view, lvl.group, tuple(lvl.tasks)),
+            done=DoneShards(view, lvl.group, lvl.tasks),
             combine=T.gather,
         )
         gate = Gate(ListedKeys(view, lvl.group + "/"), want=lvl.targets)

@@ -356,7 +356,7 @@ class DoneShards:
 
     store: storage.Store
     group: str
-    tasks: tuple[ShardTask, ...]
+    tasks: Sequence[ShardTask]  # the level's stable list (columns: `ShardList`)
 
     def __call__(self) -> frozenset[str]:
         have = set(storage.list_keys(self.store, self.group + "/"))

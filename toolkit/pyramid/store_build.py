@@ -172,7 +172,7 @@ def pyramid_stages(src: Source, p: PyramidPlan, start: int = 0) -> Plan:
                 lvl.tasks,
                 service,
                 gate,
-                done=DoneShards(src.store, lvl.group, tuple(lvl.tasks)),
+                done=DoneShards(src.store, lvl.group, lvl.tasks),
             )
         )
     return Plan(
