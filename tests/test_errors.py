@@ -1431,10 +1431,10 @@ CASES: tuple[Case, ...] = (
         env={"TOOLKIT_DEBUG": "false"},
     ),
     Case(
-        "`--cluster` a dask-gateway address (a scheme distributed does not speak)",
+        "`--cluster` a dask-gateway address (its credentials come only with the cluster object)",
         ("pyramid", "build", "good.zarr", "--cluster", "gateway://gw.example.org:8000/c1"),
         2,
-        ("'gateway://gw.example.org:8000/c1'", "unknown scheme 'gateway'", "from Python"),
+        ("'gateway://gw.example.org:8000/c1'", "dask-gateway address", "from Python"),
         absent=("good.zarr/2x",),
     ),
     Case(

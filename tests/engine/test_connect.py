@@ -197,8 +197,8 @@ def test_a_silent_server_is_named_within_the_greeting_window(silent: int, tmp_pa
 
 def test_a_scheme_distributed_does_not_speak_is_named_with_where_to_go(tmp_path) -> None:
     _one_line(
-        "gateway://gw.example.org:8000/c1", tmp_path, "unknown scheme 'gateway'", "tcp://",
-        "from Python", "cluster=gateway.connect",
+        "gateway://gw.example.org:8000/c1", tmp_path, "dask-gateway address",
+        "from its address alone", "from Python", "cluster=gateway.connect",
     )  # fmt: skip
     _one_line("http://127.0.0.1:8787/status", tmp_path, "unknown scheme 'http'", "Scheduler at")
 
@@ -212,5 +212,5 @@ def test_tls_without_certificates_names_the_settings(scheduler, tmp_path: Path) 
 def test_a_real_scheduler_passes_the_probe(scheduler) -> None:
     assert C._no_scheduler(scheduler[0]) is None
     gateway = "gateway://gw.example.org:8000/c1"
-    with pytest.raises(C.BadOption, match="unknown scheme 'gateway'"), C.connect(gateway):
+    with pytest.raises(C.BadOption, match="dask-gateway address"), C.connect(gateway):
         pass  # from Python too

@@ -62,6 +62,12 @@ def _unknown_scheme(scheme: str) -> str | None:
     where to go instead, or None."""
     from distributed.comm import registry
 
+    if scheme == "gateway":  # dask-gateway registers it once imported, yet an address alone
+        return (  # cannot carry the credentials the gateway gives its own client
+            "a dask-gateway address cannot be reached from its address alone (the gateway "
+            "hands its credentials to its own client): run the job from Python with "
+            "cluster=gateway.connect(NAME) (docs/clusters.md, dask-gateway)"
+        )
     try:
         registry.get_backend(scheme)
     except ValueError:
@@ -69,13 +75,7 @@ def _unknown_scheme(scheme: str) -> str | None:
     else:
         return None
     known = ", ".join(f"{s}://" for s in sorted(registry.backends))
-    if scheme == "gateway":
-        fix = (
-            "a dask-gateway cluster is reached through its proxy with credentials the gateway "
-            "hands its own client: run the job from Python with cluster=gateway.connect(NAME) "
-            "(docs/clusters.md, dask-gateway)"
-        )
-    elif scheme in ("http", "https"):
+    if scheme in ("http", "https"):
         fix = (
             "that is a web address, such as the dashboard's; give the scheduler's, which "
             "`dask scheduler` prints as 'Scheduler at:' (usually tcp://HOST:8786)"

@@ -92,10 +92,6 @@ class Runner:
     def with_progress(self, progress: Any) -> Runner:
         return dataclasses.replace(self, progress=progress)
 
-    def in_process(self) -> Runner:
-        """This runner for steps that must run here (an update fire's own commits)."""
-        return dataclasses.replace(self, executor="sync")
-
     def run(self, plan: Plan, run_id: str | None = None) -> Report:
         """Run a plan and report per stage: tasks, skipped, written, seconds, gate have/want
         (`toolkit.engine.run` says what is raised)."""

@@ -244,6 +244,19 @@ def _quietly(what: str, call: Callable[[], object]) -> None:
         log.debug("%s failed: %s", what, err)
 
 
+def _forgotten(client: Any, resource: str, seconds: float = 10.0) -> None:
+    """Return once no worker holds the run's resource any more (a worker lets it go once the
+    run's last task has left it), or after `seconds`: the run leaves nothing behind."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        held = client.run(lambda dask_worker: resource in dask_worker.state.total_resources)
+        if not any(held.values()):
+            return
+        time.sleep(0.1)
+
+
 def run_resources(client: Any) -> dict[str, float] | None:
     """The Dask resources every task of this client's guarded run requires (only workers whose
     identity check passed for the run hold them), or None when nothing restricts the run."""
@@ -292,6 +305,7 @@ def guard(
         yield
     finally:
         _quietly("forgetting the run on the cluster", lambda: client.run_on_scheduler(forget))
+        _quietly("waiting for the workers to forget it", lambda: _forgotten(client, run.resource))
         if shipped is not None:
             uninstall = _installer()[1]
             _quietly("unshipping the workers", lambda: client.run(uninstall, pid))

@@ -91,6 +91,11 @@ def observe_block(per_block: Callable[[Sequence[Any]], frozenset[str]], block: A
     return per_block(block)
 
 
+def done_within(done: frozenset[str], block: Any) -> frozenset[str]:
+    """A window's share of the stage's done-set (next to it: only the share travels)."""
+    return frozenset(t.key for t in block if t.key in done)
+
+
 def check_page(
     stage: str, per_range: Callable[[str, str], frozenset[str]], want: Sequence[str]
 ) -> tuple[int, int, tuple[str, ...]]:
@@ -125,7 +130,7 @@ class StageRun:
     ticker: Callable[[str, int], Tick | None] | None
     resources: dict[str, float] | None
     service: Packed | None = None  # the stage's service, pickled once
-    whole: frozenset[str] | None = None  # the stage's done-set, when its probe lists whole
+    whole: Any = None  # the future of the stage's done-set, when its probe lists whole
     nodes: int = 0
     windows: int = 0
     folded: Partial | None = None
@@ -163,17 +168,21 @@ class StageRun:
 
     def done_in(self, start: int, stop: int) -> frozenset[str]:
         """The done tasks of [start, stop): that range listed by one node (a probe that lists
-        a range), or picked from the stage's done-set, observed once by one node."""
+        a range), or picked by one node from the stage's done-set, which another node observed
+        once and keeps on the cluster (a local folder, an Icechunk view: listed whole)."""
+        from dask.task_spec import Task, TaskRef
+
         probe = self.stage.done_probe
         per_block = getattr(probe.source, "per_block", None) if probe.source else None
+        key = (f"{self.name}-done-{self.digest}", self.windows)
         if per_block is not None:
-            key = (f"{self.name}-done-{self.digest}", self.windows)
             return self.gathered(key, observe_block, per_block, self.stage.tasks[start:stop])
-        if self.whole is None:
-            self.whole = self.gathered(f"{self.name}-done-{self.digest}", observe_done, probe)
-        if not self.whole:
+        if probe.source is None:
             return frozenset()
-        return frozenset(t.key for t in self.stage.tasks[start:stop] if t.key in self.whole)
+        whole = f"{self.name}-done-{self.digest}"
+        if self.whole is None:
+            (self.whole,) = self.submit({whole: Task(whole, observe_done, probe)}, [whole])
+        return self.gathered(key, done_within, TaskRef(whole), self.stage.tasks[start:stop])
 
     def window(self, blocks: list[tuple[int, int]]) -> Window:
         """Submit the nodes of `blocks`. A work node depends on nothing: its service and its
@@ -316,6 +325,8 @@ def run_stage(
         for w in windows.values():
             for f in w.futures:
                 f.release()
+        if run.whole is not None:
+            run.whole.release()
 
 
 def gate(run: StageRun, started: float) -> StageSummary:
