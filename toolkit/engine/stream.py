@@ -250,6 +250,12 @@ def lost(client: Any, err: BaseException) -> bool:
     )
 
 
+def error_of(fut: Any) -> BaseException:
+    """Why a future did not finish: its exception, or its state (a cancelled future has no
+    exception to give: asking raises)."""
+    return fut.exception() if fut.status == "error" else RuntimeError(fut.status)
+
+
 def label(stage: Stage, start: int, stop: int) -> str:
     """The tasks a block holds, as a failure names them."""
     first, last = stage.tasks[start].key, stage.tasks[stop - 1].key
@@ -305,7 +311,7 @@ def run_stage(
             w = windows.pop(fut, None)
             if w is not None:  # a window folded: keep its counts, release all of it
                 if fut.status != "finished":
-                    raise run.fail(fut.exception(), f"the results of {len(w.work)} nodes")
+                    raise run.fail(error_of(fut), f"the results of {len(w.work)} nodes")
                 part = fut.result()
                 run.folded = part if run.folded is None else fold(stage.combine, run.folded, part)
                 for f in w.work:
@@ -315,9 +321,8 @@ def run_stage(
                     f.release()
             elif fut in owner:
                 if fut.status != "finished":
-                    err = fut.exception() if fut.status == "error" else None
                     _, start, stop = owner[fut]
-                    raise run.fail(err or RuntimeError(fut.status), label(stage, start, stop))
+                    raise run.fail(error_of(fut), label(stage, start, stop))
                 finished(fut)
             refill()
         return gate(run, started)
