@@ -320,6 +320,8 @@ def run_stage(
                 for f in w.futures:
                     f.release()
             elif fut in owner:
+                if fut.status in ("lost", "pending"):
+                    continue  # its result went with a lost worker: it reruns, its fold counts it
                 if fut.status != "finished":
                     _, start, stop = owner[fut]
                     raise run.fail(error_of(fut), label(stage, start, stop))
