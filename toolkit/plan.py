@@ -162,6 +162,10 @@ class Stage:
     `tasks_from(previous)`: the stage's tasks are made from the previous stage's combined
     result once its gate has passed (e.g. commit the forks the workers returned); `tasks` is
     then ignored.
+    `settle(value)`: applied next to the workers to the combined value before it travels to the
+    client (merge a round's forks and commit them: the client and the gate see what it
+    returns). A settled stage's nodes are submitted together, at most one window at a time,
+    so each window settles once and no two settles of one stage run at once.
     """
 
     name: str
@@ -174,6 +178,7 @@ class Stage:
     combine: Callable[[list[Any]], Any] | None = None
     retries: int = 2
     tasks_from: Callable[[Any], StableTasks[Any]] | None = None
+    settle: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         w = self.workers

@@ -7,7 +7,8 @@ Two shapes, one set of rules (replicas before the primary, which defines "commit
 - **The branch transaction** (`stages`): a plan fragment. `setup` puts a branch and a marker
   of main's head on every repo and commits the job's setup change on the branch; then rounds of
   forked work, each followed by a merge-commit stage whose nodes commit a group of forks once
-  (a retried node finds its group's token on the branch and does not commit again); then
+  (a retried node finds its group's token on the branch and does not commit again), or each
+  committing itself where its forks were folded (`SettleRound`: no fork reaches the client); then
   `finalize` moves main to the branch only where main is still at the marker, replicas first.
   `abort` drops a branch and its marker; main is never touched.
 
@@ -44,11 +45,13 @@ __all__ = [
     "Group",
     "Packed",
     "Round",
+    "SettleRound",
     "Setup",
     "SetupChange",
     "Txn",
     "Unwritten",
     "abort",
+    "advance_marker",
     "branches_of",
     "commit_on",
     "committed",
@@ -70,6 +73,8 @@ AUDIT_EVENT = "toolkit.transaction.step"
 #   finalize_after_replica  finalize: replicas moved, the primary not yet
 #   worker_forked           forked work: written into its fork, not yet returned
 #   committed               the primary committed a batch (second argument: its file keys)
+#   round_committed         a round that commits itself (`SettleRound`): every repo committed
+#                           it, the next round not started (second argument: the round)
 STEPS = (
     "before_set_refs",
     "after_set_refs",
@@ -77,6 +82,7 @@ STEPS = (
     "finalize_after_replica",
     "worker_forked",
     "committed",
+    "round_committed",
 )
 
 
@@ -316,6 +322,7 @@ class Committed:
 
     outs: tuple[Forked, ...]
     snapshot: str | None
+    rebases: int = 0  # times the commit lost its branch's head to another and rebased
 
 
 def spent(outs: tuple[Forked, ...]) -> tuple[Forked, ...]:
@@ -346,7 +353,7 @@ class MergeCommit:
         if not any(o.forks for o in group.outs):
             return Committed(spent(group.outs), None)
         message, metadata = self.describe(group)
-        snap = None
+        snap, rebases = None, 0
         for i, ref in enumerate(self.txn.refs):
             if i:
                 step("after_replica_commit")
@@ -361,8 +368,30 @@ class MergeCommit:
                     [opened(f) for o in group.outs for url, f in o.forks if url == ref.url],
                 )
                 if R.has_changes(session):
-                    snap = R.commit(session, message, {**metadata, "group": group.token})
-        return Committed(spent(group.outs), snap)
+                    meta = {**metadata, "group": group.token}
+                    snap, n = R.commit_counted(session, message, meta)
+                    rebases += n
+        return Committed(spent(group.outs), snap, rebases)
+
+
+@dataclass(frozen=True)
+class SettleRound:
+    """A round of forked work that commits itself (`Stage.settle`): the forks of the round's
+    window merged and committed once per repo where they were folded, next to the workers, as
+    `MergeCommit` does a group (a retry finds its commit by the group's token). Only
+    `fold([Committed])`, the job's report of the round, travels on to the client: never a
+    fork."""
+
+    txn: Txn
+    round: str
+    describe: Callable[[Group], tuple[str, Mapping[str, Any]]]
+    fold: Callable[[list[Any]], Any]
+
+    def __call__(self, outs: Any) -> Any:
+        forked = tuple(o for o in gather([outs]) if isinstance(o, Forked))
+        done = MergeCommit(self.txn, self.describe)(Group(self.round, 0, forked))
+        step("round_committed", self.round)
+        return self.fold([done])
 
 
 @dataclass(frozen=True)
@@ -427,13 +456,26 @@ def finalize(txn: Txn, moved: Callable[[str], str]) -> str:
     return head
 
 
+CATCH_UP_TRIES = 5  # finalize's catch-up and move, when main keeps moving between the two
+
+
 @dataclass(frozen=True)
 class Finalize:
     txn: Txn
     moved: Callable[[str], str]
+    catch_up: Callable[[], object] | None = None
 
     def __call__(self, _step: Named) -> str:
-        return finalize(self.txn, self.moved)
+        attempt = 0
+        while True:
+            attempt += 1
+            if self.catch_up is not None:
+                self.catch_up()
+            try:
+                return finalize(self.txn, self.moved)
+            except R.BranchMoved:  # main moved again since the catch-up (an update fired)
+                if self.catch_up is None or attempt == CATCH_UP_TRIES:
+                    raise
 
 
 @dataclass(frozen=True)
@@ -479,17 +521,27 @@ def abort(repo: Any, branch: str) -> list[str]:
     return deleted
 
 
+def advance_marker(repo: Any, branch: str, to: str, expected: str) -> None:
+    """Point `branch`'s marker at `to` (base's head), only if it is still at `expected`: the
+    branch holds base's commits since `expected` (a job replayed them), so finalize may move
+    base. A marker moved meanwhile is `BranchMoved`."""
+    R.reset_branch(repo, marker(branch), to, expected=expected)
+
+
 # ----------------------------------------------------------------------------- the fragment
 
 
 def stages(
     txn: Txn,
     setup: Setup,
-    rounds: Sequence[Round],
+    rounds: Sequence[Round | Stage],
     moved: Callable[[str], str],
     setup_gate: Callable[[], Iterable[str]] | None = None,
+    catch_up: Callable[[], object] | None = None,
 ) -> tuple[Stage, ...]:
-    """setup -> (work, merge-commit) per round -> finalize, as the engine's stages."""
+    """setup -> (work, merge-commit) per round -> finalize, as the engine's stages. A round
+    given as a `Stage` commits its own work (`settle=SettleRound(...)`) and is run as is.
+    `catch_up`: run by finalize first (a job bringing main's new commits onto its branch)."""
     out = [
         Stage(
             "setup",
@@ -500,6 +552,9 @@ def stages(
         )
     ]
     for r in rounds:
+        if isinstance(r, Stage):
+            out.append(r)
+            continue
         gate = r.gate if r.gate.explain else replace(r.gate, explain=Unwritten(), excuse=False)
         out.append(r.work)
         out.append(
@@ -517,7 +572,7 @@ def stages(
         Stage(
             "finalize",
             stable([Named("finalize")]),
-            Finalize(txn, moved),
+            Finalize(txn, moved, catch_up),
             Gate(Finalized(txn), want=("finalize",)),
             resume=False,
         )

@@ -234,3 +234,24 @@ class Overlap:
             with s["lock"]:
                 s["now"] -= 1
         return item.key
+
+
+def keys_of(values: list[object]) -> tuple[object, ...]:
+    """A fold of keys side by side (associative over its own outputs)."""
+    out: list[object] = []
+    for v in values:
+        out.extend(v if isinstance(v, tuple) else (v,))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """A settle that records where it ran and what it saw, and hands on only a count: the
+    keys of its window's results never travel to the client."""
+
+    store: storage.Store
+
+    def __call__(self, keys: tuple[str, ...]) -> int:
+        name = f"settled/{os.getpid()}-{min(keys)}"
+        storage.put(self.store, name, "\n".join(sorted(keys)).encode())
+        return len(keys)

@@ -1,6 +1,8 @@
 """An analysis dataset (valid time, no lead dim): instants from lead 0, the accumulation from the
-previous hour's lead 1; an update withholds the lead-1 file until its hour's lead 0 has landed,
-so main never shows a ragged leading edge, whatever order the source publishes in."""
+previous hour's lead 1. At the extending edge the lead-1 file waits until its hour's lead 0 has
+landed, so main never shows a ragged leading edge, whatever order the source publishes in;
+an interior hour (newer hours' lead 0 on main or landing with it) fills in as its files arrive,
+even when its own lead 0 never publishes."""
 
 from __future__ import annotations
 
@@ -107,6 +109,15 @@ def test_a_statistics_file_waits_for_its_hours_lead_0(world):
     assert withheld(job.dataset, [s4], [z4, s4]) == {s4.key}
     assert withheld(job.dataset, [s4, z4], [z4, s4]) == set()  # both here: one commit
     assert withheld(job.dataset, [s4], [s4]) == set()  # lead 0 already in the store
+    # only at the edge: an hour at or before the ingested-through, or before a lead-0 file
+    # landing now, is interior and fills in without its lead 0
+    assert withheld(job.dataset, [s4], [z4, s4], ingested_through=hour(3)) == {s4.key}
+    assert withheld(job.dataset, [s4], [z4, s4], ingested_through=hour(4)) == set()
+    assert withheld(job.dataset, [s4], [z4, s4], ingested_through=hour(5)) == set()
+    z5 = next(
+        c for c in job.region(hour(5), None).files() if c.key == archive.data_url(files_of(5)[0])
+    )
+    assert withheld(job.dataset, [s4, z5], [z4, s4, z5]) == set()
     with pytest.raises(ValueError, match="stat_lead_hours must be >= 1"):
         Analysis(stat_lead_hours=0)
 
@@ -185,10 +196,84 @@ def test_a_backfill_commits_no_ragged_hour(world):
     out = report.stage("commit").result
     assert sorted(out.withheld) == sorted(archive.data_url(files_of(h)[1]) for h in (4, 5))
     reasons = dict(report.stage("commit").excused)
-    assert all(reasons[k].startswith("withheld: its hour's lead-0") for k in out.withheld)
+    assert all(reasons[k].startswith("withheld: at the extending edge") for k in out.withheld)
     ds = open_dataset(job.repo.store).load()
     for h in range(ds.sizes["time"]):  # every hour on main is whole, or absent
         at = ds.isel(time=h)
         has_instant = bool(np.isfinite(at["temperature_2m"]).any())
         has_accum = bool(np.isfinite(at["precipitation_surface"]).any())
         assert has_instant or not has_accum, f"hour {h} is ragged"
+
+
+def hour_holds(job: Job) -> dict[int, tuple[bool, bool]]:
+    """Per position on main: (has its lead-0 instant, has its lead-1 accumulation)."""
+    ds = open_dataset(job.repo.store).load()
+    return {
+        h: (
+            bool(np.isfinite(ds.isel(time=h)["temperature_2m"]).any()),
+            bool(np.isfinite(ds.isel(time=h)["precipitation_surface"]).any()),
+        )
+        for h in range(ds.sizes["time"])
+    }
+
+
+def fire(job: Job, h: int, seconds: float = 2.5):
+    at = hour(h) + np.timedelta64(10, "m")
+    return update(job, fire_time=at, scheduled_at=time.time(), deadline_seconds=seconds)
+
+
+def test_an_interior_hour_fills_in_without_its_lead_0_and_the_edge_waits(world):
+    """Hour 2's lead 0 never publishes. Its accumulation lands with hour 3's lead 0 (hour 2 is
+    then interior); hour 4's accumulation, at the edge, waits until hour 4's lead 0 arrives."""
+    _, archive, job = world
+    for h in range(2):
+        archive.publish(list(files_of(h)))
+    backfill(job, start=hour(0), workers=1, executor="sync")
+    archive.publish([files_of(2)[1], *files_of(3)])  # hour 2: lead 1 only, for good
+    result = fire(job, 3)
+    want = [archive.data_url(f) for f in (files_of(2)[1], *files_of(3))]
+    assert sorted(result.ingested) == sorted(want)
+    assert result.pending == [archive.data_url(files_of(2)[0])]
+    assert hour_holds(job) == {0: (True, True), 1: (True, True), 2: (False, True), 3: (True, True)}
+    archive.publish(files_of(4)[1])  # the edge: hour 4's accumulation before its lead 0
+    result = fire(job, 4)
+    assert result.ingested == [] and archive.data_url(files_of(4)[1]) in result.pending
+    assert committed_extent(R.readonly(job.repo.open(fresh=True)), job.template) == 4
+    archive.publish(files_of(4)[0])
+    result = fire(job, 4)
+    assert sorted(result.ingested) == sorted(archive.data_url(f) for f in files_of(4))
+    assert len(result.commits) == 1
+    assert leading_edge_whole(job) == []
+
+
+def test_an_hour_behind_mains_edge_fills_in_from_what_main_holds(world):
+    """Main already holds hour 3's lead 0 (its ingested-through) when hour 2's accumulation is
+    published late and hour 2's lead 0 never is: the update reads main and ingests it."""
+    _, archive, job = world
+    for h in (0, 1, 3):
+        archive.publish(list(files_of(h)))
+    backfill(job, start=hour(0), workers=1, executor="sync")
+    assert hour_holds(job)[2] == (False, False)
+    late = files_of(2)[1]
+    archive.publish(late)
+    result = fire(job, 3)
+    assert result.ingested == [archive.data_url(late)]
+    assert result.pending == [archive.data_url(files_of(2)[0])]
+    assert hour_holds(job)[2] == (False, True)
+    assert leading_edge_whole(job) == []
+
+
+def test_a_backfill_fills_interior_hours_and_withholds_only_its_edge(world):
+    """In one backfill, hour 1 lacks its lead 0 (interior: hours 2 and 3 have theirs) and
+    hours 4 and 5 have only their accumulation (the edge): hour 1's lands, 4 and 5 wait."""
+    _, archive, job = world
+    for h in range(4):
+        archive.publish([f for f in files_of(h) if not (h == 1 and f.lead == 0)])
+    archive.publish([files_of(4)[1], files_of(5)[1]])
+    report = backfill(job, start=hour(0), workers=1, executor="sync")
+    out = report.stage("commit").result
+    assert sorted(out.withheld) == sorted(archive.data_url(files_of(h)[1]) for h in (4, 5))
+    holds = hour_holds(job)
+    assert holds[1] == (False, True)  # interior: filled in without its lead 0
+    assert {h: holds[h] for h in (0, 2, 3)} == {h: (True, True) for h in (0, 2, 3)}
+    assert all(holds.get(h, (False, False)) == (False, False) for h in (4, 5))

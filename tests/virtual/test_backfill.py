@@ -16,6 +16,7 @@ from toolkit.examples.simulate import make_archive
 from toolkit.plan import IncompleteStageError
 from toolkit.tasks import Named
 from toolkit.virtual.backfill import backfill, backfill_plan, temp_branch
+from toolkit.virtual.inflight import RegionOverlap
 from toolkit.virtual.write import Job, ensure_repo, run
 
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
@@ -42,8 +43,8 @@ def test_backfill_sync_skips_resumes_and_finalizes(tmp_path):
     archive.truncate(files[4])
     report = backfill(ds, start=START, workers=3, executor="sync")
     out = report.stage("commit").result
-    assert len(out.ingested) == 8 and [s.url for s in out.skipped] == [archive.data_url(files[4])]
-    assert len(out.commits) == 1  # three forks merged, one commit
+    assert out.ingested == 8 and [s.url for s in out.skipped] == [archive.data_url(files[4])]
+    assert len(out.commits) == 1  # three forks merged, one commit: one round
     repo = ds.repo.open(fresh=True)
     assert R.branches(repo) == ["main"]  # temp branch removed after finalize
     x = main_ds(ds)
@@ -63,7 +64,7 @@ def test_strict_turns_a_skip_into_a_failed_gate(tmp_path):
         publish=6,
     )
     archive.reupload(files[2])
-    with pytest.raises(IncompleteStageError, match=r"commit.*skipped:.*f006"):
+    with pytest.raises(IncompleteStageError, match=r"ingest-0001.*skipped:.*f006"):
         backfill(ds, start=START, workers=2, executor="sync", strict=True)
     assert temp_branch(
         ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
@@ -89,7 +90,8 @@ def test_end_past_published_needs_explicit_permission(tmp_path):
     )
     again = backfill(ds, start=START, executor="sync")
     assert again.stage("ingest").written == 0  # all done
-    assert again.stage("commit").result is None  # nothing to commit, nothing empty named
+    nothing = again.stage("commit").result  # nothing to commit, nothing empty named
+    assert not nothing.commits and not nothing.empty_positions and nothing.ingested == 0
 
 
 def test_finalize_refuses_when_main_moved(tmp_path):
@@ -100,19 +102,19 @@ def test_finalize_refuses_when_main_moved(tmp_path):
     )
     region = ds.region(START, np.datetime64("2025-08-01T06", "ns") + np.timedelta64(1, "ns"))
     backfill_plan(region).stages[0].service(Named("setup"))
-    run(ds.region(START, None))  # a write loop on main, as an operational fire would
-    with pytest.raises(R.BranchMoved, match="moved since setup"):
+    run(ds.region(START, None))  # a write loop on main into the region
+    with pytest.raises(RegionOverlap, match="main's commits since its setup wrote into"):
         backfill(ds, start=START, executor="sync")
     assert temp_branch(region) in R.branches(ds.repo.open(fresh=True))
 
 
 @pytest.mark.parametrize("server", ["s3_endpoint", "seaweed_endpoint"])
-def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(
-    server, request, local_cluster
-):
-    """Four blocks, forks merged two at a time: two commit nodes, run at once on two worker
-    processes, their commits racing on the server (Icechunk arbitrates concurrent commits on an
-    object store; SeaweedFS is a real S3 server), and a gate that probes all 12 files."""
+def test_on_an_object_store_each_round_commits_next_to_the_workers(server, request, local_cluster):
+    """Three rounds of four files: each round's forks are merged and committed by a settle
+    node on the cluster (the client reads counts), one commit a round, one after another;
+    each round's gate probes its own files on the branch (SeaweedFS is a real S3 server)."""
+    from distributed import Client
+
     from tests.conftest import make_bucket, s3_options
     from tests.virtual.test_repo import public_bucket
 
@@ -122,33 +124,46 @@ def test_on_an_object_store_forks_commit_in_parallel_and_the_gate_probes_them(
         storage.open_store(f"s3://{public_bucket(endpoint)}/src", **opts),
         storage.open_store(f"s3://{make_bucket(endpoint)}/repo", **opts),
     )
-    report = backfill(ds, start=START, workers=4, cluster=local_cluster, fan_in=2)
+    with Client(local_cluster) as client:
+        client.get_task_stream(start=0)  # open the stream's window from here
+        report = backfill(ds, start=START, workers=4, cluster=local_cluster, round_files=4)
+        keys = [str(t["key"]) for t in client.get_task_stream()]
     out = report.stage("commit").result
-    assert len(out.commits) == 2 and len(out.ingested) == 12
-    assert report.stage("commit").nodes == 2
+    assert len(out.commits) == 3 and out.ingested == 12 and out.rebases == 0
+    assert report.stage("commit").tasks == 3 and report.stage("ingest").tasks == 12
     assert report.stage("commit").gate_have == report.stage("commit").gate_want == 12
+    assert [s.name for s in report.stages] == ["setup", "ingest", "commit", "finalize"]
+    settles = sorted({k.split("-settle-")[0] for k in keys if "-settle-" in k})
+    assert settles == ["('ingest-0001", "('ingest-0002", "('ingest-0003"]
+    repo = ds.repo.open(fresh=True)
+    rounds = [c.message for c in R.history(repo) if c.message.startswith("backfill:")]
+    assert len(rounds) == 3 and all(m.startswith("backfill: 4 file(s)") for m in rounds)
     assert_exact(main_ds(ds), files)
 
 
-def test_a_local_repo_gets_one_commit_node(tmp_path):
-    """Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch."""
-    from toolkit.transaction import Forked
-    from toolkit.virtual.backfill import backfill_plan
-
+def test_rounds_are_contiguous_stages_that_commit_themselves(tmp_path):
+    """The plan: setup, one settled stage per round of `round_files` files in append order
+    (the last one short), finalize; no separate commit stage, no fork handed to the client."""
     _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
-    commit = backfill_plan(ds.region(START, None), workers=8, fan_in=2).stages[2]
-    assert commit.name == "commit" and commit.tasks_from is not None
-    groups = commit.tasks_from(tuple(Forked(done=(f"f{i}",)) for i in range(8)))
-    assert len(groups) == 1 and len(groups[0].outs) == 8
+    plan = backfill_plan(ds.region(START, None), workers=8, round_files=5)
+    names = [s.name for s in plan.stages]
+    assert names == ["setup", "ingest-0001", "ingest-0002", "ingest-0003", "finalize"]
+    rounds = plan.stages[1:4]
+    assert [len(s.tasks) for s in rounds] == [5, 5, 2]
+    assert [k for s in rounds for k in s.tasks.keys] == [
+        c.key for c in ds.region(START, None).files()
+    ]
+    assert all(s.settle is not None and s.tasks_from is None for s in rounds)
+    assert [len(s.gate.want) for s in rounds] == [5, 5, 2]
 
 
 def test_ingest_gate_counts_what_exists_and_reports_only_explain():
     from toolkit.plan import Gate
     from toolkit.virtual.backfill import Absences, BackfillOut, Skipped
 
-    out = BackfillOut(ingested=("a", "b"), unpublished=("c",), skipped=(Skipped("d", "truncated"),))
+    out = BackfillOut(ingested=2, unpublished=("c",), skipped=(Skipped("d", "truncated"),))
     want = ("a", "b", "c", "d")
     lenient = Gate(lambda: {"a", "b"}, want=want, explain=Absences())
     result = lenient.check("ingest", out)
@@ -247,24 +262,23 @@ def test_refs_that_miss_the_probed_cell_are_refused_naming_the_file(tmp_path):
     assert write_refs(ds, session, [(coord, file_refs(ds.dataset.source, coord, size))]) > 0
 
 
-def test_a_retried_commit_node_does_not_commit_again(tmp_path):
-    """The commit stage's nodes are retried by the engine: a node that committed and then
-    failed (or lost its worker) finds its commit on the branch and returns it."""
-    from toolkit.virtual.backfill import backfill_plan
-
+def test_a_retried_round_commit_does_not_commit_again(tmp_path):
+    """A round's settle is retried by the engine: one that committed and then failed (or lost
+    its worker) finds its commit on the branch by the round's token and does not commit again."""
     _, _, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
-    setup, ingest, commit, _ = backfill_plan(ds.region(START, None), workers=2).stages
+    setup, ingest, _ = backfill_plan(ds.region(START, None), workers=2).stages
     setup.service(Named("setup"))
     outs = tuple(ingest.service(list(ingest.tasks)[i::2]) for i in range(2))
-    (group,) = commit.tasks_from(outs)
-    first = commit.service(group)
-    again = commit.service(group)  # the retry
-    assert first.snapshot == again.snapshot and first.snapshot is not None
+    first = ingest.settle(outs)
+    again = ingest.settle(outs)  # the retry
+    assert first.commits == again.commits and len(first.commits) == 1
+    assert first.ingested == again.ingested == 12
     repo = ds.repo.open(fresh=True)
     branch = temp_branch(ds.region(START, None))
-    assert [c.metadata.get("group") for c in R.history(repo, branch)].count(group.token) == 1
+    tokens = [c.metadata.get("group") for c in R.history(repo, branch)]
+    assert len([t for t in tokens if t]) == 1
 
 
 def test_reports_name_each_absence_and_strict_spares_the_newest_position(tmp_path):

@@ -1,6 +1,7 @@
-"""A backfill that finalize refused (main moved) can be recovered both ways its message names:
-rebased onto main's new head, or aborted; inspect lists it, update names it. A repo path that is
-wrong is one line, exit 2, and creates nothing."""
+"""A backfill whose finalize refused (main's commits since its setup wrote into its region) can
+be recovered both ways its message names: rebased onto main's new head, or aborted; inspect
+lists it, update names it. One beside main's commits elsewhere lands without either. A repo
+path that is wrong is one line, exit 2, and creates nothing."""
 
 from __future__ import annotations
 
@@ -25,16 +26,22 @@ NOON = np.datetime64("2025-08-01T12", "ns")
 
 def refused(tmp_path, main_writes_from):
     """A backfill of the first two inits set up, then main written from `main_writes_from` by
-    a write loop (as an operational fire would), then the backfill run: finalize refuses."""
+    a write loop (as an operational fire would) into the region, then the backfill run:
+    finalize refuses, naming the positions main wrote."""
+    files, ds, region = set_up_then_main_written(tmp_path, main_writes_from)
+    with pytest.raises(RegionOverlap) as caught:
+        backfill(ds, start=START, end=SIX, executor="sync")
+    return files, ds, region, str(caught.value)
+
+
+def set_up_then_main_written(tmp_path, main_writes_from):
     _archive, files, ds = sim(
         storage.open_store(str(tmp_path / "src")), storage.open_store(str(tmp_path / "repo"))
     )
     region = ds.region(START, SIX)
     backfill_plan(region).stages[0].service(Named("setup"))
     run(ds.region(main_writes_from, None))
-    with pytest.raises(R.BranchMoved) as caught:
-        backfill(ds, start=START, end=SIX, executor="sync")
-    return files, ds, region, str(caught.value)
+    return files, ds, region
 
 
 def cli(*args: str):
@@ -42,11 +49,10 @@ def cli(*args: str):
 
 
 def test_refused_finalize_names_both_ways_out_and_abort_drops_the_branch(tmp_path) -> None:
-    _files, ds, region, message = refused(tmp_path, NOON)
+    _files, ds, region, message = refused(tmp_path, SIX - np.timedelta64(1, "ns"))
     branch = temp_branch(region)
-    assert "--rebase" in message and f"toolkit virtual abort {ds.repo.url} --branch {branch}" in (
-        message
-    )
+    assert "wrote into its region, at init_time 2025-08-01T06" in message
+    assert f"toolkit virtual abort {ds.repo.url} --branch {branch}" in message
     repo = ds.repo.open(fresh=True)
     (flying,) = in_flight(repo)
     assert (flying.branch, flying.files, flying.main_moved) == (branch, 6, True)
@@ -75,8 +81,8 @@ def test_refused_finalize_names_both_ways_out_and_abort_drops_the_branch(tmp_pat
     assert res.exit_code == 0, res.output
 
 
-def test_rebase_replays_a_region_main_did_not_touch(tmp_path) -> None:
-    files, ds, _region, _ = refused(tmp_path, NOON)
+def test_a_backfill_beside_main_s_writes_elsewhere_lands_without_rebase(tmp_path) -> None:
+    files, ds, _region = set_up_then_main_written(tmp_path, NOON)
     res = cli(
         "virtual",
         "backfill",
@@ -91,7 +97,6 @@ def test_rebase_replays_a_region_main_did_not_touch(tmp_path) -> None:
         "2025-08-01T06:00:00.000000001",
         "--executor",
         "sync",
-        "--rebase",
     )
     assert res.exit_code == 0, res.output
     repo = ds.repo.open(fresh=True)

@@ -11,6 +11,7 @@ traceback), so the user reads one line naming the task and `--debug` shows where
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 import traceback
@@ -48,7 +49,7 @@ COMBINE_FAN_IN = 8  # a stage's combine folds this many values per node
 class Node:
     key: Key
     stage: str
-    kind: str  # "done" | "work" | "combine" | "gate"
+    kind: str  # "done" | "work" | "combine" | "settle" | "gate"
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     deps: tuple[Key, ...]  # keys whose results are appended to args, in order
@@ -213,6 +214,19 @@ def fold(combine: Callable[[list[Any]], Any] | None, *parts: NodeResult | Partia
     )
 
 
+def settled(
+    settle: Callable[[Any], Any], combine: Callable[[list[Any]], Any] | None, *parts: Any
+) -> Partial:
+    """A window's results folded and settled where they were folded (`Stage.settle`): only
+    what `settle` returns travels on."""
+    part = fold(combine, *parts)
+    if part.value is None:
+        return part
+    with roomy():  # a settle may merge and commit forks: glibc's own thresholds on a worker
+        value = settle(part.value)
+    return dataclasses.replace(part, value=value)
+
+
 def check_gate(
     stage: str, tasks: int, nodes: int, gate: Gate | None, combine: Any, *parts: Any
 ) -> StageSummary:
@@ -353,6 +367,20 @@ def compile_stage(
                 )
                 next_keys.append(key)
             level_keys, level = next_keys, level + 1
+    if stage.settle is not None and level_keys:
+        key = f"{stage.name}-settle-{digest}"
+        nodes.append(
+            Node(
+                key,
+                stage.name,
+                "settle",
+                settled,
+                (stage.settle, stage.combine),
+                tuple(level_keys),
+                stage.retries,
+            )
+        )
+        level_keys = [key]
     nodes.append(
         Node(
             gate_key(stage, digest),

@@ -89,6 +89,22 @@ class Runner:
         chosen = choose_executor(plan, self.cluster, self.executor)
         return InProcess() if chosen == "sync" else OnDask(self.cluster)
 
+    def threads(self, plan: Plan) -> int:
+        """The threads `plan` would run on now: the cluster's (reached to count them; the
+        embedded one as it would start), or this process's. A job sizes its rounds by it."""
+        from toolkit.engine.cluster import Session, connect, default_workers, total_threads
+
+        executor = self.executor_for(plan)
+        if isinstance(executor, InProcess):
+            return 1 if plan.holds_gil else default_workers()
+        if not isinstance(executor, OnDask):
+            return default_workers()
+        cluster = executor.cluster
+        if cluster is None or (isinstance(cluster, Session) and cluster.embedded_unstarted):
+            return default_workers()  # not started for a count: the embedded one's size
+        with connect(cluster, holds_gil=plan.holds_gil, check=False) as client:
+            return total_threads(client)
+
     def with_progress(self, progress: Any) -> Runner:
         return dataclasses.replace(self, progress=progress)
 

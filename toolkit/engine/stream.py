@@ -9,13 +9,14 @@ message of at most WINDOW_NODES nodes, as earlier ones finish. Each window is a 
     done  (the done-set of the window's key range, when its probe lists a range cheaply)
     work  (a node per block: `<stage>-<digest>`, index)
     fold  (the window's results folded in a bounded tree: `<stage>-combine-...`)
+    settle (a settled stage's: the fold's value settled on the cluster, `<stage>-settle-...`)
 
 The client keeps only counts (and the stage's combined value, which a later stage's tasks are
 made from), releasing each window's futures once its fold is read. Once every window is in, the
 gate observes what must exist: in pages of GATE_PAGE wanted keys, each listing its own key range,
 when the gate's listing can (`per_range`), else in one node as before. No task, message or
 client structure holds every key of a huge stage. Bookkeeping keys carry `-done-`, `-combine-`,
-`-gate-` or `-shared`, so the dashboard's task stream keeps work and bookkeeping apart.
+`-settle-`, `-gate-` or `-shared`, so the dashboard's task stream keeps work and bookkeeping apart.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from toolkit.engine.graph import (
     observe_done,
     run_block,
     run_task,
+    settled,
 )
 from toolkit.plan import AUTO, IncompleteStageError, Stage, TaskError, task_context
 from toolkit.tasks import block_bounds, guided_blocks
@@ -222,6 +224,10 @@ class StageRun:
                 graph[key] = Task(key, fold, stage.combine, *deps)
                 nxt.append(key)
             keys, level = nxt, level + 1
+        if stage.settle is not None:  # settled where it was folded: only its value travels on
+            key = (f"{name}-settle-{self.digest}", index)
+            graph[key] = Task(key, settled, stage.settle, stage.combine, TaskRef(keys[0]))
+            keys = [key]
         futures = self.submit(graph, [w[0] for w in work] + keys)
         mine_of = {f: (i, s, e) for f, (_, i, s, e) in zip(futures, work, strict=False)}
         return Window(index, mine_of, futures, futures[-1])
@@ -287,6 +293,8 @@ def run_stage(
     def refill() -> None:
         nonlocal running
         room = in_flight(stage, total_threads(client) if stage.workers == AUTO else 1) - running
+        if stage.settle is not None:  # whole windows, one at a time: one settle at once
+            room = 0 if windows else WINDOW_NODES
         if not striped and room < WINDOW_NODES // 2 and running:
             return  # a stage of a node per task refills by half windows
         take = [b for _, b in zip(range(min(room, WINDOW_NODES)), blocks, strict=False)]

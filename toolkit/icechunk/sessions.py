@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -310,21 +312,40 @@ def commit(
     *,
     max_attempts: int = 50,
 ) -> str:
-    """Commit, rebasing on a lost branch-HEAD race; stamps `rebase_attempts` into the metadata.
+    """Commit, rebasing on a lost branch-HEAD race (`commit_counted`)."""
+    return commit_counted(session, message, metadata, max_attempts=max_attempts)[0]
 
-    Never commits an empty change set (Icechunk refuses one).
-    """
+
+REBASE_BACKOFF = (0.05, 2.0)  # seconds: the first retry's ceiling, and every later one's
+
+
+def commit_counted(
+    session: Any,
+    message: str,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    max_attempts: int = 50,
+) -> tuple[str, int]:
+    """Commit, rebasing on a lost branch-HEAD race, and say how many rebases it took; stamps
+    `rebase_attempts` into the metadata.
+
+    Each retry first waits a random time under a ceiling that doubles (full jitter), so
+    commits that lost together do not race again together; the rebase keeps the session's
+    change set: a retry redoes no write. Never commits an empty change set (Icechunk refuses
+    one)."""
     if not session.has_uncommitted_changes:
         raise ValueError(f"refusing an empty commit ({message!r})")
     attempts = 0
     while True:
         meta = {**(metadata or {}), "rebase_attempts": attempts}
         try:
-            return session.commit(message, metadata=meta)
+            return session.commit(message, metadata=meta), attempts
         except ic.ConflictError:
             attempts += 1
             if attempts >= max_attempts:
                 raise
+            first, cap = REBASE_BACKOFF
+            time.sleep(random.uniform(0.0, min(cap, first * 2 ** (attempts - 1))))
             session.rebase(ic.BasicConflictSolver())
 
 
@@ -359,6 +380,47 @@ def written_chunks(
     except ic.IcechunkError:
         return None
     return {p.strip("/"): [tuple(c) for c in cs] for p, cs in d.updated_chunks.items()}
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What the commits between two snapshots did, by node path (no leading slash): the chunk
+    coordinates written (new or rewritten), the arrays whose metadata changed (shape,
+    attributes), the groups whose attributes changed, and the nodes added or removed (moved
+    nodes count as both)."""
+
+    chunks: Mapping[str, list[tuple[int, ...]]]
+    arrays: frozenset[str]
+    groups: frozenset[str]
+    added: frozenset[str]
+    removed: frozenset[str]
+
+
+def changes(repo: ic.Repository, from_snapshot: str, to_snapshot: str) -> Changes | None:
+    """`Changes` from `from_snapshot` to `to_snapshot`, read from the commits' transaction
+    logs (cost follows what they wrote, not the repo's size); None when `from_snapshot` is not
+    an ancestor of `to_snapshot`."""
+    try:
+        d = repo.diff(from_snapshot_id=from_snapshot, to_snapshot_id=to_snapshot)
+    except ic.IcechunkError:
+        return None
+
+    def names(paths: Any) -> frozenset[str]:
+        return frozenset(str(p).strip("/") for p in paths)
+
+    moved = [p for pair in d.moved_nodes for p in pair]
+    return Changes(
+        {p.strip("/"): [tuple(c) for c in cs] for p, cs in d.updated_chunks.items()},
+        names(d.updated_arrays),
+        names(d.updated_groups),
+        names([*d.new_arrays, *d.new_groups, *moved]),
+        names([*d.deleted_arrays, *d.deleted_groups, *moved]),
+    )
+
+
+def commit_time(repo: ic.Repository, snapshot: str) -> _dt.datetime:
+    """When `snapshot` was committed."""
+    return repo.lookup_snapshot(snapshot).written_at
 
 
 def branches(repo: ic.Repository) -> list[str]:

@@ -1,23 +1,31 @@
-"""Backfill as a branch transaction (`toolkit.transaction`): setup -> ingest -> commit ->
-finalize. This module holds the backfill's own work; the transaction holds the branch.
+"""Backfill as a branch transaction (`toolkit.transaction`): setup -> rounds -> finalize.
+This module holds the backfill's own work; the transaction holds the branch.
 
 setup     one node: the repos created if missing, a branch from main (and a marker of main's
           head) pre-sized to the whole region (workers never resize), the region in the setup
           commit.
-ingest    N nodes, each a contiguous append-dim block of source files (its refs stay in a few
-          manifest windows): discover, build refs, write them into one Icechunk fork per repo
-          (replicas and primary) and return them with the files ingested, skipped (with the
-          reason) and not published. The engine's done-set is the manifest filter, so a rerun
-          resumes. Nothing is committed here.
-commit    groups of `fan_in` ingest outputs (one group for a repo on local storage), each merged
-          and committed once per repo by its own node, replicas first. The gate wants every
-          file the template expects up to the last published position and probes the branch
-          for each: what the workers reported only explains an absence (not published,
-          published without its index, withheld, skipped), and `strict` refuses those but
-          the files not yet readable at the newest published position.
-finalize  replicas, then the primary: main := the branch, each only if its main has not moved
-          since setup; else fail naming both ways out (`--rebase`, `toolkit virtual abort`).
+rounds    the region's files in contiguous rounds of `round_files` (about ten minutes of the
+          cluster's work by default), one after another, each a stage of its own:
+          ingest  stripe nodes: discover, build refs, write them into one Icechunk fork per
+                  repo (replicas and primary) and hand them on with what they ingested,
+                  skipped (with the reason) and found not published. The round's done-set is
+                  the branch's manifests probed for the round's files, so a rerun skips what
+                  earlier runs committed.
+          commit  where the round's forks were folded, next to the workers, they are merged and
+                  committed once per repo, replicas first (`transaction.SettleRound`): no fork
+                  and no key per file reaches the client, which sees counts. The round's gate
+                  wants every file the template expects in it up to the last published position
+                  and probes the branch for each: what the workers reported only explains an
+                  absence (not published, published without its index, withheld, skipped), and
+                  `strict` refuses those but the files not yet readable at the newest position.
+          A lost client, scheduler or worker costs at most the round in flight: the rounds
+          before it are committed on the branch.
+finalize  replicas, then the primary: main := the branch. Main's commits since setup that did
+          not touch the region (update fires at the edge) are first brought onto the branch
+          (`landing.catch_up`); commits that did fail it, naming both ways out (`--rebase`,
+          `toolkit virtual abort`).
 
+The report folds the rounds back into one `ingest` and one `commit` row (`in_rounds`).
 A branch deleted under a running backfill (`toolkit virtual abort` from another shell, a
 hand) fails whichever node next touches it; that is `BranchGone`, one line naming the branch
 and the rerun, which sets the branch up again from main and converges.
@@ -37,10 +45,12 @@ from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
 from toolkit.engine import RunKeywords, Runner, runner_of
-from toolkit.plan import AUTO, Gate, Plan, Report, Stage
-from toolkit.virtual.filetable import Keys
+from toolkit.plan import AUTO, Gate, Plan, Report, Stage, StageReport
+from toolkit.virtual.dataset import Analysis, at_lead_zero
+from toolkit.virtual.filetable import FileTable, Keys
 from toolkit.virtual.inflight import (
     PREFIX,
+    RegionOverlap,
     guard_key,
     in_flight,
     temp_branches,
@@ -66,10 +76,11 @@ __all__ = ["BackfillOut", "BranchGone", "backfill", "backfill_plan", "temp_branc
 
 @dataclass(frozen=True)
 class BackfillOut:
-    """What the backfill reports: the files ingested, skipped (with the reason) and not
-    published, the commits, and the refs written."""
+    """What the backfill reports: how many files it ingested, those skipped (with the reason)
+    and not published, the commits, the refs written. Counts, not keys, for what it wrote:
+    the report of a backfill of millions of files stays small."""
 
-    ingested: tuple[str, ...] = ()
+    ingested: int = 0  # files ingested (and committed) by this run
     skipped: tuple[Skipped, ...] = ()
     commits: tuple[str, ...] = ()
     refs: int = 0
@@ -77,6 +88,7 @@ class BackfillOut:
     unpublished: tuple[str, ...] = ()  # files of the region the source does not list
     indexless: tuple[str, ...] = ()  # listed without their .idx: not readable yet
     withheld: tuple[str, ...] = ()  # an analysis hour's statistics, its lead 0 not published
+    rebases: int = 0  # times a commit lost the branch's head and rebased
 
 
 def temp_branch(job: Job) -> str:
@@ -125,16 +137,18 @@ class BranchReady:
 
 @dataclass(frozen=True)
 class PresentOnBranch:
-    """Keys of the files whose probe cell is on the branch: the done-set and the gate."""
+    """Keys of the files whose probe cell is on the branch: a round's done-set and its gate
+    (`files`: the round's, as columns; None: the job's region)."""
 
     job: Job
     branch: str
+    files: FileTable | None = None
 
     def __call__(self) -> frozenset[str]:
         repo = self.job.repo.open(fresh=True)
         if self.branch not in R.branches(repo):
             return frozenset()
-        coords = self.job.files()
+        coords = self.job.files() if self.files is None else list(self.files)
         session = R.readonly(repo, self.branch)
         todo = {c.key for c in filter_already_present(self.job, coords, session)}
         return frozenset(c.key for c in coords if c.key not in todo)
@@ -146,56 +160,65 @@ class Ingest:
 
     job: Job
     branch: str
+    through: Any = None  # an analysis' edge: the newest position with its lead-0 file listed
 
     def __call__(self, coords: list[Any], tick: Callable[[int], None] | None = None) -> T.Forked:
         job = self.job
         skipped: list[Skipped] = []
         held: set[str] = set()
-        batches = list(process_virtual_refs(job, coords, skipped, on_file=tick, held_back=held))
-        read = {c.key for b in batches for c, _ in b} | {s.url for s in skipped} | held
+        forks: dict[str, Any] = {}
+        ingested: list[str] = []
+        refs = 0
+        found = process_virtual_refs(
+            job, coords, skipped, on_file=tick, held_back=held, ingested_through=self.through
+        )
+        for batch in found:  # written as it comes: a stripe never holds its refs at once
+            if not batch:
+                continue
+            for ref in job.repos:
+                if ref.url not in forks:
+                    forks[ref.url] = T.fork_of(ref, self.branch)
+                n = write_refs(job, forks[ref.url], batch, grow=False)
+                refs += n if ref is job.repo else 0
+            ingested.extend(c.key for c, _ in batch)
+        read = set(ingested) | {s.url for s in skipped} | held
         absent = [c for c in coords if c.key not in read]
         indexless = without_index(job.dataset.source, absent) if absent else set()
         unpublished = tuple(c.key for c in absent if c.key not in indexless)
-        missing = BackfillOut(
+        report = BackfillOut(
+            ingested=len(ingested),
             skipped=tuple(skipped),
+            refs=refs,
             unpublished=unpublished,
             indexless=tuple(sorted(indexless)),
             withheld=tuple(sorted(held)),
         )
-        if not any(batches):
-            return T.Forked(report=missing)
-        forks = []
-        refs = 0
-        for ref in job.repos:
-            f = T.fork_of(ref, self.branch)
-            n = sum(write_refs(job, f, b, grow=False) for b in batches)
-            refs = n if ref is job.repo else refs
-            forks.append((ref.url, f))
+        if not forks:
+            return T.Forked(report=report)
         T.step("worker_forked")
-        ingested = tuple(c.key for b in batches for c, _ in b)
-        report = dataclasses.replace(missing, ingested=ingested, refs=refs)
-        return T.Forked(tuple(forks), ingested, report)
+        return T.Forked(tuple(forks.items()), tuple(ingested), report)
 
 
 def merged(parts: list[Any]) -> BackfillOut:
-    """The commit stage's fold: one report of every group (associative, no I/O)."""
+    """The rounds' fold: one report of their commits and reports (associative, no I/O)."""
     outs: list[BackfillOut] = []
     for p in T.gather(parts):
         if isinstance(p, T.Committed):
             done = [o.report for o in p.outs if o.report is not None]
             outs.extend(done)
             if p.snapshot is not None:  # a commit of forks (none: nothing to commit)
-                outs.append(BackfillOut(commits=(p.snapshot,)))
-        else:
+                outs.append(BackfillOut(commits=(p.snapshot,), rebases=p.rebases))
+        elif isinstance(p, BackfillOut):
             outs.append(p)
     return BackfillOut(
-        tuple(k for o in outs for k in o.ingested),
+        sum(o.ingested for o in outs),
         tuple(s for o in outs for s in o.skipped),
         tuple(c for o in outs for c in o.commits),
         sum(o.refs for o in outs),
         unpublished=tuple(k for o in outs for k in o.unpublished),
         indexless=tuple(k for o in outs for k in o.indexless),
         withheld=tuple(k for o in outs for k in o.withheld),
+        rebases=sum(o.rebases for o in outs),
     )
 
 
@@ -212,9 +235,10 @@ class Absences:
     not list them, or they were listed but could not be read. It explains; the gate's probes
     decide what is there."""
 
-    def __call__(self, combined: BackfillOut | None) -> dict[str, str]:
-        if combined is None:
+    def __call__(self, folded: Any) -> dict[str, str]:
+        if folded is None:
             return {}
+        combined = merged([folded])
         reasons = {k: "not published (the source does not list it)" for k in combined.unpublished}
         reasons.update(
             {
@@ -223,7 +247,7 @@ class Absences:
             }
         )
         reasons.update(
-            {k: "withheld: its hour's lead-0 file is not published yet (an hour lands whole)"
+            {k: "withheld: at the extending edge, its hour's lead-0 file is not published yet"
              for k in combined.withheld}
         )  # fmt: skip
         reasons.update({s.url: f"skipped: {s.reason}" for s in combined.skipped})
@@ -255,7 +279,25 @@ class MainMoved:
         )
 
 
-ONE_GROUP = 1 << 30  # a group size no backfill reaches: every fork in one commit node
+ROUND_SECONDS = 600  # a round is about ten minutes of the cluster's work: what a loss may cost
+# files one thread ingests a second, the rounds' yardstick: a real-sized index on S3 at 20 to 50
+# ms a request (benchmarks/results/virtual_throughput.md: 380 to 540 files/s a process), halved
+# for real archives' larger inventories
+FILES_PER_THREAD_SECOND = 200
+
+
+def round_files_for(threads: int) -> int:
+    """The default round: about ROUND_SECONDS of work for `threads` threads."""
+    return max(1, threads) * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+
+
+def rounds_of(n: int, size: int) -> list[tuple[int, int]]:
+    """[start, stop) of each round of `size` files among `n`, in order (the last may be short)."""
+    size = max(1, size)
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+ROUND = "ingest-"  # a round's stage name: `ingest-0001`, ... (`in_rounds` folds them back)
 
 
 def _check_span(job: Job, start: Any, end: Any) -> None:
@@ -288,31 +330,29 @@ def backfill_plan(
     job: Job,
     workers: int | str = AUTO,
     strict: bool = False,
-    fan_in: int = 4,
     published_through: Any = None,
+    round_files: int | None = None,
+    catch_up: Callable[[], object] | None = None,
+    lead_zero_through: Any = None,
 ) -> Plan:
-    """setup -> ingest (`workers` contiguous blocks, each returning forks) -> commit (forks
-    merged `fan_in` worker outputs at a time, each group committed by its own node) -> finalize.
+    """setup -> one stage per round of `round_files` files (None: the region in one round),
+    each ingested by `workers` contiguous blocks and committed where its forks were folded ->
+    finalize (first running `catch_up`, which brings main's new commits onto the branch).
 
-    The commit gate wants every file the template expects in the region up to
-    `published_through` (the last published position; default: the whole region) and probes
-    the branch's manifests for them. Files the source does not list, or lists but cannot be
-    read, are excused with their reason -- unless `strict`, where they fail the gate."""
+    Each round's gate wants every file the template expects in it up to `published_through`
+    (the last published position; default: all of them) and probes the branch's manifests for
+    them. Files the source does not list, or lists but cannot be read, are excused with their
+    reason -- unless `strict`, where they fail the gate. An analysis withholds only past
+    `lead_zero_through` (the newest position whose lead-0 file the source lists): its edge."""
     branch = temp_branch(job)
     job = job.region(job.start, job.end, branch=branch, processing_mode="backfill")
     coords = job.table()  # columns: blocks ship as arrays, their workers make the coords
     if not len(coords):
         raise ValueError(f"no source files in [{job.start}, {job.end})")
-    present = PresentOnBranch(job, branch)
-    wanted = Keys(coords.through(published_through))
     excuse: Any = True
     if strict:  # the newest published position may still be publishing: only it is excused
         newest = () if published_through is None else job.region(published_through, None).files()
         excuse = StillPublishing(frozenset(c.key for c in newest))
-    if any(ref.store.is_local for ref in job.repos):
-        # Icechunk's local-filesystem storage cannot arbitrate concurrent commits to one branch,
-        # so a local repo gets one commit node: one commit, no race.
-        fan_in = ONE_GROUP
     txn = T.Txn(job.repos, branch)
     region = f"[{job.start}, {job.end if job.end is not None else ''})"
     setup = T.Setup(
@@ -322,28 +362,86 @@ def backfill_plan(
         {"region": region},
         prepare=EnsureRepos(job),
     )
-    ingest = Stage(
-        "ingest",
-        coords,
-        Ingest(job, branch),
-        None,  # forks live in memory: what must exist is checked after the commit
-        workers=workers,
-        done=present,
-        resume=not job.overwrite_chunks,
-        combine=T.gather,
-    )
-    commit = T.Round(
-        ingest,
-        "commit",
-        Gate(present, want=wanted, explain=Absences(), excuse=excuse),
-        describe,
-        fold=merged,
-        group_size=fan_in,
-    )
+    bounds = rounds_of(len(coords), round_files or len(coords))
+    width = max(4, len(str(len(bounds))))
+    rounds = []
+    for i, (a, b) in enumerate(bounds):
+        files = coords[a:b]
+        present = PresentOnBranch(job, branch, files)
+        name = f"{ROUND}{i + 1:0{width}d}"
+        gate = Gate(
+            present,
+            want=Keys(files.through(published_through)),
+            explain=Absences(),
+            excuse=excuse,
+        )
+        rounds.append(
+            Stage(
+                name,
+                files,
+                Ingest(job, branch, lead_zero_through),
+                gate,
+                workers=workers,
+                done=present,
+                resume=not job.overwrite_chunks,
+                combine=T.gather,
+                settle=T.SettleRound(txn, name, describe, merged),
+            )
+        )
     return Plan(
         f"virtual-backfill-{branch}",
-        T.stages(txn, setup, [commit], MainMoved(job, branch), BranchReady(job, branch)),
+        T.stages(txn, setup, rounds, MainMoved(job, branch), BranchReady(job, branch), catch_up),
     )
+
+
+def in_rounds(report: Report) -> Report:
+    """The report with its rounds folded back into one `ingest` row (files: tasks, skipped as
+    already on the branch, written by this run) and one `commit` row (tasks: rounds; written:
+    commits made; the gates' have/want and excused summed; the result: `BackfillOut`)."""
+    rounds = [s for s in report.stages if s.name.startswith(ROUND)]
+    if not rounds:
+        return report
+    out = merged([s.result for s in rounds if s.result is not None])
+    gated = [s for s in rounds if s.gate_want is not None]
+    ingest = StageReport(
+        "ingest",
+        tasks=sum(s.tasks for s in rounds),
+        skipped=sum(s.skipped for s in rounds),
+        written=sum(s.written for s in rounds),
+        seconds=sum(s.seconds for s in rounds),
+        nodes=sum(s.nodes for s in rounds),
+    )
+    commit = StageReport(
+        "commit",
+        tasks=len(rounds),
+        skipped=0,
+        written=len(out.commits),
+        seconds=0.0,
+        gate_have=sum(s.gate_have or 0 for s in gated) if gated else None,
+        gate_want=sum(s.gate_want or 0 for s in gated) if gated else None,
+        result=out,
+        nodes=len(rounds),
+        excused=tuple(e for s in rounds for e in s.excused),
+    )
+    first = report.stages.index(rounds[0])
+    kept = [s for s in report.stages if not s.name.startswith(ROUND)]
+    return dataclasses.replace(report, stages=(*kept[:first], ingest, commit, *kept[first:]))
+
+
+@dataclass(frozen=True)
+class RoundsProgress:
+    """Progress of the rounds as one `ingest` bar: a round's count follows the rounds before
+    it (`before`: each round's first file; `total`: the region's files)."""
+
+    progress: Callable[[str, int, int], None]
+    before: dict[str, int]
+    total: int
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage in self.before:
+            self.progress("ingest", self.before[stage] + done, self.total)
+        else:
+            self.progress(stage, done, total)
 
 
 def check_containers(job: Job) -> None:
@@ -393,11 +491,6 @@ def branch_gone(job: Job, err: BaseException) -> BranchGone | None:
             "branch up again from main"
         )
     return None
-
-
-class RegionOverlap(RuntimeError):
-    """Main's commits since a backfill started wrote into the backfill's region, or another
-    backfill over an overlapping region is in flight."""
 
 
 def _bounds(job: Job) -> dict[str, Any]:
@@ -462,9 +555,40 @@ def rebase_onto_main(job: Job) -> None:
             T.abort(repo, branch)  # setup creates both again from main's head
 
 
-def last_published(job: Job) -> Any:
+def analysis(dataset: Any) -> bool:
+    return isinstance(dataset.leads, Analysis)
+
+
+def rounds_note(rounds: int, size: int, threads: int | None) -> str:
+    """The rounds as the run states them: how many, their size, and where the size came from."""
+    why = (
+        f"about {ROUND_SECONDS // 60} minutes of work each at ~{FILES_PER_THREAD_SECOND} "
+        f"files/s a thread on {threads} thread(s)"
+        if threads is not None
+        else "--round-files"
+    )
+    return (
+        f"rounds: {rounds} of up to {size:,} files ({why}); each is committed to the branch "
+        "before the next starts, so a rerun after any loss resumes after the last committed one"
+    )
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """Finalize's first step: main's commits since setup brought onto the branch when they did
+    not touch the region (`landing.catch_up`)."""
+
+    job: Job
+
+    def __call__(self) -> None:
+        from toolkit.virtual.landing import catch_up
+
+        catch_up(self.job, temp_branch(self.job))
+
+
+def last_published(job: Job, lead_zero: bool = False) -> Any:
     """The newest append-dim label in `job`'s region with any file the source lists now (None
-    if none).
+    if none); `lead_zero`: with its lead-0 file listed (an analysis' edge, `at_lead_zero`).
 
     Searched newest position first, one position's files at a time, so a multi-year template
     costs a listing or two, not a listing of the whole archive.
@@ -474,6 +598,8 @@ def last_published(job: Job) -> Any:
     for i in range(len(labels) - 1, -1, -1):
         end = labels[i + 1] if i + 1 < len(labels) else job.end
         coords = job.region(labels[i], end).files()
+        if lead_zero:
+            coords = [c for c in coords if at_lead_zero(c)]
         if coords and discover(job.dataset.source, coords):
             return labels[i]
     return None
@@ -489,12 +615,16 @@ def backfill(
     strict: bool = False,
     overwrite_chunks: bool = False,
     allow_empty_positions: bool = False,
-    fan_in: int = 4,
     rebase: bool = False,
+    round_files: int | None = None,
     **run: Unpack[RunKeywords],
 ) -> Report:
     """Backfill [start, end) of `job`'s dataset; `end` defaults to just past the last published
     position. Going past it needs `allow_empty_positions` (readers would see those empty).
+
+    The files go to the branch in rounds of `round_files` (default: about ten minutes of work
+    for the cluster's threads, `round_files_for`), each committed before the next starts: a
+    rerun of the same call after any loss resumes after the last committed round.
 
     `rebase`: a backfill of this region that finalize refused (main moved) restarts from main's
     new head, provided main's new commits did not touch the region (else refused, naming the
@@ -535,10 +665,26 @@ def backfill(
         with guard.heartbeat():
             if rebase:
                 rebase_onto_main(region)
+            threads = None
+            if round_files is None:
+                threads = runner.threads(Plan(f"virtual-backfill-{temp_branch(region)}", ()))
+                round_files = round_files_for(threads)
+            edge = last_published(region, lead_zero=True) if analysis(region.dataset) else None
             plan = backfill_plan(
-                region, workers=workers, strict=strict, fan_in=fan_in, published_through=newest
+                region,
+                workers=workers,
+                strict=strict,
+                published_through=newest,
+                round_files=round_files,
+                catch_up=CatchUp(region),
+                lead_zero_through=edge,
             )
-            report = runner.run(plan)
+            sized = [s for s in plan.stages if s.name.startswith(ROUND)]
+            if runner.progress is not None:
+                starts = np.cumsum([0] + [len(s.tasks) for s in sized]).tolist()
+                before = {s.name: starts[i] for i, s in enumerate(sized)}
+                runner = runner.with_progress(RoundsProgress(runner.progress, before, starts[-1]))
+            report = in_rounds(runner.run(plan))
     except Exception as err:
         gone = branch_gone(region, err)
         guard.release(keep=gone is None)  # a branch in flight keeps a guard of what it covers
@@ -549,8 +695,10 @@ def backfill(
         guard.release(keep=True)
         raise
     guard.release()  # finalized: the branch is gone, and its guard with it
+    notes = [rounds_note(len(sized), round_files, threads)]
     if guard.took_over:
-        report = dataclasses.replace(report, notes=(*report.notes, guard.took_over))
+        notes.append(guard.took_over)
+    report = dataclasses.replace(report, notes=(*report.notes, *notes))
     if not empty:
         return report
     # name the positions readers will see empty (pre-sized past the last published one)

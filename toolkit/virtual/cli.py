@@ -291,6 +291,15 @@ def backfill(
             "main's new head, unless main's new commits wrote into the region."
         ),
     ] = False,
+    round_files: Annotated[
+        int | None,
+        options.Option(
+            check=options.count(1),
+            help="Files committed to the branch per round; a rerun after any loss resumes "
+            "after the last committed round. Default: about ten minutes of the cluster's work "
+            "(the run's notes say the size).",
+        ),
+    ] = None,
     stores: RepoStorage = STORAGE,
     anonymous: Anonymous = False,
     replica: Replicas = None,
@@ -298,7 +307,8 @@ def backfill(
     ship: Ship = False,
     as_json: AsJson = False,
 ) -> None:
-    """Backfill [start, end) on a temp branch with parallel workers; main moves at finalize."""
+    """Backfill [start, end) on a temp branch with parallel workers, committed in rounds;
+    main moves at finalize."""
     from toolkit.console import emit_json, err_console, print_report, report_json, runner
     from toolkit.engine import AUTO
     from toolkit.virtual.backfill import backfill as run_backfill
@@ -318,16 +328,17 @@ def backfill(
             overwrite_chunks=overwrite_chunks,
             allow_empty_positions=allow_empty_positions,
             rebase=rebase,
+            round_files=round_files,
         )
     if not as_json:
         print_report(report)
     ingest = report.stage("commit")  # what is on the branch, and why the rest is not
     out = ingest.result
     if as_json:
-        doc = report_json(report)
+        doc = report_json(report) | {"rounds": ingest.tasks}
         if out is not None:
-            doc |= {"on_branch": ingest.gate_have, "committed": len(out.ingested),
-                    "refs": out.refs, "absent": dict(ingest.excused),
+            doc |= {"on_branch": ingest.gate_have, "committed": out.ingested,
+                    "refs": out.refs, "rebases": out.rebases, "absent": dict(ingest.excused),
                     "empty_positions": list(out.empty_positions)}  # fmt: skip
         emit_json(doc)
     if out is not None:
@@ -337,11 +348,12 @@ def backfill(
             return sum(1 for reason in absent.values() if reason.startswith(why))
 
         err_console.print(
-            f"files: {ingest.gate_have} on the branch ({len(out.ingested)} committed by this "
+            f"files: {ingest.gate_have} on the branch ({out.ingested} committed by this "
             f"run), {count('not published')} not published, "
             f"{count('published without its index')} published without its index, "
             f"{count('withheld')} withheld, {count('skipped')} skipped; "
-            f"refs written: {out.refs}"
+            f"refs written: {out.refs}; {ingest.tasks} round(s), {len(out.commits)} "
+            f"commit(s), {out.rebases} rebase(s)"
         )
         for key, why in absent.items():
             err_console.print(f"  {key}: {why}", highlight=False)
@@ -756,8 +768,9 @@ def status(
 ) -> None:
     """The repo's operational state: newest position on main, the last fire (commits, pending,
     skipped, given up, publish-to-main lag, validation), skipped files, backfills in flight
-    with their age, manifest bytes per ref. Exit 0; 1 when the last fire's validation failed
-    or a backfill in flight is blocked (main moved)."""
+    with their age and how their finalize will go beside main's updates, manifest bytes per
+    ref. Exit 0; 1 when the last fire's validation failed or a backfill in flight is blocked
+    (main's new commits wrote into its region)."""
 
     from toolkit import icechunk as R
     from toolkit.console import out
@@ -768,7 +781,7 @@ def status(
         found = repo_status(R.RepoRef(_open(repo, stores, must_exist=True)))
         fire = found["last_fire"] or {}
         failed = (fire.get("validation") or {}).get("passed") is False
-        blocked = [f["branch"] for f in found["in_flight"] if f["main_moved"]]
+        blocked = [f["branch"] for f in found["in_flight"] if f["blocked"]]
         if as_json:
             emit_json(found)
         else:
@@ -804,7 +817,7 @@ def status(
             for f in found["in_flight"]:
                 out.print(f"  {f['branch']}: region {f['region']}, {f['age_seconds']} s old, "
                           f"{f['files']} file(s), running in {f['running_in'] or 'no process'}"
-                          + ("; main moved: finalize will refuse" if f["main_moved"] else ""),
+                          + f"; finalize {f['finalize']}",
                           highlight=False, soft_wrap=True)  # fmt: skip
             m = found["manifests"]
             out.print(

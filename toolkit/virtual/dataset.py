@@ -35,6 +35,7 @@ __all__ = [
     "LatestCycles",
     "RepoSettings",
     "ShortCycles",
+    "at_lead_zero",
     "check_tiers",
     "in_region",
     "probe",
@@ -84,9 +85,9 @@ class Analysis:
 
     Position T takes each instant variable from lead 0 of init T, and each statistic (an
     accumulation, an average: absent at lead 0) from lead `stat_lead_hours` of the init that
-    many hours before T. An update withholds a statistics file while its position's lead-0
-    file is still pending (`withheld`), so a position appears only with its lead-0 fields and
-    readers never see a ragged leading edge.
+    many hours before T. At the extending edge a statistics file waits while its position's
+    lead-0 file is still pending (`withheld`), so the newest position appears only with its
+    lead-0 fields and readers never see a ragged leading edge; interior positions fill in.
     """
 
     stat_lead_hours: int = 1
@@ -117,25 +118,43 @@ def source_leads(dataset: Dataset) -> np.ndarray:
     return np.asarray(dataset.template.coords["lead_time"])
 
 
-def withheld(dataset: Dataset, available: Sequence[Any], pending: Sequence[Any]) -> set[str]:
-    """Keys of `available` files to defer this tick: an analysis' statistics files whose
-    position's lead-0 file is pending and not among them. Forecasts withhold nothing (their
-    newest init is normally partial)."""
+def at_lead_zero(c: Any) -> bool:
+    """Whether source file `c` is a lead-0 (an analysis hour's instant) file."""
+    return bool(np.timedelta64(c.lead_time, "ns") == np.timedelta64(0, "ns"))
+
+
+def withheld(
+    dataset: Dataset,
+    available: Sequence[Any],
+    pending: Sequence[Any],
+    ingested_through: Any = None,
+) -> set[str]:
+    """Keys of `available` files to defer this tick: an analysis' statistics files at the
+    extending edge whose position's lead-0 file is pending and not among them.
+
+    The edge is every position past the newest one a lead-0 file covers: `ingested_through`
+    (the newest position whose lead-0 file the store holds; None: none) or a lead-0 file
+    available now, which lands in the same commit. A position at or before it is interior
+    (readers already see newer hours), so its statistics fill in as they arrive even if its
+    lead 0 never publishes; only the newest hours wait, so the leading edge is never ragged.
+    Forecasts withhold nothing (their newest init is normally partial)."""
     rule = dataset.leads
     if not isinstance(rule, Analysis):
         return set()
-    zero = np.timedelta64(0, "ns")
+
+    def at(c: Any) -> np.datetime64:
+        return np.datetime64(c.out_loc()[rule.valid_dim], "ns")
+
     here = {c.key for c in available}
-    waiting = {
-        canon(c.out_loc()[rule.valid_dim])
-        for c in pending
-        if np.timedelta64(c.lead_time, "ns") == zero and c.key not in here
-    }
+    covered = [at(c) for c in available if at_lead_zero(c)]
+    if ingested_through is not None:
+        covered.append(np.datetime64(ingested_through, "ns"))
+    through = max(covered, default=None)
+    waiting = {canon(at(c)) for c in pending if at_lead_zero(c) and c.key not in here}
     return {
         c.key
         for c in available
-        if np.timedelta64(c.lead_time, "ns") != zero
-        and canon(c.out_loc()[rule.valid_dim]) in waiting
+        if not at_lead_zero(c) and canon(at(c)) in waiting and (through is None or at(c) > through)
     }
 
 

@@ -1,11 +1,12 @@
 """Backfills in flight: their temp branches, what is on them, and the two ways out of one.
 
 A backfill works on `backfill-<10 hex>` beside a marker branch `<branch>-main-at-setup` (main's
-snapshot when it started). Finalize moves main only if main is still at the marker. When main
-moved (an update fire, another backfill), the branch stays and every update refuses to run. An
-operator then either aborts it (`toolkit virtual abort`: both branches deleted, main untouched)
-or rebases it (`toolkit virtual backfill ... --rebase`: restarted from main's new head, when
-main's new commits did not touch the backfill's region).
+snapshot when it started). Update fires outside its region keep committing to main meanwhile;
+finalize first brings main's new commits onto the branch (`toolkit.virtual.landing`), then
+moves main. When main's new commits wrote into the region (or did what cannot be replayed),
+finalize refuses and keeps the branch. An operator then either aborts it (`toolkit virtual
+abort`: both branches deleted, main untouched) or rebases it (`toolkit virtual backfill ...
+--rebase`: restarted from main's new head, when main's new commits did not touch the region).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "PREFIX",
     "InFlight",
     "NothingInFlight",
+    "RegionOverlap",
     "abort",
     "guard_key",
     "in_flight",
@@ -48,6 +50,11 @@ def temp_branches(repo: Any, names: Iterable[str] | None = None) -> list[str]:
     return T.branches_of(repo, PREFIX, names)
 
 
+class RegionOverlap(RuntimeError):
+    """Main's commits since a backfill started wrote into the backfill's region, or another
+    backfill over an overlapping region is in flight."""
+
+
 @dataclass(frozen=True)
 class InFlight:
     branch: str
@@ -58,10 +65,26 @@ class InFlight:
     start: int | None = None  # the region's bounds (ns since the epoch; None: open, unknown)
     end: int | None = None
     holder: str | None = None  # the process running it now ("": none; None: not looked at)
+    # main moved: why finalize will refuse ("": it catches up; None: not looked at)
+    refusal: str | None = None
+
+    @property
+    def blocked(self) -> bool:
+        """Finalize would refuse: main moved and (as far as was looked at) cannot be caught up."""
+        return self.main_moved and self.refusal != ""
 
     def line(self, now: _dt.datetime) -> str:
         age = "-" if self.started is None else _age(now - self.started)
-        moved = "; main moved since setup: finalize will refuse" if self.main_moved else ""
+        moved = ""
+        if self.main_moved:
+            moved = (
+                "; main moved since setup: finalize catches up"
+                if self.refusal == ""
+                else f"; main moved since setup: finalize will refuse ({self.refusal})"
+                if self.refusal
+                else "; main moved since setup: finalize catches up unless main wrote into "
+                "its region (`toolkit virtual status` says)"
+            )
         held = f"; running in {self.holder}" if self.holder else ""
         idle = "; no process runs it (rerun the same region to resume)" if self.holder == "" else ""
         return (

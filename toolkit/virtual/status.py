@@ -2,7 +2,8 @@
 
 Each fire records its summary in one object of the repo's store (written by the lease holder,
 like the skip counts), and the CLI adds the fire's validation result to it; `status` joins that
-with what the repo itself says: the newest position on main, backfills in flight and the
+with what the repo itself says: the newest position on main, backfills in flight (each with
+how its finalize will go beside main's updates: lands, catches up, or refuses) and the
 manifests' bytes per ref. Everything is plain JSON.
 """
 
@@ -12,10 +13,13 @@ import datetime as _dt
 import json
 from typing import Any
 
+import numpy as np
+
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit.virtual import skips
-from toolkit.virtual.inflight import in_flight
+from toolkit.virtual.inflight import InFlight, in_flight
+from toolkit.virtual.landing import refusal
 from toolkit.virtual.lease import json_kind
 
 __all__ = [
@@ -108,9 +112,19 @@ def record_validation(store: storage.Store, passed: bool, failures: list[str]) -
     return summary
 
 
+def _landing(repo: Any, f: InFlight, dim: str | None, labels: Any) -> dict[str, Any]:
+    """How finalize will go for backfill `f`: `finalize` is "lands" (main has not moved),
+    "catches up" (main moved outside its region: its commits are replayed on the branch) or
+    "refuses: <why>"; `blocked` is the last."""
+    if not f.main_moved:
+        return {"finalize": "lands", "blocked": False}
+    why = refusal(repo, f, dim, labels) if dim is not None else "main's append dim is unknown"
+    return {"finalize": f"refuses: {why}" if why else "catches up", "blocked": bool(why)}
+
+
 def status(ref: R.RepoRef, append_dim: str | None = None) -> dict[str, Any]:
-    """The repo's state: newest position on main, the last fire, skips, backfills in flight,
-    manifests."""
+    """The repo's state: newest position on main, the last fire, skips, backfills in flight
+    (and whether each lands beside main's updates), manifests."""
     import xarray as xr
 
     repo = ref.open(fresh=True)
@@ -123,6 +137,7 @@ def status(ref: R.RepoRef, append_dim: str | None = None) -> dict[str, Any]:
     now = _dt.datetime.now(_dt.UTC)
     strikes = skips.load(ref.store)
     report = R.manifest_report(repo)
+    labels = ds[dim].values if dim is not None and dim in ds.coords else np.array([])
     return {
         "repo": ref.url,
         "main": R.snapshot_of(repo, "main"),
@@ -139,6 +154,7 @@ def status(ref: R.RepoRef, append_dim: str | None = None) -> dict[str, Any]:
                 "files": f.files,
                 "main_moved": f.main_moved,
                 "running_in": f.holder or None,
+                **_landing(repo, f, dim, labels),
             }
             for f in in_flight(repo, ref.store)
         ],

@@ -14,11 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from toolkit import icechunk as R
 from toolkit.plan import Report, StageReport
 from toolkit.virtual import skips
 from toolkit.virtual.clock import GRACE, FireClock
-from toolkit.virtual.inflight import temp_branches, ways_out
+from toolkit.virtual.inflight import in_flight, ways_out
 from toolkit.virtual.layout import committed_extent
 from toolkit.virtual.lease import HEARTBEAT, Lease
 from toolkit.virtual.source_io import discover
@@ -144,7 +146,7 @@ def update(
     )
     _fits(lease_wait, clock.poll_until - t0)
     fire, inside = _window(job, fire_time, clock.poll_until)
-    _no_backfill_in_flight(job, ensure_repo(fire))
+    _no_backfill_over(fire, ensure_repo(fire), inside)
     # Fires are ordered by their scheduled fire label, not by process start: two processes of
     # one fire tie (the second waits or exits), a newer fire takes over from an older one.
     lease = Lease(job.repo.store, LEASE_KEY, _fire_order(fire_time), heartbeat)
@@ -191,15 +193,22 @@ def _window(job: Job, fire_time: Any, poll_deadline: float) -> tuple[Job, list[A
     return fire, inside
 
 
-def _no_backfill_in_flight(job: Job, repo: Any) -> None:
-    """An update moves main: refused while a backfill's branch would finalize over it."""
-    busy = temp_branches(repo)
+def _no_backfill_over(fire: Job, repo: Any, inside: list[Any]) -> None:
+    """A fire writes its window's positions on main: refused while a backfill whose region
+    (as its guard records it) holds any of them is in flight, since finalize could not land
+    it beside the fire's commits. A backfill of a disjoint region is caught up at finalize
+    (`toolkit.virtual.landing`); one whose region was not recorded counts as overlapping."""
+    lo = int(np.datetime64(inside[0], "ns").astype("int64"))
+    hi = int(np.datetime64(inside[-1], "ns").astype("int64")) + 1
+    busy = [f for f in in_flight(repo, fire.repo.store) if f.overlaps(lo, hi)]
     if busy:
+        t = fire.template
         raise BackfillInFlight(
-            f"{job.repo.url}: backfill {busy[0]!r}"
-            f"{f' (and {len(busy) - 1} more)' if len(busy) > 1 else ''} is in flight and an "
-            f"update would move main under it: wait for it to finalize, or "
-            f"{ways_out(job.repo.url, busy[0])}"
+            f"{fire.repo.url}: backfill {busy[0].branch!r} (region {busy[0].region})"
+            f"{f' (and {len(busy) - 1} more)' if len(busy) > 1 else ''} is in flight over "
+            f"this fire's {t.append_dim} {str(inside[0])[:19]} .. {str(inside[-1])[:19]}: "
+            "an update would write into its region; wait for it to finalize, or "
+            f"{ways_out(fire.repo.url, busy[0].branch)}"
         )
 
 

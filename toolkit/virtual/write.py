@@ -18,16 +18,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from toolkit import icechunk as R
 from toolkit import storage
 from toolkit import transaction as T
 from toolkit.engine.heap import gathering
 from toolkit.transaction import step
-from toolkit.virtual.dataset import Dataset, in_region, probe, withheld
+from toolkit.virtual.dataset import Dataset, at_lead_zero, in_region, probe, withheld
 from toolkit.virtual.filetable import FileTable, file_table, file_tasks
 from toolkit.virtual.gribsource import expected_cells
 from toolkit.virtual.layout import committed_extent, refresh_metadata, sync_dims_to, write_template
-from toolkit.virtual.refs import ChunkKey, SourceFileCoord, VirtualRef, chunk_cell, chunk_key
+from toolkit.virtual.refs import (
+    ChunkKey,
+    SourceFileCoord,
+    VirtualRef,
+    canon,
+    chunk_cell,
+    chunk_key,
+)
 from toolkit.virtual.source_io import discover, fetch, refs_from
 from toolkit.virtual.template import Template
 
@@ -217,12 +226,17 @@ def process_virtual_refs(
     on_tick: Callable[[], None] | None = None,
     on_file: Callable[[int], None] | None = None,
     held_back: set[str] | None = None,
+    ingested_through: Any = None,
 ) -> Iterator[Batch]:
     """Yield batches of whole files with their refs; each batch is one commit.
 
-    An analysis hour is committed whole, in backfills as in updates: its statistics files wait
-    while the hour's instant (lead 0) file is not published; `held_back` collects the keys
-    still waiting when the sweeps end.
+    An analysis' extending edge lands whole, in backfills as in updates: a statistics file past
+    the newest position a lead-0 file covers waits while its hour's lead-0 file is not
+    published (`withheld`); interior hours fill in as their files arrive. What is covered:
+    `ingested_through` (a label the caller knows is covered, e.g. the newest lead-0 position a
+    backfill lands), the lead-0 files `job.branch` held when the run started (asked only when
+    a file would wait) and those this run has read. `held_back` collects the keys still
+    waiting when the sweeps end.
 
     `on_tick` runs at the start of every sweep (the update renews its lease there);
     `on_file(n)` hears that n of `remaining` are done (read, or skipped with a reason).
@@ -230,12 +244,13 @@ def process_virtual_refs(
     pending = list(remaining)
     skipped = skipped if skipped is not None else []
     finished = 0
+    edge = Edge(job, ingested_through)
     while pending:
         tick = time.monotonic()
         if on_tick is not None:
             on_tick()
         available = discover(job.dataset.source, pending, job.download_concurrency)
-        held = withheld(job.dataset, [a[0] for a in available], pending)
+        held = edge.held([a[0] for a in available], pending)
         available = [a for a in available if a[0].key not in held]
         if held_back is not None:
             held_back.clear()
@@ -258,6 +273,7 @@ def process_virtual_refs(
         finished += len(done)
         pending = [c for c in pending if c.key not in done]
         if batch:
+            edge.read([c for c, _ in batch])
             yield batch
         if job.processing_mode == "backfill" or not pending:
             return
@@ -268,6 +284,62 @@ def process_virtual_refs(
             wait = min(wait, job.poll_deadline - time.time())
         if wait > 0:
             time.sleep(wait)
+
+
+class Edge:
+    """An analysis' ingested-through over one run of the tick loop: the newest position a
+    lead-0 file covers, from the caller, the store (`stored_through`, asked lazily: an update
+    whose every hour is whole never opens the repo for it) and the files this run read."""
+
+    def __init__(self, job: Job, through: Any = None) -> None:
+        self.job, self.through, self.session = job, _newest(None, through), None
+
+    def held(self, available: Sequence[Any], pending: Sequence[Any]) -> set[str]:
+        """The available files to defer this tick (`toolkit.virtual.dataset.withheld`)."""
+        held = withheld(self.job.dataset, available, pending, self.through)
+        if not held:
+            return held
+        if self.session is None:
+            self.session = R.readonly(self.job.repo.open(fresh=True), self.job.branch)
+        t = self.job.template
+        at = sorted((c.out_loc()[t.append_dim] for c in available if c.key in held), key=canon)
+        stored = stored_through(self.job, self.session, at[0], at[-1])
+        if stored is None:
+            return held
+        self.through = _newest(self.through, stored)
+        return withheld(self.job.dataset, available, pending, self.through)
+
+    def read(self, files: Sequence[SourceFileCoord]) -> None:
+        """`files` were read into a batch: their lead-0 positions are covered from now on."""
+        for c in files:
+            if at_lead_zero(c):
+                self.through = _newest(self.through, c.out_loc()[self.job.template.append_dim])
+
+
+def _newest(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return b if a is None else a
+    return max(np.datetime64(a, "ns"), np.datetime64(b, "ns"))
+
+
+def stored_through(job: Job, session: Any, since: Any, until: Any) -> Any:
+    """A position at or after `since` whose lead-0 file `session` holds: the newest one found,
+    searched upward from `since` in doubling windows and stopped once one at or past `until`
+    is found or the store's extent is reached (None: none). Manifest probes only; a position
+    past the extent costs nothing (the usual edge of an update)."""
+    t = job.template
+    extent = committed_extent(session, t) or 0
+    labels = t.coords[t.append_dim]
+    lo, span, found = t.position(since), 1, None
+    while lo < extent and (found is None or canon(found) < canon(until)):
+        hi = min(extent, lo + span)
+        window = job.region(labels[lo], labels[hi] if hi < len(labels) else None)
+        zeros = [c for c in window.files() if at_lead_zero(c)]
+        absent = {c.key for c in filter_already_present(job, zeros, session)}
+        there = [c.out_loc()[t.append_dim] for c in zeros if c.key not in absent]
+        found = max([*there, *([] if found is None else [found])], key=canon, default=None)
+        lo, span = hi, span * 2
+    return found
 
 
 # ----------------------------------------------------------------------------- writing

@@ -45,6 +45,36 @@ class ExitAt:
 
 
 @dataclass(frozen=True)
+class ExitAtNth:
+    """`os._exit(CRASH_EXIT)` the `nth` time the job reaches `point` (a round boundary, a fork
+    inside a later round)."""
+
+    point: str
+    nth: int
+    seen: list[int]
+
+    def __call__(self, point: str) -> None:
+        if point == self.point:
+            self.seen.append(1)
+            if len(self.seen) == self.nth:
+                os._exit(CRASH_EXIT)
+
+
+@dataclass(frozen=True)
+class SleepAt:
+    """Sleep `seconds` each time the job reaches `point` (a round slow enough to be cut)."""
+
+    point: str
+    seconds: float
+
+    def __call__(self, point: str) -> None:
+        if point == self.point:
+            import time
+
+            time.sleep(self.seconds)
+
+
+@dataclass(frozen=True)
 class KillOnceAt:
     """SIGKILL the calling (worker) process the first time any process reaches `point`.
 
