@@ -3,13 +3,15 @@
 (a) refs/s, index parse -> commit, on the same files:
     * toolkit `run()`: the in-process write loop (listing discovery, .idx GET + 16-byte header
       check + catalog match per file, one commit);
-    * toolkit `backfill()`: the gated plan (setup branch, forks, a commit stage, finalize),
+    * toolkit `backfill()`: the gated plan (setup branch, a round of forks committed where
+      they were folded, finalize),
       in-process (`executor="sync"`) and on a LocalCluster of 2 spawned process workers;
     * VirtualiZarr 2.x + gribberish's own VirtualiZarr parser (`GribberishParser(use_index=".idx")`,
       which ranged-GETs every message's header), files opened serially and with 8 threads,
       groups concatenated, `.vz.to_icechunk()` + one commit.
 (c) commits and max rebase attempts vs worker count (1, 2, 4, 8, 16) for the same backfill on the
-    LocalCluster (rebase attempts are stamped into each commit's metadata by toolkit.icechunk).
+    LocalCluster (rebase attempts are stamped into each commit's metadata by toolkit.icechunk),
+    in one round and in rounds of 72 files.
 
 Run: .venv/bin/python -m benchmarks virtual_backfill
   -> benchmarks/results/virtual_backfill_{refs,contention}.{json,md}
@@ -71,7 +73,7 @@ def ours_backfill(src: storage.Store, work: Path, name: str, **kw: Any) -> dict[
     commits = [c for c in R.history(ds.repo.open(fresh=True)) if c.message.startswith("backfill")]
     return {
         "refs": out.refs,
-        "files": len(out.ingested),
+        "files": out.ingested,
         "seconds": dt,
         "commits": len([c for c in commits if c.message.startswith("backfill:")]),
         "max_rebase_attempts": max((c.rebase_attempts or 0) for c in commits),
@@ -163,10 +165,12 @@ def main() -> None:
                 ours_backfill(src, work, "bf-dask", workers=4, cluster=cluster),
             )
             contention = []
-            for w in (1, 2, 4, 8, 16):
-                r = ours_backfill(src, work, f"bf-w{w}", workers=w, cluster=cluster)
+            for w, size in [(w, size) for size in (None, 72) for w in (1, 2, 4, 8, 16)]:
+                name = f"bf-w{w}-{size or 'all'}"
+                r = ours_backfill(src, work, name, workers=w, cluster=cluster, round_files=size)
                 contention.append(
                     {
+                        "round_files": size or "all",
                         "workers": w,
                         "files": r["files"],
                         "refs": r["refs"],
@@ -194,12 +198,11 @@ def main() -> None:
         write(
             "virtual_backfill_contention",
             contention,
-            "Same backfill on a LocalCluster (2 spawned processes, 1 thread each). Workers "
-            "return Icechunk forks; the commit stage's nodes merge them (groups of 4) and each "
-            "commits once to the temp branch; max_rebase_attempts is read back from the commits' metadata. "
-            "The repo here is on local disk, whose Icechunk storage cannot arbitrate concurrent "
-            "commits, so the backfill merges every fork in one node: one commit at any worker "
-            "count. (Before that rule, a commit tree gave 2 commits / 1 rebase at 8 workers.)",
+            "Same backfill on a LocalCluster (2 spawned processes, 1 thread each), in one round "
+            "and in rounds of 72 files (--round-files). Workers write Icechunk forks; each "
+            "round's forks are merged and committed once, where they were folded, before the "
+            "next round starts: one commit per round at any worker count, none racing another "
+            "for the branch; max_rebase_attempts is read back from the commits' metadata.",
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -335,7 +335,7 @@ def ours_backfill(j: Job, inits: int, workers: int, **kw: Any) -> dict[str, Any]
     # the rest: last_published, the region's guard, each stage's done-set and gate (probes of
     # the branch) and the scheduler's round trips between stages
     stages["guard, done-sets, gates, scheduling"] = seconds - sum(stages.values())
-    return {"files": len(out.ingested), "refs": out.refs, "seconds": seconds, "stages": stages}
+    return {"files": out.ingested, "refs": out.refs, "seconds": seconds, "stages": stages}
 
 
 # ----------------------------------------------------------------------------- checks

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.virtual.test_job import assert_exact
 from toolkit import icechunk as R
@@ -307,3 +310,43 @@ def test_reports_name_each_absence_and_strict_spares_the_newest_position(tmp_pat
     storage.delete(storage.open_store(str(tmp_path / "src2")), archive.index_key(files2[4]))
     with pytest.raises(IncompleteStageError, match="published without its index"):
         backfill(ds2, start=START, workers=2, executor="sync", strict=True)
+
+
+@settings(deadline=None)
+@given(st.integers(0, 10**5), st.integers(1, 10**6))
+def test_rounds_cover_the_region_in_order_each_at_most_the_size(n: int, size: int) -> None:
+    from toolkit.virtual.backfill import rounds_of
+
+    bounds = rounds_of(n, size)
+    assert [a for a, _ in bounds] == list(range(0, n, size))
+    assert all(0 < b - a <= size for a, b in bounds)
+    assert (bounds[-1][1] if bounds else 0) == n
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(bounds))
+
+
+@given(
+    st.integers(1, 512),
+    st.floats(1, 5000),
+    st.one_of(st.none(), st.integers(1 << 28, 1 << 38)),
+)
+def test_the_default_round_is_bounded_by_time_and_by_the_memory_of_its_commit(
+    threads: int, refs: float, memory: int | None
+) -> None:
+    from toolkit.virtual.backfill import (
+        FILES_PER_THREAD_SECOND,
+        IN_PROCESS_ROUND_BYTES,
+        ROUND_REF_BYTES,
+        ROUND_SECONDS,
+        round_files_for,
+    )
+
+    sized = round_files_for(threads, refs, memory)
+    budget = IN_PROCESS_ROUND_BYTES if memory is None else memory // 4
+    assert sized.budget == budget
+    assert 1 <= sized.files <= threads * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+    assert sized.files == 1 or sized.files * refs * ROUND_REF_BYTES <= budget
+    # the tighter bound decides: one more file would break it
+    assert (sized.files + 1) * refs * ROUND_REF_BYTES > budget or (
+        sized.files == threads * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+    )
+    assert sized.by_memory == (sized.files < threads * FILES_PER_THREAD_SECOND * ROUND_SECONDS)

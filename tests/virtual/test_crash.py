@@ -262,7 +262,9 @@ def test_a_backfill_on_a_cluster_loses_at_most_the_round_in_flight(world, tmp_pa
         await_rounds(job, proc, 6)
         if victim == "scheduler":
             cluster.procs[0].send_signal(signal.SIGKILL)
-            assert proc.wait(timeout=120) == 2
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 2, err[-3000:]
+            assert "lost the Dask scheduler" in err, err[-3000:]
             cluster.stop()
             cluster = start(tmp_path / "again", workers=2)
         elif victim == "client":

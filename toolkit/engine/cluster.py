@@ -239,6 +239,9 @@ def _no_scheduler(address: str) -> str | None:
         return None if scheme == "tls" else _not_greeted(dialled)
 
 
+no_scheduler = _no_scheduler  # the engine's loop asks, after an error, whether it is gone
+
+
 def _dial(host: str, port: int) -> socket.socket | str | None:
     """A connection to host:port; why none, when the port refused every attempt for
     REFUSED_SECONDS; or None when the Client should find out (unresolvable, filtered)."""

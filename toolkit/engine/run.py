@@ -110,6 +110,8 @@ def run_sync(plan: Plan, run_id: str, counter: Counter) -> list[StageSummary]:
                     results.update(_side_by_side(pool, wave, results, counter))
             previous = (gate_key(stage, digest),)
             summaries.append(results[previous[0]])
+            # the stage is certified: its nodes' values (a round's forks) are spent
+            results = {previous[0]: results[previous[0]]}
     return summaries
 
 

@@ -68,6 +68,15 @@ def choose_executor(plan: Plan, cluster: ClusterLike, executor: str) -> str:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """Threads a plan would run on, and the smallest worker's memory limit in bytes (None:
+    unknown, or the plan runs in the command's own process)."""
+
+    threads: int
+    memory: int | None
+
+
+@dataclass(frozen=True)
 class Runner:
     """Where a job's plans run (`cluster`), by which executor (`auto`, `dask`, `sync` or an
     `Executor` object) and who hears progress (`progress(stage, tasks_done, tasks_total)`).
@@ -89,21 +98,24 @@ class Runner:
         chosen = choose_executor(plan, self.cluster, self.executor)
         return InProcess() if chosen == "sync" else OnDask(self.cluster)
 
-    def threads(self, plan: Plan) -> int:
-        """The threads `plan` would run on now: the cluster's (reached to count them; the
-        embedded one as it would start), or this process's. A job sizes its rounds by it."""
+    def capacity(self, plan: Plan) -> Capacity:
+        """What `plan` would run on now: the cluster's threads and its smallest worker's
+        memory (reached to ask; the embedded one as it would start), or this process's
+        threads (`memory` None: the command's own). A job sizes its rounds by it."""
         from toolkit.engine.cluster import Session, connect, default_workers, total_threads
 
         executor = self.executor_for(plan)
         if isinstance(executor, InProcess):
-            return 1 if plan.holds_gil else default_workers()
+            return Capacity(1 if plan.holds_gil else default_workers(), None)
         if not isinstance(executor, OnDask):
-            return default_workers()
+            return Capacity(default_workers(), None)
         cluster = executor.cluster
         if cluster is None or (isinstance(cluster, Session) and cluster.embedded_unstarted):
-            return default_workers()  # not started for a count: the embedded one's size
+            return Capacity(default_workers(), None)  # not started for a count
         with connect(cluster, holds_gil=plan.holds_gil, check=False) as client:
-            return total_threads(client)
+            workers = client.scheduler_info(n_workers=-1).get("workers", {}).values()
+            limits = [int(w.get("memory_limit") or 0) for w in workers]
+            return Capacity(total_threads(client), min((m for m in limits if m), default=None))
 
     def with_progress(self, progress: Any) -> Runner:
         return dataclasses.replace(self, progress=progress)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.engine.cluster import ClusterUnreachable, total_threads
+from toolkit.engine.cluster import ClusterUnreachable, no_scheduler, total_threads
 from toolkit.engine.graph import (
     COMBINE_FAN_IN,
     GATE_FAN_IN,
@@ -211,7 +211,7 @@ class StageRun:
                 graph[key] = Task(key, run_task, *args, _data_producer=True)
             else:
                 tick = self.ticker(name, i) if self.ticker is not None else None
-                args = (name, self.service, list(block), tick, mine)
+                args = (name, self.service, block, tick, mine)  # columns stay columns
                 graph[key] = Task(key, run_block, *args, _data_producer=True)
             work.append((key, i, start, stop))
         level, keys = 0, [w[0] for w in work]
@@ -247,13 +247,18 @@ class StageRun:
 
 
 def lost(client: Any, err: BaseException) -> bool:
-    """The scheduler connection is gone (the futures were cancelled under the run)."""
+    """The scheduler connection is gone (the futures were cancelled under the run, or a
+    message to the scheduler found its connection closed)."""
     from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
 
-    return isinstance(err, FutureCancelledError) or client.status not in (
+    if isinstance(err, (FutureCancelledError, CommClosedError)) or client.status not in (
         "running",
         "newly-created",
-    )
+    ):
+        return True
+    address = getattr(client.scheduler, "address", None)  # the client may not know yet: ask
+    return isinstance(address, str) and no_scheduler(address) is not None
 
 
 def error_of(fut: Any) -> BaseException:
@@ -336,6 +341,14 @@ def run_stage(
                 finished(fut)
             refill()
         return gate(run, started)
+    except Exception as err:  # a submission or a read that met a scheduler gone away
+        if (
+            task_context(err) is None
+            and not isinstance(err, ClusterUnreachable)
+            and lost(client, err)
+        ):
+            raise run.fail(err, "its nodes") from None
+        raise
     finally:
         for w in windows.values():
             for f in w.futures:

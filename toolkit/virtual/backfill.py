@@ -279,16 +279,57 @@ class MainMoved:
         )
 
 
-ROUND_SECONDS = 600  # a round is about ten minutes of the cluster's work: what a loss may cost
+ROUND_SECONDS = 600  # a round is about ten minutes of work: what a loss may cost at most
 # files one thread ingests a second, the rounds' yardstick: a real-sized index on S3 at 20 to 50
 # ms a request (benchmarks/results/virtual_throughput.md: 380 to 540 files/s a process), halved
 # for real archives' larger inventories
 FILES_PER_THREAD_SECOND = 200
+# what a round's forks, their merge and its commit take at their peak, per ref (Icechunk's
+# change sets; measured: 50,000 files of 8 refs peak 490 MiB over the command's own 118)
+ROUND_REF_BYTES = 1200
+IN_PROCESS_ROUND_BYTES = 128 << 20  # in the command's process: the command stays small
+WORKER_ROUND_SHARE = 4  # on a cluster: a quarter of the smallest worker's memory
 
 
-def round_files_for(threads: int) -> int:
-    """The default round: about ROUND_SECONDS of work for `threads` threads."""
-    return max(1, threads) * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+@dataclass(frozen=True)
+class RoundSize:
+    """The default round and what bounds it: time (`threads` for ROUND_SECONDS) or the memory
+    its commit needs (`refs` a file within `budget` bytes)."""
+
+    files: int
+    threads: int
+    refs: float
+    budget: int
+
+    @property
+    def by_memory(self) -> bool:
+        return self.files < self.threads * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+
+
+def round_files_for(threads: int, refs: float = 1.0, memory: int | None = None) -> RoundSize:
+    """The default round: about ROUND_SECONDS of work for `threads` threads, unless the
+    memory its commit needs (`refs` a file, ROUND_REF_BYTES a ref) would pass the budget: a
+    share of the smallest worker's `memory` on a cluster, IN_PROCESS_ROUND_BYTES in process."""
+    budget = IN_PROCESS_ROUND_BYTES if memory is None else memory // WORKER_ROUND_SHARE
+    by_time = max(1, threads) * FILES_PER_THREAD_SECOND * ROUND_SECONDS
+    by_memory = int(budget // (max(refs, 1.0) * ROUND_REF_BYTES))
+    return RoundSize(max(1, min(by_time, by_memory)), max(1, threads), refs, budget)
+
+
+def refs_per_file(job: Job, sample: int = 64) -> float:
+    """The refs a file of the region brings, on average over up to `sample` files spread over
+    it (the catalog's cells each expects; nothing read)."""
+    from toolkit.virtual.gribsource import expected_cells
+
+    table = job.table()
+    if not len(table):
+        return 1.0
+    step = max(1, len(table) // sample)
+    memo: dict[Any, Any] = {}
+    picked = [table[i] for i in range(0, len(table), step)][:sample]
+    t = job.template
+    counts = [len(expected_cells(job.dataset.source, t, c, memo)) for c in picked]
+    return max(1.0, sum(counts) / len(counts))
 
 
 def rounds_of(n: int, size: int) -> list[tuple[int, int]]:
@@ -559,14 +600,20 @@ def analysis(dataset: Any) -> bool:
     return isinstance(dataset.leads, Analysis)
 
 
-def rounds_note(rounds: int, size: int, threads: int | None) -> str:
+def rounds_note(rounds: int, size: int, sized: RoundSize | None) -> str:
     """The rounds as the run states them: how many, their size, and where the size came from."""
-    why = (
-        f"about {ROUND_SECONDS // 60} minutes of work each at ~{FILES_PER_THREAD_SECOND} "
-        f"files/s a thread on {threads} thread(s)"
-        if threads is not None
-        else "--round-files"
-    )
+    if sized is None:
+        why = "--round-files"
+    elif sized.by_memory:
+        why = (
+            f"what a round's commit holds: ~{sized.refs:.0f} refs a file at "
+            f"~{ROUND_REF_BYTES} bytes a ref within {sized.budget >> 20} MiB"
+        )
+    else:
+        why = (
+            f"about {ROUND_SECONDS // 60} minutes of work each at ~{FILES_PER_THREAD_SECOND} "
+            f"files/s a thread on {sized.threads} thread(s)"
+        )
     return (
         f"rounds: {rounds} of up to {size:,} files ({why}); each is committed to the branch "
         "before the next starts, so a rerun after any loss resumes after the last committed one"
@@ -623,7 +670,8 @@ def backfill(
     position. Going past it needs `allow_empty_positions` (readers would see those empty).
 
     The files go to the branch in rounds of `round_files` (default: about ten minutes of work
-    for the cluster's threads, `round_files_for`), each committed before the next starts: a
+    for the cluster's threads, or less where a round's commit would need more memory than a
+    share of a worker's, `round_files_for`), each committed before the next starts: a
     rerun of the same call after any loss resumes after the last committed round.
 
     `rebase`: a backfill of this region that finalize refused (main moved) restarts from main's
@@ -665,10 +713,11 @@ def backfill(
         with guard.heartbeat():
             if rebase:
                 rebase_onto_main(region)
-            threads = None
+            sized = None
             if round_files is None:
-                threads = runner.threads(Plan(f"virtual-backfill-{temp_branch(region)}", ()))
-                round_files = round_files_for(threads)
+                has = runner.capacity(Plan(f"virtual-backfill-{temp_branch(region)}", ()))
+                sized = round_files_for(has.threads, refs_per_file(region), has.memory)
+                round_files = sized.files
             edge = last_published(region, lead_zero=True) if analysis(region.dataset) else None
             plan = backfill_plan(
                 region,
@@ -679,10 +728,10 @@ def backfill(
                 catch_up=CatchUp(region),
                 lead_zero_through=edge,
             )
-            sized = [s for s in plan.stages if s.name.startswith(ROUND)]
+            rounds = [s for s in plan.stages if s.name.startswith(ROUND)]
             if runner.progress is not None:
-                starts = np.cumsum([0] + [len(s.tasks) for s in sized]).tolist()
-                before = {s.name: starts[i] for i, s in enumerate(sized)}
+                starts = np.cumsum([0] + [len(s.tasks) for s in rounds]).tolist()
+                before = {s.name: starts[i] for i, s in enumerate(rounds)}
                 runner = runner.with_progress(RoundsProgress(runner.progress, before, starts[-1]))
             report = in_rounds(runner.run(plan))
     except Exception as err:
@@ -695,7 +744,7 @@ def backfill(
         guard.release(keep=True)
         raise
     guard.release()  # finalized: the branch is gone, and its guard with it
-    notes = [rounds_note(len(sized), round_files, threads)]
+    notes = [rounds_note(len(rounds), round_files, sized)]
     if guard.took_over:
         notes.append(guard.took_over)
     report = dataclasses.replace(report, notes=(*report.notes, *notes))

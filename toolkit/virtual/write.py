@@ -219,6 +219,9 @@ def refs_or_skip(job: Job, c: SourceFileCoord, got: Any, modified: Any = None) -
     return refs
 
 
+BACKFILL_BATCH = 512  # files a backfill's stripe hands on at once (its refs written, then freed)
+
+
 def process_virtual_refs(
     job: Job,
     remaining: Sequence[SourceFileCoord],
@@ -228,7 +231,8 @@ def process_virtual_refs(
     held_back: set[str] | None = None,
     ingested_through: Any = None,
 ) -> Iterator[Batch]:
-    """Yield batches of whole files with their refs; each batch is one commit.
+    """Yield batches of whole files with their refs; each batch is one commit (a backfill's,
+    written into one fork, comes in parts of BACKFILL_BATCH files).
 
     An analysis' extending edge lands whole, in backfills as in updates: a statistics file past
     the newest position a lead-0 file covers waits while its hour's lead-0 file is not
@@ -270,6 +274,10 @@ def process_virtual_refs(
                     skipped.append(dataclasses.replace(res, size=size, modified=modified))
                 else:
                     batch.append((c, res))
+                if job.processing_mode == "backfill" and len(batch) >= BACKFILL_BATCH:
+                    edge.read([c for c, _ in batch])  # a fork takes it in parts: fewer
+                    yield batch  # refs held at once
+                    batch = []
         finished += len(done)
         pending = [c for c in pending if c.key not in done]
         if batch:
