@@ -285,6 +285,19 @@ MEASURES: dict[str, Measures] = {
         },
     ),
     "virtual_tick": Measures("virtual_tick", _u(VIRTUAL_WRITE, UPDATE, SIMULATOR)),
+    # `toolkit virtual backfill` timed as a fresh process (its peak RSS includes what the command
+    # line imports) over a module:NAME dataset; virtual_throughput's retime makes its archives
+    # and its proxy adds the S3 rows' latency.
+    "virtual_scale": Measures(
+        "virtual_scale",
+        _u(
+            VIRTUAL_WRITE,
+            BACKFILL,
+            CLI_IMPORTS,
+            SIMULATOR,
+            ("toolkit/virtual/builtin/__init__.py", "benchmarks/virtual_throughput.py"),
+        ),
+    ),
     "serve_tiles": Measures(
         "serve_tiles",
         # The served tiles: the app, its levels, styles and PNGs, read through toolkit's xarray
@@ -466,4 +479,58 @@ _known(
     [n for n, m in MEASURES.items() if "toolkit/engine/stream.py" in m.paths],
     "the worker-loss path only: no benchmark loses a worker",
     "8bc3838",
+)
+
+
+# 2cc8398 and 41ef3e7 (issue 53): the backfill in rounds that commit themselves. What reaches
+# these benchmarks' timed code: `Stage.settle` and its node, and whole-window submission, taken
+# only by a stage that has a settle (the backfill's rounds); `Runner.capacity`, called only by
+# backfill(); a commit counting its rebases (its jittered wait only after a lost race, which
+# these single-writer runs never have); finalize's catch-up, run only when a job gives one; in
+# process, a certified stage's node values dropped once read (nothing later reads them); a
+# lost scheduler named (an error path). Their stages are a node per task, so the stripe nodes'
+# block (now the stable list's slice, not a list copy) is not theirs either.
+ROUNDS = "the backfill's rounds (settle, capacity, catch-up): paths these stages never take"
+_known(
+    ("pyramid_build", "pyramid_cf", "pyramid_append", "pyramid_output", "pyramid_scale"),
+    ROUNDS,
+    "2cc8398",
+    "41ef3e7",
+)
+# virtual_plan times the file table and its stripes: 2cc8398 adds `withheld`'s edge rule and
+# `at_lead_zero` to dataset.py, which planning never calls.
+_known(("virtual_plan",), "dataset.py's withholding rule: planning never calls it", "2cc8398")
+# virtual_resplit times a manifest rewrite: toolkit/icechunk gains commit_counted (commit() is
+# it, with a wait only after a lost race) and the reads a backfill's catch-up makes.
+_known(
+    ("virtual_resplit",),
+    "icechunk: a commit counting its rebases, and a catch-up's reads: not on a resplit",
+    "2cc8398",
+)
+# virtual_tick times update fires with no backfill in flight: the fire's check lists the
+# in-flight backfills as before (none: the same branch listing), and a forecast's withholding
+# returns at once (write.Edge); a backfill's batches in parts only in backfill mode.
+_known(
+    ("virtual_tick",),
+    "an update with no backfill in flight: the same branch listing, no withholding",
+    "2cc8398",
+    "41ef3e7",
+)
+# engine_overhead and engine_scale time no-op stages on a cluster: no settle, and their stripe
+# nodes' block is now the stable list's slice, a tuple of the same tasks where it was a list
+# of them (the same pickle but for one opcode; the service still gets a list of what remains).
+_known(
+    ("engine_overhead", "engine_scale"),
+    "no settled stage; a stripe's block a tuple of the same tasks instead of a list of them",
+    "2cc8398",
+    "41ef3e7",
+)
+# serve_tiles and virtual_pyramid make their repos with a small backfill in process: one round
+# there (its forks merged and committed once, as the commit stage did), the same refs; what
+# they time reads those refs, or fires updates with no backfill in flight.
+_known(
+    ("serve_tiles", "virtual_pyramid"),
+    "the repos they read made by a one-round backfill: the same refs, one commit",
+    "2cc8398",
+    "41ef3e7",
 )
