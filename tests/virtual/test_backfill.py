@@ -116,7 +116,7 @@ def test_on_an_object_store_each_round_commits_next_to_the_workers(server, reque
     """Three rounds of four files: each round's forks are merged and committed by a settle
     node on the cluster (the client reads counts), one commit a round, one after another;
     each round's gate probes its own files on the branch (SeaweedFS is a real S3 server)."""
-    from distributed import Client
+    from distributed import Client, get_task_stream
 
     from tests.conftest import make_bucket, s3_options
     from tests.virtual.test_repo import public_bucket
@@ -127,10 +127,9 @@ def test_on_an_object_store_each_round_commits_next_to_the_workers(server, reque
         storage.open_store(f"s3://{public_bucket(endpoint)}/src", **opts),
         storage.open_store(f"s3://{make_bucket(endpoint)}/repo", **opts),
     )
-    with Client(local_cluster) as client:
-        client.get_task_stream(start=0)  # open the stream's window from here
+    with Client(local_cluster) as client, get_task_stream(client) as stream:
         report = backfill(ds, start=START, workers=4, cluster=local_cluster, round_files=4)
-        keys = [str(t["key"]) for t in client.get_task_stream()]
+    keys = [str(t["key"]) for t in stream.data]  # this run's tasks only
     out = report.stage("commit").result
     assert len(out.commits) == 3 and out.ingested == 12 and out.rebases == 0
     assert report.stage("commit").tasks == 3 and report.stage("ingest").tasks == 12
