@@ -70,9 +70,36 @@ AT_SURFACE = {
     ("DLWRF", "surface"): "surface_downwelling_longwave_flux_in_air",
 }
 GRID_RELATIVE = {"UGRD": "x_wind", "VGRD": "y_wind"}  # HRRR's winds follow its Lambert grid
+ECMWF_DATASETS = {"ecmwf-ifs-oper", "ecmwf-aifs-single"}
 UNNAMED = {"hrrr": {"local_16_201_atmosphere"}, "hrrr-analysis": {"local_16_201_atmosphere"}}
 SPHERE = 6371229.0
-FORECASTS = {"hrrr", "gfs", "gefs", "sim-gfs", "doc-example", "gfswave"}
+FORECASTS = {"hrrr", "gfs", "gefs", "sim-gfs", "doc-example", "gfswave", *ECMWF_DATASETS}
+
+
+def eccodes_says(short_name: str, aifs: bool) -> dict:
+    """What ecCodes (the oracle) says of an ECMWF shortName: units, name and GRIB2 code."""
+    eccodes = pytest.importorskip("eccodes")
+    h = eccodes.codes_grib_new_from_samples("GRIB2")
+    try:
+        if short_name == "tp":  # an accumulation: its template first, then the parameter
+            eccodes.codes_set_long(h, "productDefinitionTemplateNumber", 8)
+            eccodes.codes_set_long(h, "paramId", 228228 if aifs else 228)
+        else:
+            eccodes.codes_set_string(h, "shortName", short_name)
+        get = lambda k: eccodes.codes_get(h, k)  # noqa: E731
+        code = f"{get('discipline')}/{get('parameterCategory')}/{get('parameterNumber')}"
+        return {"units": get("units"), "name": get("name"), "code": code}
+    finally:
+        eccodes.codes_release(h)
+
+
+def check_ecmwf(name: str, var: str, a: dict) -> None:
+    """An ECMWF variable is described as ecCodes describes its shortName."""
+    want = eccodes_says(a["short_name"], aifs=name == "ecmwf-aifs-single")
+    assert a["units"] == want["units"], (name, var)
+    assert a["long_name"].lower().startswith(want["name"].lower()), (name, var, want["name"])
+    assert a["grib_parameter"] == want["code"], (name, var)
+    assert a["standard_name"], (name, var)
 
 
 def datasets(tmp_path) -> dict:
@@ -107,6 +134,9 @@ def test_every_variable_of_every_dataset_carries_its_cf_attributes(tmp_path):
             if name != "gfswave":  # the wave example names no CRS
                 assert a["grid_mapping"] == "spatial_ref", (name, var)
             assert (a.get("coordinates") == "valid_time") == (name in FORECASTS), (name, var)
+            if name in ECMWF_DATASETS:
+                check_ecmwf(name, var, a)
+                continue
             if a["short_name"] not in SHORT:
                 unnamed.add(var)
                 assert "units" not in a and "standard_name" not in a  # never a guessed unit
@@ -172,7 +202,8 @@ def test_root_attributes_name_the_dataset_its_source_license_and_domain(tmp_path
         for k in ("geospatial_lat_min", "geospatial_lat_max"):
             assert -90 <= a[k] <= 90, (name, k)
         if name in DATASETS and not name.startswith("sim-"):
-            assert "NCEP" in a["institution"] and a["license"], name
+            maker = "ECMWF" if name in ECMWF_DATASETS else "NCEP"
+            assert maker in a["institution"] and a["license"], name
             assert ds.settings.home in a["source"], name  # the provider's bucket
     got = datasets(tmp_path)
     gfs = got["gfs"].template.attrs

@@ -58,6 +58,7 @@ def fingerprint(ds: Dataset) -> str:
         repr(src.catalog), src.store.url, repr(src.file_types), repr(src.members),
         repr(src.member_labels), t.append_dim, repr(t.grid_dims), text(t.attrs),
         text(t.coord_attrs), file_table(ds).digest,
+        *([] if src.catalog.index == "wgrib2" else [src.catalog.index]),
     ):  # fmt: skip
         h.update(part.encode() + b"\0")
     for name, c in t.coords.items():
@@ -181,8 +182,8 @@ SIGNATURE = (
     "allow_all_nan_vars: 'Sequence[str]' = (), "
     "min_present_fraction: 'Sequence[float]' = (1.0,), "
     "expected_latency_hours: 'float | None' = None, "
-    "attrs: 'Mapping[str, Any] | None' = None, grid_relative_winds: 'bool' = False) "
-    "-> 'Dataset'"
+    "attrs: 'Mapping[str, Any] | None' = None, grid_relative_winds: 'bool' = False, "
+    "index: 'str' = 'wgrib2') -> 'Dataset'"
 )
 
 

@@ -7,9 +7,11 @@ or, the same definition as a few values,
     DATASET = forecast("mymodel", source=Source(...), variables=[...], grid=Grid(...),
                        schedule=Schedule(...))
 
-then `toolkit virtual backfill mymodule:DATASET --repo ...` (see docs/virtual.md). Every file
-needs a wgrib2-style `.idx` beside it (`<key>.idx`); the catalog says which index records
-(element, level) become which variables, so files may carry much more than you take.
+then `toolkit virtual backfill mymodule:DATASET --repo ...` (see docs/virtual.md). A file's
+messages are found as `index=` says: a wgrib2 `.idx` beside it (`<key>.idx`, the default),
+ECMWF's `.index`, or the messages' own sections ("scan", "whole"); the catalog says which
+records (element, level, in wgrib2's spelling) become which variables, so files may carry
+much more than you take.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from toolkit.virtual.builtin.common import (
     latlon_crs_attrs,
 )
 from toolkit.virtual.dataset import Dataset, RepoSettings
+from toolkit.virtual.grib.kinds import check_kind
 from toolkit.virtual.gribsource import GribSource
 from toolkit.virtual.sources.noaa import GribVariable, KnownMissing, Member, NoaaSource
 
@@ -62,12 +65,21 @@ def variable(
     period_hours: int | None = None,
     levels: Sequence[float] = (),
     file_type: str = FILE_TYPE,
+    at_lead_zero: bool = False,
 ) -> GribVariable:
     """One variable: the index records spelled `element`:`level` (`level` may hold
     ``{level:g}`` with `levels` for a vertical group, e.g. ``"{level:g} mb"``); `step_type`
-    "accum"/"avg"/"max"/"min" with `period_hours` for statistics (None: since init)."""
+    "accum"/"avg"/"max"/"min" with `period_hours` for statistics (None: since init);
+    `at_lead_zero` when the source publishes a statistic at lead 0 too (ECMWF's zero field)."""
     return GribVariable(
-        name, element, level, file_type, step_type, period_hours, tuple(float(x) for x in levels)
+        name,
+        element,
+        level,
+        file_type,
+        step_type,
+        period_hours,
+        tuple(float(x) for x in levels),
+        at_lead_zero=at_lead_zero,
     )
 
 
@@ -84,7 +96,9 @@ class Source:
     over `init` (datetime), `lead` (whole hours), `file_type` and `member`, relative to
     `location`. One file per (init, lead[, member][, file type]) of `file_types` and
     `members` (labelled `member_labels`, or the members as strings); `known_missing` records
-    are not expected."""
+    are not expected. `index` says how each file's messages are found: "wgrib2" (a `.idx`
+    beside it), "ecmwf" (ECMWF's `.index`), "scan" (read from the messages themselves) or
+    "whole" (one message per object); see `toolkit.virtual.grib.kinds`."""
 
     location: str | storage.Store
     key: str
@@ -93,8 +107,10 @@ class Source:
     member_labels: tuple[Any, ...] | None = None
     known_missing: tuple[KnownMissing, ...] = ()
     store_options: Mapping[str, Any] | None = None
+    index: str = "wgrib2"
 
     def __post_init__(self) -> None:
+        check_kind(self.index, f"source {self.key!r}")
         for name in ("file_types", "members", "known_missing"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.member_labels is not None:
@@ -109,6 +125,7 @@ class Source:
             name=name,
             file_types=self.file_types,
             key_format=self.key,
+            index=self.index,
         )
         store = storage.open_store(self.location, **dict(self.store_options or {}))
         labels = self.member_labels
@@ -181,6 +198,7 @@ class GribForecastKeywords(_Needed, total=False):
     expected_latency_hours: float | None
     attrs: Mapping[str, Any] | None
     grid_relative_winds: bool
+    index: str
 
 
 _DEFAULTS: dict[str, Any] = {
@@ -198,6 +216,7 @@ _DEFAULTS: dict[str, Any] = {
     "expected_latency_hours": None,
     "attrs": None,
     "grid_relative_winds": False,
+    "index": "wgrib2",
 }
 
 
@@ -206,7 +225,9 @@ def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Datase
 
     `key` is a format string over `init` (datetime), `lead` (whole hours), `file_type` and
     `member`, relative to `source` (a URL or path; `store_options` as for any store, e.g.
-    region, endpoint, anonymous). `grid` is the grid's coordinates in the order the messages
+    region, endpoint, anonymous). `index` is how each file's messages are found: "wgrib2"
+    (default: `KEY.idx`), "ecmwf" (ECMWF's `.index`), "scan" (no sidecar) or "whole" (one
+    message per object). `grid` is the grid's coordinates in the order the messages
     scan them (e.g. latitude then longitude); inits run `first_init` .. `end` (exclusive)
     every `every_hours`. An update fire takes the `update_cycles` newest cycles.
     `allow_all_nan_vars` names variables validation lets decode entirely to NaN;
@@ -237,6 +258,7 @@ def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Datase
             member_labels=k["member_labels"],
             known_missing=k["known_missing"],
             store_options=k["store_options"],
+            index=k["index"],
         ),
         variables=k["variables"],
         grid=Grid(k["grid"], k["crs"], k["grid_relative_winds"]),

@@ -14,7 +14,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PARAMETERS", "Parameter", "coord_attrs", "level_attrs", "variable_attrs"]
+__all__ = [
+    "AIFS",
+    "ECMWF",
+    "PARAMETERS",
+    "EcmwfParameter",
+    "Parameter",
+    "coord_attrs",
+    "level_attrs",
+    "variable_attrs",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ PARAMETERS: dict[str, Parameter] = {
     "RH": _p("0/1/1", "%", "relative humidity", "relative_humidity"),
     "PWAT": _p("0/1/3", "kg m-2", "precipitable water", "atmosphere_mass_content_of_water_vapor"),
     "PRATE": _p("0/1/7", "kg m-2 s-1", "precipitation rate", "precipitation_flux"),
+    "TPRATE": _p("0/1/52", "kg m-2 s-1", "total precipitation rate", "precipitation_flux"),
     "APCP": _p("0/1/8", "kg m-2", "total precipitation", "precipitation_amount"),
     "CRAIN": _p("0/1/192", "1", "categorical rain (1: yes, 0: no)"),
     "WDIR": _p("0/2/0", "degree", "wind direction (from which blowing)", "wind_from_direction"),
@@ -79,6 +89,61 @@ PARAMETERS: dict[str, Parameter] = {
 }
 # fmt: on
 
+
+@dataclass(frozen=True)
+class EcmwfParameter:
+    """An ECMWF shortName as ECMWF's GRIB2 encodes it (parameter, fixed surface: code table 4.5
+    with its value, or the `.index` line's levelist for pressure levels; a statistic runs from
+    step 0) and as ecCodes describes it (`units` as ecCodes spells them)."""
+
+    code: tuple[int, int, int]
+    surface: int
+    height: float | None
+    units: str
+    long_name: str
+    standard_name: str | None = None
+    step_type: str = "instant"
+    local_table: int = 0
+
+
+def _e(
+    code: str, surface: int, height: float | None, units: str, long_name: str,
+    standard_name: str | None = None, step_type: str = "instant", local_table: int = 0,
+) -> EcmwfParameter:  # fmt: skip
+    d, c, n = (int(x) for x in code.split("/"))
+    return EcmwfParameter(
+        (d, c, n), surface, height, units, long_name, standard_name, step_type, local_table
+    )
+
+
+# ECMWF's open data by shortName (IFS: MARS class "od"), from ecCodes' GRIB2 concepts for
+# centre 98: total precipitation is a local entry (0/1/193, local table 1) in metres.
+# fmt: off
+ECMWF: dict[str, EcmwfParameter] = {
+    "2t": _e("0/0/0", 103, 2.0, "K", "2 metre temperature", "air_temperature"),
+    "2d": _e("0/0/6", 103, 2.0, "K", "2 metre dewpoint temperature", "dew_point_temperature"),
+    "10u": _e("0/2/2", 103, 10.0, "m s**-1", "10 metre U wind component", "eastward_wind"),
+    "10v": _e("0/2/3", 103, 10.0, "m s**-1", "10 metre V wind component", "northward_wind"),
+    "100u": _e("0/2/2", 103, 100.0, "m s**-1", "100 metre U wind component", "eastward_wind"),
+    "100v": _e("0/2/3", 103, 100.0, "m s**-1", "100 metre V wind component", "northward_wind"),
+    "msl": _e("0/3/0", 101, None, "Pa", "mean sea level pressure", "air_pressure_at_mean_sea_level"),
+    "sp": _e("0/3/0", 1, None, "Pa", "surface pressure", "surface_air_pressure"),
+    "tp": _e("0/1/193", 1, None, "m", "total precipitation", "lwe_thickness_of_precipitation_amount", "accum", 1),
+    "t": _e("0/0/0", 100, None, "K", "temperature", "air_temperature"),
+    "u": _e("0/2/2", 100, None, "m s**-1", "U component of wind", "eastward_wind"),
+    "v": _e("0/2/3", 100, None, "m s**-1", "V component of wind", "northward_wind"),
+    "q": _e("0/1/0", 100, None, "kg kg**-1", "specific humidity", "specific_humidity"),
+    "r": _e("0/1/1", 100, None, "%", "relative humidity", "relative_humidity"),
+    "gh": _e("0/3/5", 100, None, "gpm", "geopotential height", "geopotential_height"),
+}
+# AIFS (MARS class "ai", under aifs-single/ from 2025-02-25): total precipitation is WMO's
+# 0/1/52 accumulated, in kg m-2 (paramId 228228)
+AIFS: dict[str, EcmwfParameter] = {
+    **ECMWF,
+    "tp": _e("0/1/52", 1, None, "kg m**-2", "total precipitation", "precipitation_amount", "accum"),
+}
+# fmt: on
+
 # (element, index level) whose CF name is not the element's own: the field at that surface
 AT_LEVEL: dict[tuple[str, str], str] = {
     ("PRES", "surface"): "surface_air_pressure",
@@ -103,10 +168,15 @@ def variable_attrs(
     period_hours: int | None = None,
     *,
     grid_relative_winds: bool = False,
+    ecmwf: EcmwfParameter | None = None,
+    short_name: str | None = None,
 ) -> dict[str, Any]:
     """CF attributes of the field `element` at `level` (as the index spells them; a vertical
     group's `{level:g}` level names its coordinate instead). An element the table lacks still
-    gets `short_name` and `long_name`, never a guessed unit."""
+    gets `short_name` and `long_name`, never a guessed unit. An ECMWF field (`ecmwf`, its
+    entry of ECMWF/AIFS, `short_name` its shortName) is described as ecCodes describes it."""
+    if ecmwf is not None:
+        return _ecmwf_attrs(ecmwf, short_name or element, level, step_type, period_hours)
     p = PARAMETERS.get(element)
     local = _LOCAL.match(element)
     if p is not None:
@@ -134,6 +204,30 @@ def variable_attrs(
         out["long_name"] = out["long_name"].replace("of wind", "of wind (grid-relative)", 1)
     if standard is not None:
         out["standard_name"] = standard
+    if step_type in CELL_METHODS:
+        out["cell_methods"] = f"time: {CELL_METHODS[step_type]}"
+    return out
+
+
+def _ecmwf_attrs(
+    p: EcmwfParameter, short: str, level: str, step_type: str, period_hours: int | None
+) -> dict[str, Any]:
+    name = p.long_name
+    if "{level" not in level and p.surface == 100:
+        name = f"{name}, {level}"
+    if step_type in STATISTIC:
+        what = STATISTIC[step_type]
+        span = f"{period_hours} h {what}" if period_hours is not None else f"{what} since init"
+        name = f"{name}, {span}"
+    out: dict[str, Any] = {
+        "short_name": short,
+        "long_name": name,
+        "units": p.units,
+        "grib_parameter": "/".join(map(str, p.code)),
+        "grib_centre": "ecmf",
+    }
+    if p.standard_name is not None:
+        out["standard_name"] = p.standard_name
     if step_type in CELL_METHODS:
         out["cell_methods"] = f"time: {CELL_METHODS[step_type]}"
     return out

@@ -1,8 +1,10 @@
 """Reading a GRIB2 source: what it lists now, and one file's refs. The I/O half of `source`.
 
-Listing is one request per directory; a file's refs are an index GET and a 16-byte ranged GET
-at its last message (`fetch`, I/O, run in threads), then the parse, the stale-header check and
-the catalog match (`refs_from`, CPU, run in one thread: threads only contend for the GIL).
+Listing is one request per directory; a file's refs are, with a sidecar (`index` "wgrib2" or
+"ecmwf"), its GET and a 16-byte ranged GET at its last message (`fetch`, I/O, run in threads),
+then the parse, the stale-header check and the catalog match (`refs_from`, CPU, run in one
+thread: threads only contend for the GIL). Without one ("scan", "whole") `fetch` reads the
+messages' own sections and hands `refs_from` the inventory they make.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from toolkit import storage
-from toolkit.virtual.grib.errors import InvalidIndexError
-from toolkit.virtual.grib.fetch import read_header
-from toolkit.virtual.grib.index import check_init, scan_index, with_byte_ranges
+from toolkit.virtual.grib.errors import InvalidIndexError, StaleIndexError
+from toolkit.virtual.grib.fetch import read_header, walk, whole
+from toolkit.virtual.grib.index import Inventory, check_init, with_byte_ranges
+from toolkit.virtual.grib.kinds import last_offset_hint, parse_sidecar, sidecar_key
 from toolkit.virtual.gribsource import GribCoord, GribSource, as_datetime, as_timedelta
 from toolkit.virtual.refs import SourceFileCoord, VirtualRef
 
@@ -44,6 +47,7 @@ def list_available(
     location_prefix: str,
     require_index: bool,
     concurrency: int = LIST_CONCURRENCY,
+    index: str = "wgrib2",
 ) -> list[Available]:
     """Pending files `store` lists now, with the listing's size and own `last_modified`.
 
@@ -68,20 +72,25 @@ def list_available(
     return [
         (c, listed[k].size, listed[k].last_modified)
         for c, k in keys.items()
-        if k in listed and (not require_index or f"{k}.idx" in listed)
+        if k in listed and (not require_index or _sidecar_listed(sidecar_key(index, k), listed))
     ]
+
+
+def _sidecar_listed(sidecar: str | None, listed: dict[str, storage.ObjectInfo]) -> bool:
+    return sidecar is None or sidecar in listed
 
 
 def discover(
     source: GribSource, pending: Sequence[SourceFileCoord], concurrency: int = LIST_CONCURRENCY
 ) -> list[Available]:
-    """The pending files ready now: data object and `.idx` both listed."""
+    """The pending files ready now: the data object listed, and its sidecar if it has one."""
     return list_available(
         pending,
         store=source.store,
         location_prefix=source.store.url,
         require_index=True,
         concurrency=concurrency,
+        index=source.catalog.index,
     )
 
 
@@ -97,33 +106,34 @@ def without_index(source: GribSource, coords: Sequence[SourceFileCoord]) -> set[
 
 @dataclass(frozen=True)
 class Fetched:
-    """A file's bytes the refs need, fetched: its index and the 16 bytes at its last offset."""
+    """A file's bytes the refs need, fetched: its sidecar and the 16 bytes at its last offset,
+    or (no sidecar) the inventory its messages' own sections make."""
 
     key: str
     size: int
     index: bytes
-    last: int | None  # the last record's offset as the raw index spells it
+    last: int | None  # the last record's offset as the raw sidecar spells it
     header: bytes
+    sidecar: str | None = None  # the sidecar's key
+    walked: Inventory | None = None  # index "scan" / "whole": read from the messages
 
 
 def fetch(source: GribSource, c: GribCoord, size: int) -> Fetched:
-    """The I/O half of `file_refs` (threads overlap it): the index GET, then the 16-byte ranged
-    GET at its last record's offset, read off the index's last line without parsing the rest
-    (`refs_from` checks it against the full parse)."""
+    """The I/O half of `file_refs` (threads overlap it): the sidecar GET, then the 16-byte
+    ranged GET at its last record's offset, read off its last line without parsing the rest
+    (`refs_from` checks it against the full parse); without a sidecar, the messages' walk."""
+    kind = source.catalog.index
     key = source.catalog.data_key(
         as_datetime(c.init_time), as_timedelta(c.lead_time), c.file_type, c.member
     )
-    index = bytes(storage.get(source.store, f"{key}.idx").data)
-    last = _last_offset(index)
-    header = b"" if last is None else read_header(source.store, key, last, size, f"{key}.idx")
-    return Fetched(key, size, index, last, header)
-
-
-def _last_offset(index: bytes) -> int | None:
-    try:
-        return int(index.rstrip().rsplit(b"\n", 1)[-1].split(b":", 2)[1])
-    except (IndexError, ValueError):
-        return None  # the full parse says what is wrong
+    sidecar = sidecar_key(kind, key)
+    if sidecar is None:
+        walked = (whole if kind == "whole" else walk)(source.store, key, size)
+        return Fetched(key, size, b"", None, b"", None, walked)
+    index = bytes(storage.get(source.store, sidecar).data)
+    last = last_offset_hint(kind, index)
+    header = b"" if last is None else read_header(source.store, key, last, size, sidecar)
+    return Fetched(key, size, index, last, header, sidecar)
 
 
 def refs_from(
@@ -134,19 +144,7 @@ def refs_from(
     stamped with the listing's `modified` (made so, not copied after: a copy per ref was 5%
     of a write loop's time on local disk)."""
     url = c.get_url()
-    try:
-        text = got.index.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InvalidIndexError(
-            f"{url}.idx", f"not UTF-8 text ({err.reason} at byte {err.start})"
-        ) from None
-    inventory = scan_index(text, f"{url}.idx")
-    header = got.header
-    if inventory.last_offset != got.last:  # the raw last line was not the last record
-        header = read_header(
-            source.store, got.key, inventory.last_offset, got.size, f"{got.key}.idx"
-        )
-    closed = with_byte_ranges(inventory, url, got.size, header)
+    closed = got.walked if got.walked is not None else _closed(source, url, got)
     check_init(closed, as_datetime(c.init_time), url)
     lines = source.catalog.match_lines(
         closed, c.file_type, as_timedelta(c.lead_time), c.member, url=url
@@ -161,6 +159,32 @@ def refs_from(
         loc = pinned if fld.level is None else tuple(sorted((*pinned, ("level", fld.level))))
         refs.append(VirtualRef.make(name, loc, url, offset, length, modified))
     return refs
+
+
+def _closed(source: GribSource, url: str, got: Fetched) -> Inventory:
+    """The sidecar parsed, its ranges closed against the data file's header at its last
+    offset: a sidecar that does not describe the file as it is now refuses the whole file."""
+    assert got.sidecar is not None
+    sidecar_url = storage.object_url(source.store, got.sidecar)
+    try:
+        text = got.index.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidIndexError(
+            sidecar_url, f"not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
+    inventory = parse_sidecar(source.catalog.index, text, sidecar_url)
+    header = got.header
+    if inventory.last_offset != got.last:  # the raw last line was not the last record
+        header = read_header(source.store, got.key, inventory.last_offset, got.size, got.sidecar)
+    listed = inventory.last_length  # ECMWF's sidecar gives every length, wgrib2's not the last
+    closed = with_byte_ranges(inventory, url, got.size, header)
+    if listed is not None and closed.last_length != listed:
+        raise StaleIndexError(
+            url,
+            f"the sidecar says its last message is {listed} bytes, the file's header at "
+            f"{inventory.last_offset} says {closed.last_length}",
+        )
+    return closed
 
 
 def file_refs(source: GribSource, c: GribCoord, size: int) -> list[VirtualRef]:

@@ -25,7 +25,7 @@ GEFS = gefs(append_dim_end=END)
 
 
 def test_registry_builds_every_dataset_from_its_source():
-    real = {"hrrr", "hrrr-analysis", "gfs", "gefs"}
+    real = {"hrrr", "hrrr-analysis", "gfs", "gefs", "ecmwf-ifs-oper", "ecmwf-aifs-single"}
     assert set(DATASETS) == set(HOMES) == real | {"sim-gfs", "sim-hrrr-analysis"}
     assert DATASETS["sim-gfs"] is sim_gfs
     src = storage.open_store("memory://mirror")

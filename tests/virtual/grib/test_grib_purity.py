@@ -8,7 +8,11 @@ import sys
 PURE = [
     "toolkit.virtual.grib.index",
     "toolkit.virtual.grib.message",
+    "toolkit.virtual.grib.identity",
+    "toolkit.virtual.grib.ecmwf_index",
+    "toolkit.virtual.grib.kinds",
     "toolkit.virtual.sources.noaa",
+    "toolkit.virtual.sources.ecmwf",
 ]
 FORBIDDEN = ["toolkit.storage", "obstore", "zarr", "icechunk", "dask", "distributed", "xarray"]
 

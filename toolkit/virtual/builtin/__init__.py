@@ -22,10 +22,12 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 
 from toolkit import storage
+from toolkit.virtual.builtin.ecmwf import ecmwf_aifs_single, ecmwf_ifs_oper
 from toolkit.virtual.builtin.gefs import gefs
 from toolkit.virtual.builtin.gfs import gfs
 from toolkit.virtual.builtin.hrrr import hrrr, hrrr_analysis
 from toolkit.virtual.dataset import Dataset, with_source
+from toolkit.virtual.sources.ecmwf import BUCKET as ECMWF_BUCKET
 from toolkit.virtual.sources.noaa import GEFS, GFS, HRRR
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "EXAMPLES",
     "HOMES",
     "build",
+    "ecmwf_aifs_single",
+    "ecmwf_ifs_oper",
     "gefs",
     "gfs",
     "hrrr",
@@ -73,11 +77,26 @@ class _Registry[V](Mapping[str, V]):
 
 
 DATASETS: Mapping[str, Callable[..., Dataset]] = _Registry(
-    {"hrrr": hrrr, "hrrr-analysis": hrrr_analysis, "gfs": gfs, "gefs": gefs}, "DATASETS"
+    {
+        "hrrr": hrrr,
+        "hrrr-analysis": hrrr_analysis,
+        "gfs": gfs,
+        "gefs": gefs,
+        "ecmwf-ifs-oper": ecmwf_ifs_oper,
+        "ecmwf-aifs-single": ecmwf_aifs_single,
+    },
+    "DATASETS",
 )
 
 HOMES: Mapping[str, str | None] = _Registry(
-    {"hrrr": HRRR.bucket, "hrrr-analysis": HRRR.bucket, "gfs": GFS.bucket, "gefs": GEFS.bucket},
+    {
+        "hrrr": HRRR.bucket,
+        "hrrr-analysis": HRRR.bucket,
+        "gfs": GFS.bucket,
+        "gefs": GEFS.bucket,
+        "ecmwf-ifs-oper": ECMWF_BUCKET,
+        "ecmwf-aifs-single": ECMWF_BUCKET,
+    },
     "HOMES",
 )
 

@@ -214,7 +214,7 @@ def forecast_template(
         a: dict[str, Any] = {
             **grib_params.variable_attrs(
                 v.element, v.level, v.step_type, v.period_hours,
-                grid_relative_winds=grid_relative_winds,
+                grid_relative_winds=grid_relative_winds, ecmwf=v.ecmwf, short_name=v.short_name,
             ),
             "step_type": v.step_type,
             "grib_element": v.element,

@@ -1,4 +1,5 @@
-"""Reading GRIB sources through toolkit.storage: the index GET, the 16-byte header GET, scans.
+"""Reading GRIB sources through toolkit.storage: the index GET, the 16-byte header GET, scans,
+and the two ways without a sidecar (`walk` for index="scan", `whole`).
 
 `locate` is what a virtual job's file_refs needs per source file: the index parsed, checked
 against the data file's own header at the last offset (one ranged GET), ranges closed.
@@ -7,9 +8,21 @@ against the data file's own header at the last offset (one ranged GET), ranges c
 from __future__ import annotations
 
 from toolkit import storage
-from toolkit.virtual.grib.errors import InvalidIndexError, MissingDataFileError
+from toolkit.virtual.grib.errors import (
+    InvalidIndexError,
+    InvalidMessageError,
+    MissingDataFileError,
+    StaleIndexError,
+    TruncatedMessageError,
+)
+from toolkit.virtual.grib.identity import HEAD_BYTES, Identity, identify, inventory_of, sections_end
 from toolkit.virtual.grib.index import Inventory, last_offset, scan_index, with_byte_ranges
-from toolkit.virtual.grib.message import INDICATOR_SIZE, MessageSpan, scan_messages
+from toolkit.virtual.grib.message import (
+    INDICATOR_SIZE,
+    MessageSpan,
+    parse_indicator,
+    scan_messages,
+)
 
 
 def object_url(store: storage.Store, key: str) -> str:
@@ -75,3 +88,59 @@ def locate(
 def scan(store: storage.Store, key: str) -> list[MessageSpan]:
     """Message boundaries of a whole data file, found from its headers (reads the file)."""
     return scan_messages(storage.get(store, key).data, object_url(store, key))
+
+
+def walk(store: storage.Store, key: str, file_size: int, read: int = HEAD_BYTES) -> Inventory:
+    """`index="scan"`: the file's messages found from their own headers, without a sidecar.
+
+    Each message's section 0 gives its length, so the next one's offset; its sections 1-4 say
+    what it is (`identify`). One ranged read of `read` bytes per message (more only when its
+    sections 1-4 are longer), none for a message whose head a previous read already holds:
+    a file of N messages costs at most N requests, whatever its size."""
+    url = object_url(store, key)
+    if file_size <= 0:
+        raise InvalidMessageError(url, "empty file: no GRIB message")
+    buf_at, buf = 0, b""
+
+    def at(pos: int, n: int) -> bytes:
+        """`n` bytes (fewer at the end of the file) from `pos`: from the last read when it
+        holds them, else from a new one of at least `read` bytes."""
+        nonlocal buf_at, buf
+        n = min(n, file_size - pos)
+        if not (buf_at <= pos and pos + n <= buf_at + len(buf)):
+            buf_at, buf = (
+                pos,
+                bytes(storage.get_range(store, key, pos, min(max(read, n), file_size - pos))),
+            )
+            if len(buf) < n:
+                raise TruncatedMessageError(url, f"read {len(buf)} of {n} bytes at offset {pos}")
+        return buf[pos - buf_at : pos - buf_at + max(n, read)]
+
+    found: list[tuple[int, int, Identity]] = []
+    pos = 0
+    while pos < file_size:
+        head = at(pos, INDICATOR_SIZE)
+        length = parse_indicator(head[:INDICATOR_SIZE], url, pos).length
+        if pos + length > file_size:
+            raise TruncatedMessageError(
+                url,
+                f"message {len(found) + 1} at offset {pos} declares {length} bytes but the "
+                f"file ends after {file_size - pos}",
+            )
+        while (need := min(sections_end(head, url, pos), length)) > len(head):
+            head = at(pos, max(need, 2 * len(head)))
+        found.append((pos, length, identify(head[:length], url, pos)))
+        pos += length
+    return inventory_of(url, found)
+
+
+def whole(store: storage.Store, key: str, file_size: int, read: int = HEAD_BYTES) -> Inventory:
+    """`index="whole"`: an object that is one message, proven so by its own length (an object
+    holding more, or less, than its message is refused, like a stale sidecar)."""
+    url = object_url(store, key)
+    inventory = walk(store, key, file_size, read)
+    if len(inventory) != 1:
+        raise StaleIndexError(
+            url, f"holds {len(inventory)} GRIB messages; index='whole' reads one per object"
+        )
+    return inventory

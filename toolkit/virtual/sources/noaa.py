@@ -19,6 +19,8 @@ from typing import Any
 
 from toolkit.virtual.grib.errors import InvalidIndexError, MissingRecordError
 from toolkit.virtual.grib.index import IndexRecord, Inventory, Window, parse_window
+from toolkit.virtual.grib.kinds import check_kind, sidecar_key
+from toolkit.virtual.grib_params import EcmwfParameter
 
 Member = (
     int | str | None
@@ -54,6 +56,13 @@ class GribVariable:
     extra_levels: tuple[
         tuple[str, tuple[float, ...]], ...
     ] = ()  # (file type, levels), lower priority
+    # a statistic the source publishes at lead 0 as a zero-length window (ECMWF's `tp` at step
+    # 0, a field of zeros); NOAA's omit it. Out of the repr: a dataset's identity is unchanged
+    at_lead_zero: bool = field(default=False, repr=False)
+    # the provider's own description (ECMWF's shortName and its table entry): the CF
+    # attributes come from it instead of the wgrib2 element's
+    short_name: str | None = field(default=None, repr=False)
+    ecmwf: EcmwfParameter | None = field(default=None, repr=False)
 
     def __hash__(self) -> int:
         """By name: equal variables share it, and a match hashes a field per record (the
@@ -93,12 +102,12 @@ class GribVariable:
 
     def window(self, lead: timedelta | int | float) -> Window | None:
         """The window the index spells at `lead`, or None where the source has no such field
-        (a statistic at lead 0)."""
+        (a statistic at lead 0, unless `at_lead_zero`)."""
         lead = as_lead(lead)
         if self.step_type == "instant":
             return Window.instant(lead)
         if lead <= timedelta(0):
-            return None
+            return Window(self.step_type, lead, lead) if self.at_lead_zero else None
         if self.period_hours is None:
             return Window(self.step_type, timedelta(0), lead)
         period = timedelta(hours=self.period_hours)
@@ -163,8 +172,12 @@ class NoaaSource:
     region: str = "us-east-1"
     file_types: tuple[str, ...] = field(default_factory=tuple)
     key_format: str = ""
+    # how a file's messages are found (toolkit.virtual.grib.kinds); out of the repr, which
+    # identifies a dataset, so NOAA's datasets keep their identity
+    index: str = field(default="wgrib2", repr=False)
 
     def __post_init__(self) -> None:
+        check_kind(self.index, self.name)
         self._check_catalog()
 
     # -- layout -----------------------------------------------------------------------------
@@ -179,8 +192,9 @@ class NoaaSource:
 
     def index_key(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
-    ) -> str:
-        return self.data_key(init, lead, file_type, member) + ".idx"
+    ) -> str | None:
+        """The data file's sidecar (None for `index` kinds without one)."""
+        return sidecar_key(self.index, self.data_key(init, lead, file_type, member))
 
     def data_url(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
@@ -189,8 +203,9 @@ class NoaaSource:
 
     def index_url(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
-    ) -> str:
-        return self.data_url(init, lead, file_type, member) + ".idx"
+    ) -> str | None:
+        key = self.index_key(init, lead, file_type, member)
+        return None if key is None else f"{self.bucket.rstrip('/')}/{key}"
 
     # -- catalog ----------------------------------------------------------------------------
     def _check_catalog(self) -> None:
