@@ -81,6 +81,7 @@ PYRAMID_BUILD = (
 # What `import toolkit.cli` loads (timed by pyramid_build's command-line rows and its
 # "imports (toolkit.cli)" row), beyond the build itself.
 CLI_IMPORTS = (
+    "toolkit/launch.py",  # the console script's first step (one re-execution)
     "toolkit/__init__.py",
     "toolkit/cli.py",
     "toolkit/console.py",
@@ -102,6 +103,7 @@ GRIB = (
     "toolkit/virtual/grib/errors.py",
     "toolkit/virtual/grib/fetch.py",
     "toolkit/virtual/grib/index.py",
+    "toolkit/virtual/grib/kinds.py",
     "toolkit/virtual/grib/message.py",
     "toolkit/virtual/sources/noaa.py",
 )
@@ -534,3 +536,13 @@ _known(
     "2cc8398",
     "41ef3e7",
 )
+
+# 5a55091 adds the `index=` kinds and ECMWF's sources beside NOAA's: a NOAA file's sidecar key
+# is one function call (`kinds.sidecar_key`), its parse the same `scan_index`, a NOAA template's
+# attributes take two more keyword arguments once per variable when a dataset is built. These
+# time tiles served, a plan's file table, or a fire's pyramid levels over refs made that way:
+# microseconds per file beside their milliseconds. (The write-loop and command-line results,
+# virtual_throughput, virtual_scale, virtual_backfill_*, virtual_tick, grib_bench and
+# pyramid_build, reran.)
+INDEX_KINDS = "a NOAA file's sidecar named by one call, its template built with two more kwargs"
+_known(("serve_tiles", "virtual_plan", "virtual_pyramid"), INDEX_KINDS, "5a55091")
