@@ -290,6 +290,23 @@ MEASURES: dict[str, Measures] = {
     # `toolkit virtual backfill` timed as a fresh process (its peak RSS includes what the command
     # line imports) over a module:NAME dataset; virtual_throughput's retime makes its archives
     # and its proxy adds the S3 rows' latency.
+    "grib_sources": Measures(
+        "grib_sources",
+        # a file's refs through fetch + refs_from with each kind, the .index parse, the files
+        _u(
+            GRIB,
+            (
+                "toolkit/virtual/grib/ecmwf_index.py",
+                "toolkit/virtual/grib/identity.py",
+                "toolkit/virtual/grib_params.py",
+                "toolkit/virtual/source_io.py",
+                "toolkit/virtual/sources/ecmwf.py",
+                "tests/virtual/ecmwf_files.py",
+                "benchmarks/virtual_throughput.py",
+            ),
+            STORAGE,
+        ),
+    ),
     "virtual_scale": Measures(
         "virtual_scale",
         _u(

@@ -1452,6 +1452,23 @@ CASES: tuple[Case, ...] = (
         env={"TOOLKIT_CLUSTER": "tls://127.0.0.1:8786"},
         absent=("good.zarr/2x",),
     ),
+    Case(
+        "a user dataset with an `index=` kind that does not exist",
+        ("virtual", "backfill", "kinds.py:DS", "--repo", "new-repo", "--start", "2025-08-01"),
+        2,
+        ("index='idx'", "is not a kind of index", "'wgrib2', 'ecmwf', 'scan', 'whole'"),
+        setup=_write(
+            "kinds.py",
+            "from datetime import datetime\n"
+            "from toolkit.virtual.define import grib_forecast, variable\n"
+            "DS = grib_forecast('k', source='.', key='{init:%Y%m%d%H}/{lead}.grib2',\n"
+            "    variables=[variable('t2m', 'TMP', '2 m above ground')],\n"
+            "    grid={'latitude': [1.0, 0.0], 'longitude': [0.0, 1.0]},\n"
+            "    first_init=datetime(2025, 8, 1), end=datetime(2025, 8, 2), every_hours=6,\n"
+            "    leads_hours=[0], index='idx')\n",
+        ),
+        absent=("new-repo",),
+    ),
 )
 
 

@@ -39,7 +39,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import obstore
 from obstore import exceptions as obx
-from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
+from obstore.store import AzureStore, GCSStore, HTTPStore, LocalStore, MemoryStore, S3Store
 
 from toolkit import tenure
 
@@ -701,15 +701,14 @@ def _build(store: Store) -> Any:
         # a deleted object takes its emptied directories with it: none is left to read as a
         # stray zarr node or to trip a later rename (a level rebuilt in place)
         return LocalStore(path, automatic_cleanup=True)
-    bucket, prefix = split_bucket(url)
     client_options: dict[str, Any] = {}
-    if opts.pop("allow_http", False):
+    if opts.pop("allow_http", False) or scheme == "http":  # an http:// URL says it plainly
         client_options["allow_http"] = True
     if "timeout" in opts:
         client_options["timeout"] = opts.pop("timeout")
     if "connect_timeout" in opts:
         client_options["connect_timeout"] = opts.pop("connect_timeout")
-    kwargs: dict[str, Any] = {"prefix": prefix or None}
+    kwargs: dict[str, Any] = {}
     if client_options:
         kwargs["client_options"] = client_options
     # retries end at the time budget, not at a count: a store that comes back inside it
@@ -720,6 +719,10 @@ def _build(store: Store) -> Any:
         "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": MAX_BACKOFF},
     }
     opts.pop("retry_seconds", None)
+    if scheme in HTTP_SCHEMES:  # a web server: GET, HEAD and ranges, no listing, no writes
+        return HTTPStore.from_url(url.rstrip("/"), **kwargs)
+    bucket, prefix = split_bucket(url)
+    kwargs["prefix"] = prefix or None
     if store.credential_provider is not None:
         kwargs["credential_provider"] = store.credential_provider
     if scheme == "s3":
@@ -737,7 +740,8 @@ def _build(store: Store) -> Any:
             opts["skip_signature"] = True
         return AzureStore(bucket, **kwargs, **opts)
     raise ValueError(
-        f"unsupported store URL {url!r}: use a path, file://, memory://, s3://, gs:// or az://"
+        f"unsupported store URL {url!r}: use a path, file://, memory://, s3://, gs://, az:// "
+        "or https://"
     )
 
 
@@ -751,6 +755,7 @@ def retry_seconds(options: dict[str, Any]) -> float:
 
 
 CLOUD_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs")
+HTTP_SCHEMES = ("http", "https")  # read-only sources: a web server serving files
 
 
 class BadStorageOption(ValueError):

@@ -19,14 +19,18 @@ import numpy as np
 eccodes = __import__("pytest").importorskip("eccodes")
 
 # shortName -> (paramId, levtype); AIFS's tp is WMO's 0/1/52 (paramId 228228)
-PARAM_IDS = {"2t": 167, "10u": 165, "10v": 166, "msl": 151, "tp": 228, "t": 130}
+PARAM_IDS = {
+    "2t": 167, "10u": 165, "10v": 166, "msl": 151, "tp": 228,
+    "t": 130, "u": 131, "v": 132, "q": 133, "r": 157, "gh": 156,
+}  # fmt: skip
+PRESSURE = ("t", "u", "v", "q", "r", "gh")  # on pressure levels
 AIFS_TP = 228228
 
 
 @dataclass(frozen=True)
 class Field:
     short_name: str
-    level: int | None = None  # hPa, for `t`
+    level: int | None = None  # hPa, for the PRESSURE fields
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,11 @@ def values(f: Field, init: datetime, step: int, grid: Grid) -> np.ndarray:
     """Seeded noise around a plausible value (zeros for tp at step 0, as ECMWF publishes)."""
     if f.short_name == "tp" and step == 0:
         return np.zeros((grid.nj, grid.ni))
+    if grid.ni * grid.nj > 100_000:  # a full-size grid: smooth, so CCSDS keeps files small
+        lat = np.linspace(90.0, -90.0, grid.nj)[:, None]
+        wave = np.sin(np.arange(grid.ni) / 50.0 + (f.level or 0) + step)[None, :]
+        scale = 0.001 if f.short_name == "tp" else 10.0
+        return scale * (30 + np.cos(np.deg2rad(lat)) * wave) + 0.01 * step
     seed = zlib.crc32(repr((f.short_name, f.level, init.isoformat(), step)).encode())
     noise = np.random.default_rng(seed).standard_normal((grid.nj, grid.ni))
     base, spread = {
@@ -58,9 +67,14 @@ def values(f: Field, init: datetime, step: int, grid: Grid) -> np.ndarray:
         "msl": (101325.0, 800.0),
         "tp": (0.004 * step, 0.002),
         "t": (250.0 + 0.03 * (f.level or 0), 8.0),
+        "u": (0.0, 10.0),
+        "v": (0.0, 10.0),
+        "q": (0.005, 0.002),
+        "r": (60.0, 20.0),
+        "gh": (5000.0, 100.0),
     }[f.short_name]
     out = base + spread * noise
-    return np.abs(out) if f.short_name == "tp" else out
+    return np.abs(out) if f.short_name in ("tp", "q") else out
 
 
 def message(
@@ -161,6 +175,19 @@ def write(
     return path
 
 
+def lonlat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The grid of a file's first message as ecCodes' point iterator gives it."""
+    with path.open("rb") as fh:
+        h = eccodes.codes_grib_new_from_file(fh)
+        try:
+            nj, ni = eccodes.codes_get(h, "Nj"), eccodes.codes_get(h, "Ni")
+            lons = eccodes.codes_get_array(h, "longitudes").reshape(nj, ni)
+            lats = eccodes.codes_get_array(h, "latitudes").reshape(nj, ni)
+            return lons[0], lats[:, 0]
+        finally:
+            eccodes.codes_release(h)
+
+
 def decoded(path: Path) -> dict[tuple[str, int | None, int], np.ndarray]:
     """ecCodes' decode of every message of a file, by (shortName, level or None, end step)."""
     out = {}
@@ -168,7 +195,7 @@ def decoded(path: Path) -> dict[tuple[str, int | None, int], np.ndarray]:
         while (h := eccodes.codes_grib_new_from_file(fh)) is not None:
             try:
                 name = eccodes.codes_get(h, "shortName")
-                level = eccodes.codes_get(h, "level") if name == "t" else None
+                level = eccodes.codes_get(h, "level") if name in PRESSURE else None
                 nj, ni = eccodes.codes_get(h, "Nj"), eccodes.codes_get(h, "Ni")
                 step = eccodes.codes_get(h, "endStep")
                 out[(name, level, step)] = eccodes.codes_get_values(h).reshape(nj, ni)

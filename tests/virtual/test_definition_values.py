@@ -59,6 +59,7 @@ def fingerprint(ds: Dataset) -> str:
         repr(src.member_labels), t.append_dim, repr(t.grid_dims), text(t.attrs),
         text(t.coord_attrs), file_table(ds).digest,
         *([] if src.catalog.index == "wgrib2" else [src.catalog.index]),
+        *([] if src.catalog.discovery == "list" else [src.catalog.discovery]),
     ):  # fmt: skip
         h.update(part.encode() + b"\0")
     for name, c in t.coords.items():
@@ -183,7 +184,7 @@ SIGNATURE = (
     "min_present_fraction: 'Sequence[float]' = (1.0,), "
     "expected_latency_hours: 'float | None' = None, "
     "attrs: 'Mapping[str, Any] | None' = None, grid_relative_winds: 'bool' = False, "
-    "index: 'str' = 'wgrib2') -> 'Dataset'"
+    "index: 'str' = 'wgrib2', discovery: 'str' = 'list') -> 'Dataset'"
 )
 
 

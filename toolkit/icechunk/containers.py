@@ -16,7 +16,9 @@ Container = ic.VirtualChunkContainer
 
 def _prefix(url: str) -> str:
     if "://" not in url:
-        raise ValueError(f"container prefix {url!r} must be a URL (file://, s3://, gs://)")
+        raise ValueError(
+            f"container prefix {url!r} must be a URL (file://, s3://, gs://, https://)"
+        )
     return url if url.endswith("/") else url + "/"
 
 
@@ -72,6 +74,16 @@ def gcs_container(url: str, opts: Mapping[str, str] | None = None) -> Container:
     return ic.VirtualChunkContainer(prefix, ic.gcs_store(dict(opts or {})))
 
 
+def http_container(url: str) -> Container:
+    """A container for files a web server serves under http[s]://host/prefix/ (read with
+    ranged GETs; plain http only when the URL says so)."""
+    prefix = _prefix(url)
+    if not prefix.startswith(("http://", "https://")):
+        raise ValueError(f"http container prefix must start with http(s)://, got {url!r}")
+    opts = {"allow_http": "true"} if prefix.startswith("http://") else None
+    return ic.VirtualChunkContainer(prefix, ic.http_store(opts))
+
+
 def container_for(store: storage.Store) -> Container:
     """The container matching a toolkit Store (the source archive's location)."""
     if store.is_local:
@@ -88,8 +100,11 @@ def container_for(store: storage.Store) -> Container:
         )
     if store.scheme in ("gs", "gcs"):
         return gcs_container(store.url.replace("gcs://", "gs://", 1))
+    if store.scheme in storage.HTTP_SCHEMES:
+        return http_container(store.url)
     raise ValueError(
-        f"no virtual chunk container for store {store.url}: use file://, s3:// or gs://"
+        f"no virtual chunk container for store {store.url}: use file://, s3://, gs:// or "
+        "https://"
     )
 
 
@@ -97,6 +112,8 @@ def _credential(prefix: str, mode: Literal["anonymous", "env"]) -> Any:
     scheme = urlparse(prefix).scheme
     if scheme == "file":
         return ic.credentials.LocalFileSystemAccess
+    if scheme in storage.HTTP_SCHEMES:
+        return None  # a web server's files: no credentials to pass
     if scheme == "s3":
         return (
             ic.s3_anonymous_credentials() if mode == "anonymous" else ic.s3_from_env_credentials()

@@ -98,7 +98,9 @@ class Source:
     `members` (labelled `member_labels`, or the members as strings); `known_missing` records
     are not expected. `index` says how each file's messages are found: "wgrib2" (a `.idx`
     beside it), "ecmwf" (ECMWF's `.index`), "scan" (read from the messages themselves) or
-    "whole" (one message per object); see `toolkit.virtual.grib.kinds`."""
+    "whole" (one message per object); see `toolkit.virtual.grib.kinds`. `discovery` says how
+    files are found: "list" (a listing per directory) or "probe" (a HEAD per expected file:
+    HTTP servers, buckets without LIST)."""
 
     location: str | storage.Store
     key: str
@@ -108,6 +110,7 @@ class Source:
     known_missing: tuple[KnownMissing, ...] = ()
     store_options: Mapping[str, Any] | None = None
     index: str = "wgrib2"
+    discovery: str = "list"
 
     def __post_init__(self) -> None:
         check_kind(self.index, f"source {self.key!r}")
@@ -126,6 +129,7 @@ class Source:
             file_types=self.file_types,
             key_format=self.key,
             index=self.index,
+            discovery=self.discovery,
         )
         store = storage.open_store(self.location, **dict(self.store_options or {}))
         labels = self.member_labels
@@ -199,6 +203,7 @@ class GribForecastKeywords(_Needed, total=False):
     attrs: Mapping[str, Any] | None
     grid_relative_winds: bool
     index: str
+    discovery: str
 
 
 _DEFAULTS: dict[str, Any] = {
@@ -217,6 +222,7 @@ _DEFAULTS: dict[str, Any] = {
     "attrs": None,
     "grid_relative_winds": False,
     "index": "wgrib2",
+    "discovery": "list",
 }
 
 
@@ -227,7 +233,8 @@ def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Datase
     `member`, relative to `source` (a URL or path; `store_options` as for any store, e.g.
     region, endpoint, anonymous). `index` is how each file's messages are found: "wgrib2"
     (default: `KEY.idx`), "ecmwf" (ECMWF's `.index`), "scan" (no sidecar) or "whole" (one
-    message per object). `grid` is the grid's coordinates in the order the messages
+    message per object); `discovery` how files are found: "list" (default) or "probe" (a
+    HEAD per file the window expects, for an `https://` source or a bucket without LIST). `grid` is the grid's coordinates in the order the messages
     scan them (e.g. latitude then longitude); inits run `first_init` .. `end` (exclusive)
     every `every_hours`. An update fire takes the `update_cycles` newest cycles.
     `allow_all_nan_vars` names variables validation lets decode entirely to NaN;
@@ -259,6 +266,7 @@ def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Datase
             known_missing=k["known_missing"],
             store_options=k["store_options"],
             index=k["index"],
+            discovery=k["discovery"],
         ),
         variables=k["variables"],
         grid=Grid(k["grid"], k["crs"], k["grid_relative_winds"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -48,6 +48,7 @@ def list_available(
     require_index: bool,
     concurrency: int = LIST_CONCURRENCY,
     index: str = "wgrib2",
+    discovery: str = "list",
 ) -> list[Available]:
     """Pending files `store` lists now, with the listing's size and own `last_modified`.
 
@@ -63,12 +64,15 @@ def list_available(
         if not url.startswith(prefix):
             raise ValueError(f"{url} is not under the source prefix {prefix}")
         keys[c] = url[len(prefix) :]
-    listed: dict[str, storage.ObjectInfo] = {}
-    dirs = sorted({posixpath.dirname(k) for k in keys.values()})
-    with ThreadPoolExecutor(max(1, min(concurrency, len(dirs)))) as pool:
-        for infos in pool.map(lambda d: storage.list_objects(store, d), dirs):
-            for info in infos:
-                listed[info.key] = info
+    if discovery == "probe":
+        listed = _probed(store, keys.values(), index if require_index else None)
+    else:
+        listed = {}
+        dirs = sorted({posixpath.dirname(k) for k in keys.values()})
+        with ThreadPoolExecutor(max(1, min(concurrency, len(dirs)))) as pool:
+            for infos in pool.map(lambda d: storage.list_objects(store, d), dirs):
+                for info in infos:
+                    listed[info.key] = info
     return [
         (c, listed[k].size, listed[k].last_modified)
         for c, k in keys.items()
@@ -78,6 +82,42 @@ def list_available(
 
 def _sidecar_listed(sidecar: str | None, listed: dict[str, storage.ObjectInfo]) -> bool:
     return sidecar is None or sidecar in listed
+
+
+PROBE_CONCURRENCY = 32  # HEAD requests in flight at once when a source cannot be listed
+
+
+def _probed(
+    store: storage.Store, keys: Iterable[str], index: str | None
+) -> dict[str, storage.ObjectInfo]:
+    """`discovery="probe"`: the keys the template expects, asked for one by one (a HEAD each,
+    and one for its sidecar once the file is there), for sources that cannot be listed (an
+    HTTP server, a bucket without LIST). Only the window's files are asked: a backfill's
+    stripe or an update's few cycles, never the archive."""
+
+    def head(key: str) -> dict[str, storage.ObjectInfo]:
+        found: dict[str, storage.ObjectInfo] = {}
+        for k in (key, None if index is None else sidecar_key(index, key)):
+            if k is None:
+                break
+            try:
+                found[k] = storage.head(store, k)
+            except storage.NotFound:
+                break  # no file, or no sidecar yet: what a listing would not show either
+        return found
+
+    wanted = list(keys)
+    listed: dict[str, storage.ObjectInfo] = {}
+    with ThreadPoolExecutor(max(1, min(PROBE_CONCURRENCY, len(wanted)))) as pool:
+        for found in pool.map(head, wanted):
+            listed.update(found)
+    return listed
+
+
+def discovery_of(source: GribSource) -> str:
+    """How `source`'s files are found: as its dataset says, and always by probing on a web
+    server (`https://`), which has no listing to ask."""
+    return "probe" if source.store.scheme in storage.HTTP_SCHEMES else source.catalog.discovery
 
 
 def discover(
@@ -91,6 +131,7 @@ def discover(
         require_index=True,
         concurrency=concurrency,
         index=source.catalog.index,
+        discovery=discovery_of(source),
     )
 
 
@@ -98,7 +139,11 @@ def without_index(source: GribSource, coords: Sequence[SourceFileCoord]) -> set[
     """Keys of `coords` whose data object is listed while its `.idx` is not: published, but
     not readable until the index follows."""
     listed = list_available(
-        coords, store=source.store, location_prefix=source.store.url, require_index=False
+        coords,
+        store=source.store,
+        location_prefix=source.store.url,
+        require_index=False,
+        discovery=discovery_of(source),
     )
     ready = {c.key for c, _, _ in discover(source, [c for c, _, _ in listed])}
     return {c.key for c, _, _ in listed if c.key not in ready}

@@ -156,6 +156,9 @@ class KnownMissing:
         )
 
 
+DISCOVERY = ("list", "probe")
+
+
 @dataclass
 class NoaaSource:
     """A bucket whose GRIB files carry a wgrib2 `.idx` sidecar: its key layout and catalog.
@@ -175,9 +178,17 @@ class NoaaSource:
     # how a file's messages are found (toolkit.virtual.grib.kinds); out of the repr, which
     # identifies a dataset, so NOAA's datasets keep their identity
     index: str = field(default="wgrib2", repr=False)
+    # how the files are found: "list" (a listing per directory) or "probe" (a HEAD per file
+    # the window expects, for HTTP servers and buckets without LIST)
+    discovery: str = field(default="list", repr=False)
 
     def __post_init__(self) -> None:
         check_kind(self.index, self.name)
+        if self.discovery not in DISCOVERY:
+            raise ValueError(
+                f"{self.name}: discovery={self.discovery!r} is not a way to find files; use "
+                + " or ".join(repr(d) for d in DISCOVERY)
+            )
         self._check_catalog()
 
     # -- layout -----------------------------------------------------------------------------
