@@ -563,3 +563,26 @@ _known(
 # pyramid_build, reran.)
 INDEX_KINDS = "a NOAA file's sidecar named by one call, its template built with two more kwargs"
 _known(("serve_tiles", "virtual_plan", "virtual_pyramid"), INDEX_KINDS, "5a55091")
+
+# cfe1618 adds sources that cannot be listed: `https://` stores (storage builds an HTTPStore for
+# that scheme only; a local store is built before it, an S3/GCS store with the same arguments
+# as before), an HTTP virtual chunk container beside the others, and `discovery="probe"`, taken
+# only when a dataset asks or its source is a web server (the listing path runs the same calls).
+# virtual_scale ran with it in the working tree for all but its first rows (e6d1d6b+dirty).
+HTTP_PROBE = "https:// stores and probing, taken only for such sources: the paths timed unchanged"
+_known(
+    ("archive_bench", "grib_bench", "pyramid_append", "pyramid_cf", "pyramid_output",
+     "pyramid_scale", "serve_tiles", "virtual_backfill_contention", "virtual_backfill_refs",
+     "virtual_plan", "virtual_pyramid", "virtual_resplit", "virtual_scale", "virtual_tick"),
+    HTTP_PROBE,
+    "cfe1618",
+)  # fmt: skip
+# 5a55091 on a NOAA file's refs: its sidecar key by one call, the same parse, one more length
+# comparison; virtual_throughput, which times exactly that loop against its floor, reran at
+# cfe1618 (the write loop's ratio to the floor is what moved, if anything).
+_known(
+    ("grib_bench", "virtual_backfill_contention", "virtual_backfill_refs", "virtual_tick"),
+    "a NOAA file's sidecar named by one call and one more comparison per file (see"
+    " virtual_throughput's rerun)",
+    "5a55091",
+)  # fmt: skip

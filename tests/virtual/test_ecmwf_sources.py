@@ -232,6 +232,27 @@ def doc_examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
+def test_the_docs_dataset_for_a_web_source_probes_and_reads_over_http(tmp_path):
+    """The docs' probing example, its `source` pointed at a local web server (`--source`)."""
+    from tests.httpfiles import FileSite
+
+    code = doc_examples()[3]
+    assert 'discovery="probe"' in code and 'source="https://' in code
+    module = tmp_path / "doc_web.py"
+    module.write_text(code)
+    truth = {k: v for k, v in archive(tmp_path / "site" / "f").items() if k[0] in ("2t", "10u")}
+    repo = tmp_path / "repo"
+    with FileSite(tmp_path / "site") as site:
+        res = runner.invoke(
+            app,
+            ["virtual", "backfill", f"{module}:DATASET", "--repo", str(repo), "--source",
+             f"{site.url}/f", "--start", "2025-03-01T00", "--executor", "sync", "--json"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert check_against_eccodes(open_dataset(str(repo)), truth) == len(truth) == 12
+    assert set(site.seen) <= {"HEAD", "GET"}
+
+
 @pytest.mark.parametrize("which", range(3), ids=["ecmwf", "scan", "whole"])
 def test_the_docs_dataset_for_each_index_kind_runs_from_the_cli(tmp_path, which):
     code = doc_examples()[which]
