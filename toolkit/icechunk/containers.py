@@ -113,7 +113,7 @@ def _credential(prefix: str, mode: Literal["anonymous", "env"]) -> Any:
     if scheme == "file":
         return ic.credentials.LocalFileSystemAccess
     if scheme in storage.HTTP_SCHEMES:
-        return None  # a web server's files: no credentials to pass
+        return ic.credentials.HttpAccess  # a web server's files: read without credentials
     if scheme == "s3":
         return (
             ic.s3_anonymous_credentials() if mode == "anonymous" else ic.s3_from_env_credentials()

@@ -96,7 +96,7 @@ def walk(store: storage.Store, key: str, file_size: int, read: int = HEAD_BYTES)
     Each message's section 0 gives its length, so the next one's offset; its sections 1-4 say
     what it is (`identify`). One ranged read of `read` bytes per message (more only when its
     sections 1-4 are longer), none for a message whose head a previous read already holds:
-    a file of N messages costs at most N requests, whatever its size."""
+    a file of N messages costs about N requests, whatever its size."""
     url = object_url(store, key)
     if file_size <= 0:
         raise InvalidMessageError(url, "empty file: no GRIB message")
