@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         r["commit"] = at
     took = time.perf_counter() - began
     notes = (
-        f"{datetime.now().astimezone().isoformat(timespec='seconds')} at commit {at}. One file of "
-        f"{messages} messages (ECMWF's layout, written by ecCodes; {sizes[STEPS[-1]] // 1024} KiB). "
+        f"One file of {messages} messages (ECMWF's layout, written by ecCodes; {sizes[STEPS[-1]] // 1024} KiB). "
         "Refs per file through source_io.fetch + refs_from, the median over 5 files; requests "
         "counted by the proxy. The run took "
         f"{took / 60:.1f} min on {sys.platform}."

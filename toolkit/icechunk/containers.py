@@ -103,8 +103,7 @@ def container_for(store: storage.Store) -> Container:
     if store.scheme in storage.HTTP_SCHEMES:
         return http_container(store.url)
     raise ValueError(
-        f"no virtual chunk container for store {store.url}: use file://, s3://, gs:// or "
-        "https://"
+        f"no virtual chunk container for store {store.url}: use file://, s3://, gs:// or https://"
     )
 
 

@@ -12,6 +12,7 @@ table lacks keeps its ECMWF name (`param=NAME`), which no wgrib2 spelling matche
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -30,22 +31,32 @@ _REQUIRED = ("_offset", "_length", "param", "levtype", "step", "date", "time")
 
 def spell(line: dict[str, object], url: str = "<index>", n: int = 1) -> tuple[str, str, str]:
     """(element, level, window) of one `.index` line, as wgrib2 would list its message."""
-    param: EcmwfParameter | None = TABLES.get(str(line.get("class")), ECMWF).get(str(line["param"]))
-    step = str(line["step"])
+    key = tuple(str(line.get(k, "")) for k in ("class", "param", "levtype", "levelist", "step"))
+    try:
+        return _spelled(key)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise InvalidIndexError(url, f"line {n}: {err}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _spelled(key: tuple[str, str, str, str, str]) -> tuple[str, str, str]:
+    """The spelling of a line's keys: the same few hundred for every file of a dataset."""
+    mars_class, name, levtype, levelist, step = key
+    param: EcmwfParameter | None = TABLES.get(mars_class, ECMWF).get(name)
     try:
         start, _, end = step.partition("-")
         a = timedelta(hours=int(start))
         b = timedelta(hours=int(end)) if end else a
     except ValueError:
-        raise InvalidIndexError(url, f"line {n}: step {step!r} is not hours or a range") from None
+        raise ValueError(f"step {step!r} is not hours or a range") from None
     if param is None:
-        return f"param={line['param']}", f"levtype={line['levtype']}", Window.instant(b).render()
+        return f"param={name}", f"levtype={levtype}", Window.instant(b).render()
     value: float | None = param.height
     if param.surface == 100:  # pressure levels, in hPa in the index and Pa on the surface
         try:
-            value = float(str(line["levelist"])) * 100
-        except (KeyError, ValueError):
-            raise InvalidIndexError(url, f"line {n}: a pressure level needs levelist") from None
+            value = float(levelist) * 100
+        except ValueError:
+            raise ValueError("a pressure level needs levelist") from None
     element = element_of(*param.code, ECMF, param.local_table)
     level = level_of((param.surface, value), None)
     window = (
@@ -67,13 +78,7 @@ def scan_ecmwf_index(text: str, url: str = "<index>") -> Inventory:
     windows: list[str] = []
     last_end = 0
     last_length = None
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise InvalidIndexError(url, f"line {n}: not JSON ({err.msg})") from None
+    for n, line in _lines(text, url):
         if not isinstance(line, dict) or any(k not in line for k in _REQUIRED):
             missing = [k for k in _REQUIRED if not isinstance(line, dict) or k not in line]
             raise InvalidIndexError(url, f"line {n}: lacks {', '.join(missing)}")
@@ -101,6 +106,25 @@ def scan_ecmwf_index(text: str, url: str = "<index>") -> Inventory:
     dates = {d: _date(d, url) for d in dict.fromkeys(date_texts)}
     fields = LineFields(columns=(elements, levels, windows, [""] * len(offsets)))
     return Inventory(url, numbers, None, offsets, date_texts, dates, fields, last_length)
+
+
+def _lines(text: str, url: str) -> list[tuple[int, object]]:
+    """(line number, parsed JSON) of the non-blank lines: one parse for the whole sidecar
+    (a C call), line by line only to name the line that is not JSON."""
+    numbered = [(n, raw) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    try:
+        parsed = json.loads("[" + ",".join(raw for _, raw in numbered) + "]")
+        if len(parsed) == len(numbered):
+            return [(n, line) for (n, _), line in zip(numbered, parsed, strict=True)]
+    except json.JSONDecodeError:
+        pass
+    out = []
+    for n, raw in numbered:
+        try:
+            out.append((n, json.loads(raw)))
+        except json.JSONDecodeError as err:
+            raise InvalidIndexError(url, f"line {n}: not JSON ({err.msg})") from None
+    return out
 
 
 def _date(text: str, url: str) -> datetime:
