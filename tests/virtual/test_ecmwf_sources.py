@@ -394,3 +394,18 @@ def test_an_ecmwf_dataset_updates_validates_builds_levels_and_a_stac_entry(tmp_p
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["virtual", "stac", repo, "--output", str(tmp_path / "stac")])
     assert res.exit_code == 0, res.output
+    # the web map over it: a point west of Greenwich, on a grid that starts at -180
+    from starlette.testclient import TestClient
+
+    from toolkit.webmap.app import Served, create_app
+    from toolkit.webmap.view import Source as MapSource
+
+    c = TestClient(create_app(Served(MapSource(repo), variable="temperature_2m")))
+    meta = c.get("/meta").json()
+    assert meta["variables"]["temperature_2m"]["units"] == "K"
+    truth = E.decoded(src / KEY.format(init=INITS[1], lead=3))[("2t", None, 3)]
+    lat, lon = 45.0, -90.0  # the cell at 45 N, 90 W (row 2, column 4 of the 22.5-degree grid)
+    p = c.get("/point", params={"variable": "temperature_2m", "lat": lat, "lon": lon, "zoom": 6,
+                                "lead_time": "PT3H"}).json()  # fmt: skip
+    assert p["level"] == "0" and p["value"] == pytest.approx(float(truth[2, 4]), rel=1e-6)
+    assert c.get("/tiles/0/0/0.png", params={"variable": "temperature_2m"}).status_code == 200
