@@ -27,7 +27,7 @@ def test_version_and_help() -> None:
     name = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert name["name"] == toolkit.DISTRIBUTION != "toolkit"  # the index's `toolkit` is another's
     assert f"{md.version(toolkit.DISTRIBUTION)} ({toolkit.DISTRIBUTION})" in result.output
-    assert name["scripts"] == {"toolkit": "toolkit.cli:main"}
+    assert name["scripts"] == {"toolkit": "toolkit.launch:main"}  # which then runs toolkit.cli
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
     for command in ("demo", "pyramid", "virtual", "grib", "archive", "--cluster"):
