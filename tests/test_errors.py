@@ -1630,6 +1630,8 @@ def render() -> str:
         "fragments shown (the object, the cause, the fix) in that order; that no traceback is\n"
         "printed (`--debug` prints one); and that nothing that existed before changed.\n"
         "Exit 2: the input must change. Exit 1: a check failed or a state refuses the change.\n"
+        "With `--json`, the same line also goes to stdout as the one JSON object the command\n"
+        'promises: `{"error": LINE, "exit": CODE}` (`tests/test_json_errors.py`).\n'
         "This table is rendered from the tests: `python -m tests.test_errors` rewrites it.\n\n"
         "| input | exit code | message |\n|---|---|---|\n"
     )

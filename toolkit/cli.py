@@ -124,6 +124,7 @@ def _main(
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
+    flags.json = flags.json_written = False  # a command's --json says otherwise as it is parsed
     if quiet and verbose:
         raise typer.BadParameter("--quiet and --verbose contradict each other: give one")
     configure_logging(quiet, verbose)

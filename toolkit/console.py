@@ -56,6 +56,8 @@ class Flags:
     quiet = False  # warnings and errors only: no progress bars, no hints
     verbose = 0  # 1: the toolkit.* loggers' INFO lines; 2: DEBUG
     started: float | None = None  # when the `toolkit` process started (its console script)
+    json = False  # the command was given --json: a failure is one JSON object on stdout too
+    json_written = False  # the command's own JSON object is out: nothing more goes to stdout
 
 
 flags = Flags()
@@ -120,8 +122,13 @@ def one_line(text: str) -> str:
 
 
 def fail(code: int, message: str) -> typer.Exit:
-    """Print one red line to stderr and return the Exit to raise."""
-    err_console.print(f"[red]error:[/red] {escape(one_line(storage.readable(message)))}")
+    """Print one red line to stderr and return the Exit to raise; under --json, also the one
+    JSON object the command promised, `{"error": LINE, "exit": CODE}`, on stdout (unless the
+    command's own object, a failed check's report, is out already)."""
+    line = one_line(storage.readable(message))
+    err_console.print(f"[red]error:[/red] {escape(line)}")
+    if flags.json and not flags.json_written:
+        emit_json({"error": line, "exit": code})
     return typer.Exit(code)
 
 
@@ -263,9 +270,21 @@ def runner(
             yield Runner(where, executor, drawn)  # type: ignore[arg-type]
 
 
+def json_asked(value: bool) -> bool:
+    """Parsed before the command runs: from here on a failure is a JSON object too."""
+    flags.json = bool(value)
+    flags.json_written = False
+    return value
+
+
 AsJson = Annotated[
     bool,
-    typer.Option("--json", help="One JSON object on stdout instead of the tables, for scripts."),
+    typer.Option(
+        "--json",
+        help="One JSON object on stdout instead of the tables, for scripts (for a failure: "
+        '{"error": ..., "exit": ...}).',
+        callback=json_asked,
+    ),
 ]
 
 
@@ -309,6 +328,7 @@ def emit_json(doc: Any) -> None:
     never with NaN or Infinity in it (`json_text`)."""
     sys.stdout.write(json_text(doc) + "\n")
     sys.stdout.flush()
+    flags.json_written = True
 
 
 _SUBSECOND = re.compile(r"(T\d\d:\d\d:\d\d)\.\d+")

@@ -57,7 +57,8 @@ def test_every_virtual_command_speaks_json(tmp_path):
     assert checked["completeness"]["expected_files"] == 6 and checked["samples"] >= 1
 
     nothing = runner.invoke(app, ["virtual", "abort", repo, "--json"])
-    assert nothing.exit_code == 2 and nothing.stdout == ""  # an error is one line on stderr
+    assert nothing.exit_code == 2  # an error: its line on stderr, and as JSON on stdout
+    assert json.loads(nothing.stdout) == {"error": "no backfill in flight", "exit": 2}
 
     applied = one(runner.invoke(app, ["virtual", "split", "apply", repo, "--split", "1", "--json"]))
     assert applied["split"] == 1 and applied["after"]["refs"] == applied["before"]["refs"]

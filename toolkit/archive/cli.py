@@ -28,7 +28,9 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
     exit_codes,
+    flags,
     hint,
+    json_asked,
     json_text,
     root_cluster,
     runner,
@@ -67,7 +69,7 @@ BreakLock = Annotated[
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Compute and show, write nothing.")]
 Force = Annotated[bool, typer.Option("--force", help="Re-cut (orphans blob ids; keeps pins).")]
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.", callback=json_asked)]
 HotAlways = Annotated[
     list[str] | None,
     typer.Option(
@@ -80,6 +82,8 @@ HotAlways = Annotated[
 
 def _echo(text: str) -> None:
     typer.echo(text)
+    if flags.json:  # the command's own JSON is out: a later failure adds no second object
+        flags.json_written = True
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -484,7 +488,9 @@ def watch(
     t_hot: THot = "64MiB",
     t_min: TMin = "10GiB",
     hot_always: HotAlways = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per batch.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per batch.", callback=json_asked)
+    ] = False,
     cluster: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
     wait_for_workers: WaitForWorkers = WAIT_FOR_WORKERS,
     executor: Annotated[Literal["dask", "sync"], typer.Option(help="dask or sync")] = "dask",

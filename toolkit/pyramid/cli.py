@@ -32,6 +32,7 @@ from toolkit.console import (
     exit_codes,
     fail,
     hint,
+    json_asked,
     out,
     print_report,
     report_json,
@@ -383,7 +384,10 @@ def stac_cmd(
         typer.Option("--output", "-o", help="Folder for collection.json and its item (rewritten)."),
     ],
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object on stdout: the paths and extents.")
+        bool,
+        typer.Option(
+            "--json", help="One JSON object on stdout: the paths and extents.", callback=json_asked
+        ),
     ] = False,
     stores: Storage = STORAGE,
 ) -> None:

@@ -29,6 +29,7 @@ from toolkit.console import (
     Typer,
     WaitForWorkers,
     emit_json,
+    json_asked,
 )
 from toolkit.virtual.clock import VALIDATION_FLOOR
 
@@ -442,6 +443,7 @@ FireJson = Annotated[
         "--json",
         help="Print the fire's summary (commits, pending, skipped, given up, lag from "
         "publish to main, validation) as one JSON object on stdout; the rest goes to stderr.",
+        callback=json_asked,
     ),
 ]
 ExpireOlderThan = Annotated[
@@ -762,7 +764,10 @@ def abort(
 def status(
     repo: RepoArg,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object on stdout, for a monitor.")
+        bool,
+        typer.Option(
+            "--json", help="One JSON object on stdout, for a monitor.", callback=json_asked
+        ),
     ] = False,
     stores: RepoStorage = STORAGE,
 ) -> None:
@@ -839,7 +844,9 @@ app.add_typer(split_app, name="split")
 @split_app.command("advise")
 def split_advise(
     repo: RepoArg,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout.", callback=json_asked)
+    ] = False,
     stores: RepoStorage = STORAGE,
 ) -> None:
     """Per array: manifests, refs and bytes per manifest, against the reader budgets (a few MiB
@@ -1142,7 +1149,10 @@ def stac_cmd(
     repo: RepoArg,
     output: StacDir,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object on stdout: the paths and extents.")
+        bool,
+        typer.Option(
+            "--json", help="One JSON object on stdout: the paths and extents.", callback=json_asked
+        ),
     ] = False,
     stores: RepoStorage = STORAGE,
 ) -> None:

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import typer
 
-from toolkit.console import PLAIN_HELP, RETRY_SECONDS, RetrySeconds, emit_json
+from toolkit.console import PLAIN_HELP, RETRY_SECONDS, RetrySeconds, emit_json, json_asked
 
 app = typer.Typer(
     help="Inspect GRIB2 files and their wgrib2 indexes.", no_args_is_help=True, **PLAIN_HELP
@@ -150,7 +150,9 @@ def scan(
         str | None,
         typer.Option("--index", help="wgrib2 .idx (path or URL) to check against the file"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of a table.", callback=json_asked)
+    ] = False,
     endpoint: Annotated[str | None, typer.Option(help="S3-compatible endpoint URL.")] = None,
     region: Annotated[str | None, typer.Option(help="Bucket region.")] = None,
     anonymous: Annotated[bool, typer.Option(help="Unsigned requests (public buckets).")] = False,
