@@ -595,3 +595,11 @@ _known(
     "a3c8b56",
     "d9579fa",
 )  # fmt: skip
+
+# 6b5a12e: a command's --json is noted as its options are parsed (one flag set), and a failure
+# under --json also prints its line as one JSON object: only the error path writes more.
+_known(
+    ("pyramid_build", "virtual_scale"),
+    "--json noted at parsing (one flag) and a JSON line on the error path only",
+    "6b5a12e",
+)  # fmt: skip
