@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import zarr
@@ -21,9 +23,14 @@ def run(*args: str):
 
 
 def one_line_error(result) -> str:
+    """The one `error:` line; under --json its JSON twin on stdout must say the same."""
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.output
+    as_json = [ln for ln in lines if ln.startswith('{"error": ')]
+    lines = [ln for ln in lines if ln not in as_json]
+    assert len(lines) == 1 and len(as_json) <= 1, result.output
     assert lines[0].startswith("error:"), result.output
+    for doc in as_json:
+        assert json.loads(doc) == {"error": lines[0][len("error: ") :], "exit": result.exit_code}
     return lines[0]
 
 
