@@ -57,6 +57,22 @@ def archive(root: Path, *, sidecar: bool = True) -> dict:
     return truth
 
 
+SINGLE = "{init:%Y%m%d%H}/{file_type}/{lead:03d}.grib2"  # one object per field
+
+
+def single_fields(root: Path, shorts: tuple[str, ...]) -> dict:
+    """One object per field at `SINGLE`, and ecCodes' decode of each."""
+    truth = {}
+    for init in INITS:
+        for step in STEPS:
+            for s in shorts:
+                key = SINGLE.format(init=init, file_type=s, lead=step)
+                path = E.write(root, key, [E.Field(s)], init, step, GRID, sidecar=False)
+                (((name, level, _), v),) = E.decoded(path).items()
+                truth[(name, level, init, step)] = v
+    return truth
+
+
 def dataset(source: storage.Store, index: str, discovery: str = "list"):
     """What a user writes for ECMWF-style files, whichever way their messages are found."""
     return grib_forecast(
@@ -159,26 +175,11 @@ def test_the_same_files_with_and_without_their_sidecar_make_the_same_dataset(tmp
 def test_single_message_objects_through_whole(tmp_path):
     """One field per object, as ECCC and DWD publish theirs: `index="whole"`."""
     src, shorts = tmp_path / "src", ("2t", "10u", "msl", "tp")
-    key = "{init:%Y%m%d%H}/{file_type}/{lead:03d}.grib2"
-    truth = {}
-    for init in INITS:
-        for step in STEPS:
-            for s in shorts:
-                path = E.write(
-                    src,
-                    key.format(init=init, file_type=s, lead=step),
-                    [E.Field(s)],
-                    init,
-                    step,
-                    GRID,
-                    sidecar=False,
-                )
-                (((name, level, _), v),) = E.decoded(path).items()
-                truth[(name, level, init, step)] = v
+    truth = single_fields(src, shorts)
     ds = grib_forecast(
         "my-single-fields",
         source=storage.open_store(str(src)),
-        key=key,
+        key=SINGLE,
         variables=[ecmwf_variable(NAMES[s], s, file_type=s) for s in shorts],
         grid={"latitude": GRID.latitude, "longitude": GRID.longitude},
         first_init=INITS[0], end=datetime(2025, 3, 2), every_hours=12, leads_hours=STEPS,
@@ -263,22 +264,7 @@ def test_the_docs_dataset_for_each_index_kind_runs_from_the_cli(tmp_path, which)
     src = tmp_path / "src"
     truth = {}
     if kind == "whole":  # one object per field, keyed by its file type
-        key = "{init:%Y%m%d%H}/{file_type}/{lead:03d}.grib2"
-        for init in INITS:
-            for step in STEPS:
-                for s in ("2t", "10u", "msl"):
-                    path = E.write(
-                        src,
-                        key.format(init=init, file_type=s, lead=step),
-                        [E.Field(s)],
-                        init,
-                        step,
-                        GRID,
-                        sidecar=False,
-                    )
-                    truth.update(
-                        {(n, lv, init, step): v for (n, lv, _), v in E.decoded(path).items()}
-                    )
+        truth = single_fields(src, ("2t", "10u", "msl"))
     else:
         truth = archive(src, sidecar=kind == "ecmwf")
     repo = tmp_path / "repo"

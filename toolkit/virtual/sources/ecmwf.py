@@ -17,7 +17,15 @@ from toolkit.virtual.grib.identity import element_of, level_of
 from toolkit.virtual.grib_params import AIFS, ECMWF, EcmwfParameter
 from toolkit.virtual.sources.noaa import GribVariable, Member, NoaaSource, lead_hours
 
-__all__ = ["BUCKET", "PRESSURE_LEVELS", "REGION", "AifsSingle", "IfsOper", "ecmwf_variable"]
+__all__ = [
+    "BUCKET",
+    "PRESSURE_LEVELS",
+    "REGION",
+    "AifsSingle",
+    "EcmwfOpenData",
+    "IfsOper",
+    "ecmwf_variable",
+]
 
 BUCKET = "s3://ecmwf-forecasts"
 REGION = "eu-central-1"
@@ -76,43 +84,47 @@ def _file(init: datetime, lead: timedelta | int) -> str:
 
 
 @dataclass
-class IfsOper(NoaaSource):
-    """IFS HRES, oper stream, 0.25°: ``YYYYMMDD/HHz/ifs/0p25/oper/YYYYMMDDHH0000-Sh-oper-fc.grib2``
-    (no ``ifs/`` before 2024-02-28 06z)."""
+class EcmwfOpenData(NoaaSource):
+    """What both models share on ECMWF's bucket: `YYYYMMDD/HHz/FOLDER/FILE`, one file per
+    (cycle, step) with its `.index`; a model says its `folder` for a cycle."""
 
     bucket: str = BUCKET
-    variables: tuple[GribVariable, ...] = field(default_factory=lambda: _variables(ECMWF))
-    name: str = "ecmwf-ifs-oper"
     region: str = REGION
     file_types: tuple[str, ...] = (FILE_TYPE,)
     index: str = field(default="ecmwf", repr=False)
 
+    def folder(self, init: datetime) -> str:
+        raise NotImplementedError
+
     def data_key(
         self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
     ) -> str:
-        model = "ifs/0p25" if init >= IFS_FOLDER_FROM else "0p25"
-        return f"{init:%Y%m%d}/{init:%H}z/{model}/oper/{_file(init, lead)}"
+        return f"{init:%Y%m%d}/{init:%H}z/{self.folder(init)}/{_file(init, lead)}"
 
 
 @dataclass
-class AifsSingle(NoaaSource):
+class IfsOper(EcmwfOpenData):
+    """IFS HRES, oper stream, 0.25°: ``YYYYMMDD/HHz/ifs/0p25/oper/YYYYMMDDHH0000-Sh-oper-fc.grib2``
+    (no ``ifs/`` before 2024-02-28 06z)."""
+
+    variables: tuple[GribVariable, ...] = field(default_factory=lambda: _variables(ECMWF))
+    name: str = "ecmwf-ifs-oper"
+
+    def folder(self, init: datetime) -> str:
+        return "ifs/0p25/oper" if init >= IFS_FOLDER_FROM else "0p25/oper"
+
+
+@dataclass
+class AifsSingle(EcmwfOpenData):
     """AIFS single, 0.25°: ``YYYYMMDD/HHz/aifs-single/0p25/oper/...-oper-fc.grib2`` (``aifs/``
     before 2025-02-24 06z, ``aifs-single/0p25/experimental/oper/`` for the day after)."""
 
-    bucket: str = BUCKET
     variables: tuple[GribVariable, ...] = field(default_factory=lambda: _variables(AIFS))
     name: str = "ecmwf-aifs-single"
-    region: str = REGION
-    file_types: tuple[str, ...] = (FILE_TYPE,)
-    index: str = field(default="ecmwf", repr=False)
 
-    def data_key(
-        self, init: datetime, lead: timedelta | int, file_type: str, member: Member = None
-    ) -> str:
+    def folder(self, init: datetime) -> str:
         if init < AIFS_EXPERIMENTAL_FROM:
-            folder = "aifs/0p25/oper"
-        elif init < AIFS_SINGLE_FROM:
-            folder = "aifs-single/0p25/experimental/oper"
-        else:
-            folder = "aifs-single/0p25/oper"
-        return f"{init:%Y%m%d}/{init:%H}z/{folder}/{_file(init, lead)}"
+            return "aifs/0p25/oper"
+        if init < AIFS_SINGLE_FROM:
+            return "aifs-single/0p25/experimental/oper"
+        return "aifs-single/0p25/oper"
