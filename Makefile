@@ -3,7 +3,7 @@
 # CPython 3.12; `make lock` regenerates them):
 #   requirements/core.txt   the library alone: what a worker image needs (docs/clusters.md)
 #   requirements/demo.txt   core + the `examples` and `serve` extras: `make demo`
-#   requirements/test.txt   core + the `examples`, `serve` and `test` extras: `make test`
+#   requirements/test.txt   core + the `examples`, `serve`, `test` and `docs` extras: `make test`
 #   requirements/bench.txt  test + the `bench` extra: `make bench`
 #   requirements/notebooks.txt  core + `examples` + `notebooks` (jupyterlab)
 # One resolution: test.txt is solved first and every other file is solved under it (-c), so a
@@ -60,11 +60,11 @@ bench: $(VENV)/.installed-bench
 # the dependencies, then commit requirements/). uv (pinned, in its own .venv-lock) runs, e.g.
 #   uv pip compile pyproject.toml -q --python-version 3.12 --python-platform x86_64-unknown-linux-gnu \
 #       --custom-compile-command "make lock" --annotation-style line \
-#       --extra examples --extra serve --extra test -o requirements/test.txt
+#       --extra examples --extra serve --extra test --extra docs -o requirements/test.txt
 # and then the same with, in place of the last line:
 #   --extra examples --extra serve             -c requirements/test.txt -o requirements/demo.txt
 #   (no extra)                                 -c requirements/test.txt -o requirements/core.txt
-#   --extra examples --extra serve --extra test --extra bench -c requirements/test.txt \
+#   --extra examples --extra serve --extra test --extra docs --extra bench -c requirements/test.txt \
 #       -o requirements/bench.txt
 #   --extra examples --extra notebooks         -c requirements/test.txt -o requirements/notebooks.txt
 # uv resolves against PyPI (it does not read pip.conf); pip installs the pins from whatever index
@@ -78,10 +78,10 @@ lock:
 	$(if $(wildcard $(UV_VENV)/bin/uv),,$(need_py))
 	@test -x $(UV_VENV)/bin/uv || { $(PY) -m venv $(UV_VENV) && $(UV_VENV)/bin/python -m pip install -q uv==$(UV_VERSION); }
 	@mkdir -p $(LOCK)
-	$(COMPILE) --extra examples --extra serve --extra test -o $(LOCK)/test.txt
+	$(COMPILE) --extra examples --extra serve --extra test --extra docs -o $(LOCK)/test.txt
 	$(COMPILE) --extra examples --extra serve -c $(LOCK)/test.txt -o $(LOCK)/demo.txt
 	$(COMPILE) -c $(LOCK)/test.txt -o $(LOCK)/core.txt
-	$(COMPILE) --extra examples --extra serve --extra test --extra bench -c $(LOCK)/test.txt -o $(LOCK)/bench.txt
+	$(COMPILE) --extra examples --extra serve --extra test --extra docs --extra bench -c $(LOCK)/test.txt -o $(LOCK)/bench.txt
 	$(COMPILE) --extra examples --extra notebooks -c $(LOCK)/test.txt -o $(LOCK)/notebooks.txt
 
 clean:  # keeps the lock files (requirements/)

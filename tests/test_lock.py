@@ -22,8 +22,8 @@ LOCK = ROOT / "requirements"
 FILES = {
     "core": (),
     "demo": ("examples",),
-    "test": ("examples", "test"),
-    "bench": ("examples", "test", "bench"),
+    "test": ("examples", "serve", "test", "docs"),
+    "bench": ("examples", "serve", "test", "docs", "bench"),
     "notebooks": ("examples", "notebooks"),
 }
 # the lock is solved for Linux / CPython 3.12 (the Makefile's `lock` target)

@@ -94,7 +94,7 @@ class Source:
     """Where the files are: `location` (a URL or path, or an open `Store`; `store_options` as
     for any store, e.g. region, endpoint, anonymous) and each file's `key`, a format string
     over `init` (datetime), `lead` (whole hours), `file_type` and `member`, relative to
-    `location`. One file per (init, lead[, member][, file type]) of `file_types` and
+    `location`. One file per `(init, lead[, member][, file type])` of `file_types` and
     `members` (labelled `member_labels`, or the members as strings); `known_missing` records
     are not expected. `index` says how each file's messages are found: "wgrib2" (a `.idx`
     beside it), "ecmwf" (ECMWF's `.index`), "scan" (read from the messages themselves) or
@@ -227,7 +227,7 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def grib_forecast(name: str, **keywords: Unpack[GribForecastKeywords]) -> Dataset:
-    """A forecast archive: one file per (init, lead[, member][, file type]) at `key`.
+    """A forecast archive: one file per `(init, lead[, member][, file type])` at `key`.
 
     `key` is a format string over `init` (datetime), `lead` (whole hours), `file_type` and
     `member`, relative to `source` (a URL or path; `store_options` as for any store, e.g.

@@ -1,0 +1,83 @@
+"""docs/tutorial.md and docs/how-to/recall.md, run as a reader runs them: in one empty folder,
+in order, every shell block through the installed `toolkit` command and every Python block in
+a fresh interpreter; a titled block is saved as its file. Then the results are checked
+against independent readers (xarray's zarr engine, numpy, the GRIB files' own count)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from tests.docsite import Block, blocks
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+def run(block: Block, cwd: Path) -> str:
+    env = os.environ | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "100"}
+    if block.lang == "python":
+        if block.title:
+            (cwd / block.title).write_text(block.code)
+            return ""
+        argv = [sys.executable, "-c", block.code]
+    else:
+        argv = ["bash", "-euo", "pipefail", "-c", block.code]
+    res = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, (
+        f"{block.page} block failed:\n{block.code}\n{res.stdout}\n{res.stderr}"
+    )
+    return res.stdout
+
+
+def run_page(page: str, cwd: Path, skip_install: bool = True) -> list[str]:
+    outs = []
+    for b in blocks(page):
+        if skip_install and b.code.startswith("pip install"):
+            continue  # tests/test_install.py runs the install line
+        outs.append(run(b, cwd))
+    return outs
+
+
+def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+    out = run_page("tutorial.md", tmp_path)
+    assert len(out) == 8  # every block of the page ran (a block removed or added: update here)
+
+    # 1. the pyramid: the 4x level equals numpy's 4x4 means of level 0, as xarray reads it
+    level0 = xr.open_zarr(tmp_path / "air.zarr").t2m.values.astype("float64")
+    want = level0.reshape(4, 180, 4, 360, 4).mean(axis=(2, 4))
+    got = xr.open_zarr(tmp_path / "air.zarr", group="4x").t2m.values
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "(4, 180, 360)" in out[2]
+
+    # 2. the virtual dataset: every file of the folder is in it, each value decoded
+    gribs = sorted((tmp_path / "gribs").rglob("*.grib2"))
+    assert len(gribs) == 12
+    ds = xr.open_dataset(tmp_path / "my-repo", engine="toolkit")
+    assert ds.temperature_2m.notnull().all(("latitude", "longitude")).sum() == 12
+    assert "temperature_2m" in out[6]
+
+    # 3. the archive: a manifest for the store, and the resolver's answers
+    assert (tmp_path / "manifests").is_dir()
+    resolved = out[7].splitlines()[-2:]
+    key, scope, blob, why = resolved[0].split("\t")
+    assert (key, scope, why) == ("air.zarr/t2m/c/0/0/0", "air.zarr", "bucket")
+    assert blob.startswith("b_t2m_") and blob in out[7]  # the report names the same blob
+    assert resolved[1].endswith("hot_always")
+
+
+def test_the_recall_guide_runs_after_the_tutorial(tmp_path: Path) -> None:
+    run_page("tutorial.md", tmp_path)
+    out = run_page("how-to/recall.md", tmp_path)
+    assert len(out) == 4
+    assert "archived" in out[0]  # the report shows the state the tape system marked
+    on_tape, _ = out[1].split("{", 1)
+    assert "1 blob(s) to recall" in on_tape and "b_t2m_0" in out[1]
+    assert "b_t2m_0" in out[2]  # the Python plan names the same blob
+    assert "0 blob(s) to recall" in out[3]  # recalled: nothing to wait for
