@@ -6,6 +6,7 @@
 #   requirements/test.txt   core + the `examples`, `serve`, `test` and `docs` extras: `make test`
 #   requirements/bench.txt  test + the `bench` extra: `make bench`
 #   requirements/notebooks.txt  core + `examples` + `notebooks` (jupyterlab)
+#   requirements/docs.txt   core + the `serve` and `docs` extras: `make docs` (mkdocs.yml)
 # One resolution: test.txt is solved first and every other file is solved under it (-c), so a
 # package has the same version in each file and a worker built from core.txt matches a client
 # built from any of them.
@@ -26,7 +27,7 @@ LOCK := requirements
 UV_VERSION := 0.13.9
 UV_VENV := .venv-lock
 
-.PHONY: demo test lint bench lock clean print-py notebooks
+.PHONY: demo test lint bench lock clean print-py notebooks docs
 
 # the venv itself; only made when missing, so an existing .venv never needs $(PY)
 $(BIN)/python:
@@ -49,6 +50,9 @@ test: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
+docs: $(VENV)/.installed-docs  # the documentation site on http://127.0.0.1:8000
+	$(BIN)/mkdocs serve
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check toolkit tests graphs benchmarks notebooks
 	$(BIN)/lint-imports
@@ -67,6 +71,7 @@ bench: $(VENV)/.installed-bench
 #   --extra examples --extra serve --extra test --extra docs --extra bench -c requirements/test.txt \
 #       -o requirements/bench.txt
 #   --extra examples --extra notebooks         -c requirements/test.txt -o requirements/notebooks.txt
+#   --extra serve --extra docs                 -c requirements/test.txt -o requirements/docs.txt
 # uv resolves against PyPI (it does not read pip.conf); pip installs the pins from whatever index
 # pip is configured with. `make lock` keeps the pins that still satisfy pyproject.toml;
 # `make lock UPGRADE=1` moves every pin to the newest release allowed. No hashes, by choice:
@@ -83,6 +88,7 @@ lock:
 	$(COMPILE) -c $(LOCK)/test.txt -o $(LOCK)/core.txt
 	$(COMPILE) --extra examples --extra serve --extra test --extra docs --extra bench -c $(LOCK)/test.txt -o $(LOCK)/bench.txt
 	$(COMPILE) --extra examples --extra notebooks -c $(LOCK)/test.txt -o $(LOCK)/notebooks.txt
+	$(COMPILE) --extra serve --extra docs -c $(LOCK)/test.txt -o $(LOCK)/docs.txt
 
 clean:  # keeps the lock files (requirements/)
 	rm -rf $(VENV) $(UV_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -241,8 +241,9 @@ def test_every_help_reads_at_80_columns() -> None:
 
 
 def test_quiet_and_verbose_set_the_toolkit_loggers(tmp_path: Path) -> None:
-    """-v shows the toolkit.* loggers' INFO lines on stderr, the default does not, --quiet
-    drops progress bars and hints as well; both at once is bad usage."""
+    """--verbose shows the toolkit.* loggers' INFO lines on stderr, the default does not,
+    --quiet (here after the command) drops progress bars and hints as well; both at once is
+    bad usage."""
     import logging
 
     from toolkit import storage
@@ -250,16 +251,17 @@ def test_quiet_and_verbose_set_the_toolkit_loggers(tmp_path: Path) -> None:
 
     split = CliRunner()
     lines = {}
-    for i, flags in enumerate(([], ["-v"], ["--quiet"])):
+    for i, (before, after) in enumerate((([], []), (["--verbose"], []), ([], ["--quiet"]))):
         path = tmp_path / f"s{i}.zarr"
         synthetic.write_store(storage.open_store(str(path)), shape=(64, 96), shards=(32, 32))
-        r = split.invoke(app, [*flags, "pyramid", "build", str(path), "--levels", "1"])
+        r = split.invoke(app, [*before, "pyramid", "build", str(path), "--levels", "1", *after])
         assert r.exit_code == 0, r.output
-        lines[tuple(flags)] = r.stderr
+        lines[tuple(before + after)] = r.stderr
     said = "info: zarr codec pipeline for this run: FusedCodecPipeline (toolkit.engine.codecs)"
-    assert said in lines[("-v",)] and "(toolkit.console)" in lines[("-v",)]
+    assert said in lines[("--verbose",)] and "(toolkit.console)" in lines[("--verbose",)]
     assert "info:" not in lines[()] and "small build" in lines[()]
     assert lines[("--quiet",)] == ""  # no bar, no hint, nothing went wrong
     assert logging.getLogger("toolkit").level == logging.ERROR
-    both = split.invoke(app, ["-q", "-v", "pyramid", "build", str(tmp_path / "s0.zarr")])
+    argv = ["-q", "--verbose", "pyramid", "build", str(tmp_path / "s0.zarr")]
+    both = split.invoke(app, argv)
     assert both.exit_code == 2 and "contradict" in both.stderr

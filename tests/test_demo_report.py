@@ -41,7 +41,7 @@ class _Page(HTMLParser):
             self._table = []
         elif tag == "tr" and self._table is not None:
             self._table.append([])
-        if tag in ("h2", "p", "caption", "td", "figcaption"):
+        if tag in ("h2", "p", "caption", "td", "figcaption", "li"):
             self._in, self._buf = tag, ""
 
     def handle_endtag(self, tag: str) -> None:
@@ -226,10 +226,16 @@ def test_field_figure_without_cf_attributes_falls_back_to_names() -> None:
 
 
 def test_blob_figure_labels_axes_without_a_title() -> None:
-    scopes = [{"scope": "s.zarr", "blobs": [{"id": "b_x", "bytes": 2048, "objects": 2}]}]
-    (ax,) = demo_report.blob_figure(scopes).axes
-    assert ax.get_xlabel() == "size [KiB]" and ax.get_ylabel() == "scope/blob"
+    """Bars are named as the tables name the blobs; by scope too when there are several."""
+    blobs = [{"id": "b_x_0", "bytes": 2048, "objects": 2}]
+    (ax,) = demo_report.blob_figure([{"scope": "s.zarr", "blobs": blobs}]).axes
+    assert ax.get_xlabel() == "size [KiB]" and ax.get_ylabel() == "blob of s.zarr"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b_x_0"]
     assert ax.get_title() == ""
+    two = [{"scope": "s.zarr", "blobs": blobs}, {"scope": "t.zarr", "blobs": blobs}]
+    (ax,) = demo_report.blob_figure(two).axes
+    assert ax.get_ylabel() == "scope/blob"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["s.zarr/b_x_0", "t.zarr/b_x_0"]
 
 
 def test_the_demo_maps_carry_units(demo: tuple[Path, str, _Page]) -> None:
@@ -289,3 +295,126 @@ def test_the_page_says_how_to_see_each_output_on_a_map(demo: tuple[Path, str, _P
         assert line in text
         args = shlex.split(line)[2:]
         assert command.make_context("serve", args).params["source"] == str(store)
+
+
+# 6 ------------------------------------------------------------- one name per blob
+
+
+def test_every_blob_the_keys_resolve_to_is_a_row_of_the_blob_table(
+    demo: tuple[Path, str, _Page],
+) -> None:
+    """The blob table lists the archive's units as the resolver names them (a bucketed blob:
+    one row per bucket, `<id>_<n>`), each with the objects and bytes the resolver puts in it;
+    every blob the "keys resolved" table names is one of its rows, by the same name."""
+    from toolkit import storage
+
+    root, _, page = demo
+    table = {row[2]: row for row in page.tables["blobs"]}
+    assert len(table) == len(page.tables["blobs"])  # each blob once
+    named = [blob for _, _, blob in page.tables["keys resolved"]]
+    assert named and all(blob in table for blob in named), (named, sorted(table))
+    assert set(named) == set(table)  # the demo resolves one key per blob
+    trie = _trie(root)
+    held: dict[str, list[int]] = {}
+    objects = storage.list_objects(storage.open_store(str(root)), "pyramid-demo.zarr")
+    for o, r in zip(objects, trie.lookup_many(o.key for o in objects), strict=True):
+        if r.kind == "blob":
+            held.setdefault(r.blob, []).append(o.size)
+    assert {b: (str(len(s)), str(sum(s))) for b, s in held.items()} == {
+        b: (row[4], row[5]) for b, row in table.items()
+    }
+    buckets = [row for row in table.values() if row[3].startswith("bucket ")]
+    assert buckets and all(row[3].endswith(" of " + row[2].rpartition("_")[0]) for row in buckets)
+
+
+# 7 --------------------------------------------------------- the page explains itself
+
+
+def test_every_stage_and_the_gate_column_are_explained(demo: tuple[Path, str, _Page]) -> None:
+    _, _, page = demo
+    staged = {c: rows for c, rows in page.tables.items() if c.startswith("plan ")}
+    assert len(staged) == 5  # foundation, pyramid build and verify, backfill, update
+    for caption, rows in staged.items():
+        for row in rows:
+            assert len(row) == 7 and len(row[6].split()) >= 5, (caption, row)
+    said = [p for p in page.pieces if p.startswith("gate have/want: ")]
+    assert len(said) == 1 and "(have)" in said[0] and "(want)" in said[0] and "'-'" in said[0]
+
+
+def _rendered(dashboard: demo_report.Dashboard, workdir: demo_report.Workdir) -> str:
+    return demo_report.render(demo_report.Page(workdir, dashboard, 1.0))
+
+
+def test_the_dashboard_is_marked_live_only_during_the_run() -> None:
+    """The demo's own cluster is gone when the page is read: its address is not a link and
+    says so; a cluster the user named outlives the run, and its link stays one."""
+    link = "http://127.0.0.1:8787/status"
+    where = demo_report.Workdir("/w")
+    own = _rendered(demo_report.Dashboard(link), where)
+    assert "live only during the run" in own and "<a " not in own and link in own
+    named = _rendered(demo_report.Dashboard(link, outlives=True), where)
+    assert f'<a href="{link}">' in named and "live only" not in named
+    assert "none (run with --executor sync)" in _rendered(demo_report.Dashboard(None), where)
+
+
+# 8 ---------------------------------------------------------------- temp folders
+
+
+def test_without_a_workdir_the_stores_are_removed_and_the_page_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toolkit demo` without --workdir: its temporary folder is gone at the end; the page is
+    in the current folder and names the stores it no longer has as `--workdir DIR` would."""
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    temp, here = tmp_path / "tmp", tmp_path / "here"
+    temp.mkdir(), here.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.chdir(here)
+    result = CliRunner().invoke(app, ["demo", "--executor", "sync"])
+    assert result.exit_code == 0, result.output
+    assert list(temp.iterdir()) == []
+    page = here / "toolkit-demo-report.html"
+    assert [p.name for p in here.iterdir()] == [page.name]
+    assert f"report{page}" in "".join(result.output.split())  # rich may wrap the path
+    text = " ".join(html.unescape(page.read_text(encoding="utf-8")).split())
+    assert "removed when the demo ended" in text and "toolkit demo --workdir DIR" in text
+    assert 'xr.open_datatree("DIR/pyramid-demo.zarr", engine="toolkit")' in text
+    assert str(temp) not in text
+
+
+def test_a_report_path_that_is_a_folder_fails_before_anything_runs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    result = CliRunner().invoke(
+        app, ["demo", "--workdir", str(tmp_path / "w"), "--report", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert f"report page {tmp_path} is a folder" in " ".join(result.output.split())
+    assert not (tmp_path / "w").exists()
+
+
+# 9 ------------------------------------------------------------- the README's picture
+
+
+def test_the_readme_picture_is_the_pages_level_pictures(demo: tuple[Path, str, _Page]) -> None:
+    """`levels_picture` places the page's level pictures side by side, pixel for pixel."""
+    import base64
+    import io
+
+    from matplotlib.image import imread
+
+    _, source, page = demo
+    levels = [i for i in page.images if i.get("data-level")]
+    shown = [imread(io.BytesIO(base64.b64decode(i["src"].split(",", 1)[1]))) for i in levels]
+    strip = imread(io.BytesIO(demo_report.levels_picture(source)))
+    assert strip.shape[1] == sum(s.shape[1] for s in shown) + 16 * (len(shown) - 1)
+    assert strip.shape[0] == max(s.shape[0] for s in shown) + 30
+    first = shown[0]
+    assert np.array_equal(strip[: first.shape[0], : first.shape[1], :3], first[..., :3])

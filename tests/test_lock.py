@@ -25,6 +25,7 @@ FILES = {
     "test": ("examples", "serve", "test", "docs"),
     "bench": ("examples", "serve", "test", "docs", "bench"),
     "notebooks": ("examples", "notebooks"),
+    "docs": ("serve", "docs"),
 }
 # the lock is solved for Linux / CPython 3.12 (the Makefile's `lock` target)
 ENV = default_environment() | {

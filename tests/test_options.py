@@ -40,7 +40,9 @@ NUMERIC = [
     (path, param)
     for path, cmd in _commands()
     for param in cmd.params
-    if _kinds(param) & {int, float} and param.opts[0].startswith("--")
+    if _kinds(param) & {int, float}
+    and param.opts[0].startswith("--")
+    and not getattr(param, "count", False)  # --verbose counts its flags: no number is typed
 ]
 
 

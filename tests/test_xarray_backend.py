@@ -1,5 +1,6 @@
 """xarray's engine "toolkit" opens a pyramid and a virtual repo as toolkit's own readers do:
-real stores and repos, nothing mocked; docs/xarray.md's plain-Icechunk recipe is run as written."""
+real stores and repos, nothing mocked; docs/xarray.md's plain-Icechunk recipe is run as written.
+Its chunking ("Chunks: what you get by default") is checked against zarr's own metadata."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
+from dask.array.core import normalize_chunks
 
 from tests.virtual.test_backfill import START, sim
 from toolkit import storage
@@ -41,6 +44,19 @@ def repo(tmp_path_factory) -> Path:
     backfill(ds, start=START, workers=1, executor="sync")
     build(str(tmp / "repo"), ["temperature_2m"], levels=1, executor="sync")
     return tmp / "repo"
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """A pyramid whose level 0 and 2x level are sharded, each shard holding several inner
+    chunks (a level's shard is split only above 512 px: `toolkit.pyramid.geometry.inner_chunk`)."""
+    path = tmp_path_factory.mktemp("sharded") / "t2m.zarr"
+    store = storage.open_store(str(path))
+    synthetic.write_store(
+        store, shape=(1100, 1300), shards=(1024, 1024), chunks=(256, 256), bands=1
+    )
+    build(store, levels=1, executor="sync")
+    return path
 
 
 def test_the_entry_point_names_the_engine() -> None:
@@ -198,3 +214,74 @@ def test_a_pyramid_on_s3_opens_with_store_options(s3_endpoint: str) -> None:
     got = xr.open_dataset(url, engine=Engine, group="2x", store_options=options)
     xr.testing.assert_identical(got.load(), open_level(store, "2x").load())
     assert not Engine().guess_can_open(url)  # remote: never probed by a guess
+
+
+# ----------------------------------------------------------------------------- chunks
+
+
+def chunking(ds: xr.Dataset) -> dict:
+    return {name: var.chunks for name, var in ds.variables.items()}
+
+
+def encodings(ds: xr.Dataset) -> dict:
+    """Every variable's encoding, comparable (a NaN fill value is not equal to itself)."""
+    return {n: {k: repr(v) for k, v in var.encoding.items()} for n, var in ds.variables.items()}
+
+
+@pytest.mark.parametrize("chunks", [{}, None, "auto", {"init_time": 4}])
+@pytest.mark.parametrize("group", [None, "2x"])
+def test_the_engine_and_virtual_open_dataset_are_one_reader(
+    repo: Path, group: str | None, chunks: object
+) -> None:
+    """Same variables, coordinates, attributes, encodings and dask chunks, for the repo's
+    dataset and for its pyramid level."""
+    got = xr.open_dataset(repo, engine="toolkit", group=group, chunks=chunks)
+    want = virtual_open(str(repo), group=group, chunks=chunks)
+    for ds in (got, want):  # lazy: nothing read yet, dask only when asked
+        assert not ds["temperature_2m"].variable._in_memory
+        assert (ds["temperature_2m"].chunks is None) == (chunks is None)
+    assert chunking(got) == chunking(want)
+    assert encodings(got) == encodings(want)
+    xr.testing.assert_identical(got, want)
+
+
+def test_virtual_open_dataset_is_the_engine_with_one_chunk_per_grib_message(repo: Path) -> None:
+    """Its default is `chunks={}`: one dask chunk per virtual chunk, i.e. per GRIB message (a
+    whole (init_time, lead_time) field), as zarr's own metadata and a plain Icechunk read say."""
+    default = virtual_open(str(repo))
+    engine = xr.open_dataset(repo, engine="toolkit", chunks={})
+    xr.testing.assert_identical(default, engine)
+    assert chunking(default) == chunking(engine)
+    scope: dict = {"REPO": str(repo)}
+    exec(recipe(), scope)  # docs/xarray.md's plain Icechunk + xarray read, no toolkit
+    group = zarr.open_group(scope["session"].store, mode="r")
+    for name, var in default.data_vars.items():
+        if name == "spatial_ref":
+            continue
+        message = group[name].chunks
+        assert group[name].shards is None and var.ndim > 2
+        assert message == (1,) * (var.ndim - 2) + var.shape[-2:], name  # one full field
+        assert var.chunks == normalize_chunks(message, var.shape), name
+        np.testing.assert_array_equal(var.values, scope["ds"][name].values)
+    assert virtual_open(str(repo), chunks=None).chunks == {}
+
+
+@pytest.mark.parametrize("group", [None, "2x"])
+def test_a_sharded_level_reads_in_whole_shards(sharded: Path, group: str | None) -> None:
+    """`chunks={}` is one dask chunk per shard, where xarray's zarr engine gives one per inner
+    chunk; `chunks=None` is no dask; the values are the zarr engine's."""
+    array = zarr.open_group(str(sharded), mode="r")[f"{group}/field" if group else "field"]
+    assert array.shards is not None and array.shards != array.chunks  # what this is about
+    got = xr.open_dataset(sharded, engine=Engine, group=group, chunks={})
+    assert got["field"].chunks == normalize_chunks(array.shards, array.shape)
+    assert got["field"].encoding["chunks"] == array.chunks  # a write back keeps the layout
+    plain = xr.open_dataset(sharded, engine="zarr", group=group, chunks={})
+    assert plain["field"].chunks == normalize_chunks(array.chunks, array.shape)
+    np.testing.assert_array_equal(got["field"].values, plain["field"].values)
+    tree = xr.open_datatree(sharded, engine=Engine, chunks={})
+    assert tree[group or "1x"]["field"].chunks == got["field"].chunks
+    auto = xr.open_dataset(sharded, engine=Engine, group=group, chunks="auto")
+    for sizes, shard, n in zip(auto["field"].chunks, array.shards, array.shape, strict=True):
+        assert all(b % shard == 0 or b == n for b in np.cumsum(sizes))  # no shard split
+    lazy = xr.open_dataset(sharded, engine=Engine, group=group)
+    assert lazy.chunks == {} and not lazy["field"].variable._in_memory

@@ -19,7 +19,7 @@ import typer
 
 from toolkit import DISTRIBUTION
 from toolkit.archive.cli import app as archive_app
-from toolkit.console import PLAIN_HELP, OneLineErrors, configure_logging, flags, out
+from toolkit.console import PLAIN_HELP, OneLineErrors, Quiet, Verbose, conventions, flags, out
 from toolkit.pyramid.cli import app as pyramid_app
 from toolkit.virtual import cli as virtual_cli
 from toolkit.virtual.grib.cli import app as grib_app
@@ -35,12 +35,17 @@ class Toolkit(OneLineErrors):
         "serve": "toolkit.webmap.cli",
     }  # command -> the module whose `command` it is
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        conventions(self)  # the lazily loaded commands as they are loaded (get_command)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*self.BY_NAME, *(n for n in super().list_commands(ctx) if n not in self.BY_NAME)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.BY_NAME and cmd_name not in self.commands:
             self.add_command(importlib.import_module(self.BY_NAME[cmd_name]).command, cmd_name)
+            conventions(self)
         return super().get_command(ctx, cmd_name)
 
 
@@ -106,28 +111,12 @@ def _main(
             "--debug", help="Print full tracebacks (also TOOLKIT_DEBUG=1), not one line per error."
         ),
     ] = False,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet", "-q", help="Warnings and errors only: no progress bars, links or hints."
-        ),
-    ] = False,
-    verbose: Annotated[
-        int,
-        typer.Option(
-            "--verbose",
-            "-v",
-            count=True,
-            help="Log what the toolkit.* loggers say: -v their INFO lines, -vv DEBUG too.",
-        ),
-    ] = 0,
+    quiet: Quiet = False,  # set as parsed, here or after the command (console._verbosity)
+    verbose: Verbose = 0,
 ) -> None:
     state.cluster = cluster
     flags.debug = debug
     flags.json = flags.json_written = False  # a command's --json says otherwise as it is parsed
-    if quiet and verbose:
-        raise typer.BadParameter("--quiet and --verbose contradict each other: give one")
-    configure_logging(quiet, verbose)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Table as RichTable
 from typer.core import TyperGroup
 
 from toolkit import options, storage, textin
@@ -80,8 +80,9 @@ _HANDLER = _Stderr()
 
 def configure_logging(quiet: bool = False, verbose: int = 0) -> int:
     """The level of the `toolkit` logger for this command: WARNING by default, ERROR with
-    --quiet, INFO with -v, DEBUG with -vv. One handler, however often the CLI is invoked in a
-    process; records do not also reach the root logger (no line twice). Returns the level."""
+    --quiet, INFO with --verbose, DEBUG with it twice. One handler, however often the CLI is
+    invoked in a process; records do not also reach the root logger (no line twice). Returns
+    the level."""
     flags.quiet, flags.verbose = quiet, verbose
     level = (
         logging.ERROR
@@ -94,6 +95,99 @@ def configure_logging(quiet: bool = False, verbose: int = 0) -> int:
     log.setLevel(level)
     log.propagate = False
     return level
+
+
+def _verbosity(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """--quiet / --verbose as given to any command on the line (`toolkit --quiet pyramid build
+    S` or `toolkit pyramid build S --quiet`): the values add up over the commands, which share
+    `ctx.meta`, and set the logging level as they are parsed. Both at once is bad usage."""
+    if ctx.resilient_parsing:  # shell completion: nothing is run
+        return value
+    said = ctx.meta.setdefault("toolkit.verbosity", {})
+    said[id(ctx), param.name] = value
+    quiet = any(v for (_, name), v in said.items() if name == "quiet")
+    verbose = sum(v for (_, name), v in said.items() if name == "verbose")
+    if quiet and verbose:
+        ctx.fail("--quiet and --verbose contradict each other: give one")
+    configure_logging(quiet, verbose)
+    return value
+
+
+# The verbosity flags, which every command takes (`conventions`): no short -v, which is
+# --variable wherever a command takes variables.
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        callback=_verbosity,
+        expose_value=False,
+        help="Warnings and errors only: no progress bars, links or hints.",
+    ),
+]
+Verbose = Annotated[
+    int,
+    typer.Option(
+        "--verbose",
+        count=True,
+        callback=_verbosity,
+        expose_value=False,
+        show_default=False,
+        help="Log what the toolkit.* loggers say: their INFO lines; given twice, DEBUG too.",
+    ),
+]
+
+
+@functools.cache
+def _verbosity_params() -> tuple[Any, ...]:
+    """The click parameters of `Quiet` and `Verbose`, shared by every command."""
+
+    def verbosity(quiet: Quiet = False, verbose: Verbose = 0) -> None:
+        """Only their parameters are used."""
+
+    holder = typer.Typer(add_completion=False)
+    holder.command()(verbosity)
+    return tuple(typer.main.get_command(holder).params)
+
+
+_SENTENCE_END = re.compile(r"(?<=[^.]\.)\s+(?=[A-Z])")
+
+
+def first_sentence(text: str | None) -> str:
+    """The first sentence of a help text's first paragraph, whitespace collapsed: what a
+    group lists for its command, whole (click's own short help cuts it at 45 characters)."""
+    paragraph = " ".join(inspect.cleandoc(text or "").split("\n\n")[0].split())
+    return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
+
+
+def conventions(command: Any) -> None:
+    """Keep the CLI's conventions on `command` and every command under it: each takes
+    --quiet / --verbose after its name too, and each group lists its commands by their whole
+    first sentence, wrapped to the terminal. Idempotent (a lazily loaded command is kept)."""
+    names = {p.name for p in command.params}
+    command.params.extend(p for p in _verbosity_params() if p.name not in names)
+    for sub in getattr(command, "commands", {}).values():
+        sub.short_help = sub.short_help or first_sentence(sub.help)
+        conventions(sub)
+
+
+class Table(RichTable):
+    """A report table whose cells wrap to the terminal's width: a word longer than its column
+    is folded onto the next line, never cut with "…"."""
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
+
+
+def print_plain(*parts: Any) -> None:
+    """Print a listing (borderless tables, lines) on stdout wrapped to the terminal, each line
+    without the cells' trailing padding; no markup is read."""
+    with out.capture() as text:
+        for part in parts:
+            out.print(part, highlight=False, markup=False)
+    for line in text.get().splitlines():
+        out.print(line.rstrip(), highlight=False, markup=False, soft_wrap=True)
 
 
 def hint(text: str) -> None:

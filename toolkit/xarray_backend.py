@@ -7,6 +7,10 @@ only once its virtual chunk containers are authorized. This engine opens the loc
 reads through the home `toolkit.pyramid.home.open_home` finds there (a Zarr store, or a repo at
 a branch or snapshot). xarray loads every installed engine on each `open_dataset` call, so
 this module imports nothing but xarray's base class at import time.
+
+What it returns is lazy and holds no dask: xarray chunks it when the caller passes `chunks=`
+(`chunks={}`: each variable's `preferred_chunks` encoding, which this engine sets to one
+object read, see `read_whole_objects`). `toolkit.virtual.open_dataset` is this engine.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
         home = _open(filename_or_obj, credentials, store_options)
         try:
             ds = home.open_level(level, branch, snapshot, **kwargs)
-            return crs_as_coords(ds, decoders)
+            return read_whole_objects(crs_as_coords(ds, decoders))
         except (KeyError, FileNotFoundError) as err:
             if level is None:
                 raise
@@ -126,7 +130,10 @@ class ToolkitBackendEntrypoint(BackendEntrypoint):
             branch, snapshot, **kwargs
         )
         return xr.DataTree.from_dict(
-            {n.path: crs_as_coords(n.to_dataset(inherit=False), decoders) for n in tree.subtree}
+            {
+                n.path: read_whole_objects(crs_as_coords(n.to_dataset(inherit=False), decoders))
+                for n in tree.subtree
+            }
         )
 
     def open_groups_as_dict(  # type: ignore[override]
@@ -143,6 +150,21 @@ def crs_as_coords(ds: Any, decoders: Mapping[str, Any]) -> Any:
     from toolkit.cf import crs_as_coords as as_coords
 
     return as_coords(ds, decoders.get("decode_coords", True))
+
+
+def read_whole_objects(ds: Any) -> Any:
+    """Each variable's `preferred_chunks` (what xarray's `chunks={}` gives, and what `"auto"`
+    rounds to) set to one stored object: a shard where the array is sharded, else its chunk.
+
+    xarray's zarr backend prefers the inner chunk, a tile-sized read (256 or 512 px in a
+    pyramid level): a dask task per inner chunk reads the shard's index once per task and
+    multiplies the tasks. A virtual GRIB array is never sharded: its chunk is one
+    GRIB message (one (time, step) field of full ny x nx), decoded whole whatever is asked."""
+    for var in ds.variables.values():
+        shards = var.encoding.get("shards")
+        if shards:
+            var.encoding["preferred_chunks"] = dict(zip(var.dims, shards, strict=True))
+    return ds
 
 
 def _local_dir(filename_or_obj: Any) -> Path | None:

@@ -1,4 +1,4 @@
-"""docs/archive.md cannot drift: its call graphs are regenerated from the AST and compared."""
+"""docs/development/archive-internals.md cannot drift: its call graphs are regenerated from the AST and compared."""
 
 from pathlib import Path
 
@@ -6,14 +6,14 @@ import pytest
 
 from toolkit.examples.archive_callgraph import build, render, select, update_doc
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "archive.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "development" / "archive-internals.md"
 
 
 def test_doc_call_graphs_match_the_code() -> None:
     text = DOC.read_text()
     assert text.count("<!-- callgraph") >= 3
     assert update_doc(text) == text, (
-        "run: python -m toolkit.examples.archive_callgraph --write docs/archive.md"
+        "run: python -m toolkit.examples.archive_callgraph --write docs/development/archive-internals.md"
     )
 
 

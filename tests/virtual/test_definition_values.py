@@ -70,7 +70,7 @@ def fingerprint(ds: Dataset) -> str:
 
 
 def mymodel(**more: Any) -> Dataset:
-    """The docs' example (docs/virtual.md, "Your own archive"), on an in-memory source."""
+    """The docs' example (docs/how-to/own-dataset.md, "Your own archive"), on an in-memory source."""
     keywords: dict[str, Any] = dict(
         source="memory://mymodel",
         key="{init:%Y%m%d}/{init:%H}/mymodel.t{init:%H}z.f{lead:03d}.grib2",
@@ -234,7 +234,7 @@ def test_the_value_form_builds_the_same_datasets_as_the_keyword_form():
 
 def test_the_docs_value_form_is_the_keyword_form():
     """The docs' value-form block builds what the keyword form builds from the same facts."""
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "virtual.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "own-dataset.md").read_text()
     section = docs.split("**The same definition as values.**", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict[str, Any] = {}

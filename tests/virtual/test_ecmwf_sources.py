@@ -218,7 +218,7 @@ def test_a_sidecar_that_no_longer_describes_its_file_drops_the_file(tmp_path, ch
     assert np.isnan(ds["temperature_2m"].sel(at)).all()
 
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "virtual.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "own-dataset.md"
 BY_NAME = {  # the docs' variable names -> the shortName ecCodes reads
     "temperature_2m": "2t", "wind_u_10m": "10u", "pressure_reduced_to_mean_sea_level": "msl",
     "precipitation_surface": "tp", "temperature": "t", "field_2t": "2t", "field_10u": "10u",

@@ -1,4 +1,4 @@
-"""A user's own archive, defined in one short module (the example in docs/virtual.md), used
+"""A user's own archive, defined in one short module (the example in docs/how-to/own-dataset.md), used
 from the CLI as `path/to/module.py:NAME`: backfill, update, validate, and xarray reads back
 exactly the simulator's values. The archive is the simulator's GRIB2, laid out by the
 module's own key format."""
@@ -19,7 +19,7 @@ from toolkit.examples.simulate import SimArchive, expected_values
 from toolkit.virtual import open_dataset
 from toolkit.virtual.builtin import build
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "virtual.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "own-dataset.md"
 INITS = [datetime(2025, 8, 1) + timedelta(hours=6 * i) for i in range(4)]
 runner = CliRunner()
 

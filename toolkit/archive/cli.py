@@ -199,6 +199,13 @@ def _policy(t_max: str, t_hot: str, t_min: str) -> Any:
         raise ValueError(f"{flag}: {err.problem}") from None
 
 
+def _outcome_json(outcome: Any) -> dict[str, Any]:
+    """A partition outcome as --json writes it: its change one line per blob, hot prefix or
+    pin (a JSON field holds no line break)."""
+    lines = outcome.diff.describe().splitlines()
+    return {**outcome.to_dict(), "change": [line.strip() for line in lines]}
+
+
 def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
     for o in outcomes:
         if o.note:
@@ -211,7 +218,7 @@ def _print_outcomes(outcomes: list[Any], as_json: bool, dry_run: bool) -> None:
                 err=True,
             )
     if as_json:
-        _echo(json_text([o.to_dict() for o in outcomes], indent=2))
+        _echo(json_text([_outcome_json(o) for o in outcomes], indent=2))
         return
     for o in outcomes:
         _echo(o.diff.describe())
@@ -363,7 +370,7 @@ def diff(
             hot_always=hot_always or (),
         )
     if as_json:  # one object: the outcome `partition --dry-run --json` lists per scope
-        _echo(json_text(out.to_dict()))
+        _echo(json_text(_outcome_json(out)))
         return
     if out.note:
         typer.echo(f"note: {out.note}", err=True)
@@ -851,23 +858,35 @@ def report(
 
 
 def _report_table(rows: list[Any], bps: float, mount: float, tiers: dict[str, Any]) -> None:
-    _echo(f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s")
-    _echo(
-        f"{'scope':30} {'blob':28} {'bytes':>14} {'objects':>8} {'recall s':>9} {'reads':>6} "
-        f"{'writes':>6}  {'tier':9} {'since':20} {'t.reads':>7} {'t.writes':>8}"
-    )
-    for r in rows:
-        label = r.blob if r.kind == "blob" else f"({r.kind})"
-        t = _tier_doc(tiers, r)
-        tier = (
-            f"{t['state']:9} {(t['since'] or '-'):20} {t['reads']:>7} {t['writes']:>8}"
-            if t
-            else f"{'-':9} {'-':20} {'-':>7} {'-':>8}"
-        )
-        _echo(
-            f"{(r.scope or '-'):30} {label:28} {r.bytes:>14} {r.objects:>8} {r.recall_s:>9.1f} "
-            f"{r.reads:>6} {r.writes:>6}  {tier}"
-        )
+    """The report, a borderless table per scope wrapped to the terminal (--json has every
+    field): r/w counts the --events' reads and writes, tier r/w those recorded by `watch`."""
+    from rich.text import Text
+
+    from toolkit.console import Table, print_plain
+
+    parts: list[Any] = [
+        f"recall estimate: {mount:g} s per mount + bytes at {bps / 1e6:g} MB/s; "
+        "r/w: reads/writes in --events, tier r/w: recorded by watch"
+    ]
+    for scope in dict.fromkeys(r.scope for r in rows):
+        table = Table(title=Text(scope or "-"), title_justify="left", box=None, pad_edge=False)
+        for col in ("blob", "bytes", "objects", "recall s", "r/w", "tier", "tier r/w"):
+            wraps = col in ("blob", "tier")  # numbers stay whole
+            table.add_column(col, justify="left" if wraps else "right", no_wrap=not wraps)
+        for r in (r for r in rows if r.scope == scope):
+            label = r.blob if r.kind == "blob" else f"({r.kind})"
+            cells = [label, r.bytes, r.objects, f"{r.recall_s:.1f}", f"{r.reads}/{r.writes}"]
+            table.add_row(*(Text(str(c)) for c in [*cells, *_tier_cells(tiers, r)]))
+        parts.append(table)
+    print_plain(*parts)
+
+
+def _tier_cells(tiers: dict[str, Any], row: Any) -> tuple[str, str]:
+    """A report row's tier (`archived since T`) and the reads/writes `watch` recorded."""
+    t = _tier_doc(tiers, row)
+    if t is None:
+        return "-", "-"
+    return " since ".join(filter(None, (t["state"], t["since"]))), f"{t['reads']}/{t['writes']}"
 
 
 def _tiers_of(m: Any, scopes: set[str | None]) -> dict[str, Any]:
@@ -900,7 +919,10 @@ def plan_read(
     var: Annotated[
         list[str] | None,
         typer.Option(
-            "--var", help="Data variable to read (repeatable; default: every data variable)."
+            "--var",
+            "--variable",
+            "-v",
+            help="Data variable to read (repeatable; default: every data variable).",
         ),
     ] = None,
     isel: Annotated[

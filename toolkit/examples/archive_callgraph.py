@@ -1,8 +1,8 @@
-"""A call graph of toolkit.archive from the AST, as a mermaid flowchart (for docs/archive.md).
+"""A call graph of toolkit.archive from the AST, as a mermaid flowchart (for docs/development/archive-internals.md).
 
     python -m toolkit.examples.archive_callgraph --entry partition_store --depth 2
     python -m toolkit.examples.archive_callgraph --module resolve --private
-    python -m toolkit.examples.archive_callgraph --write docs/archive.md   # regenerate the doc's blocks
+    python -m toolkit.examples.archive_callgraph --write docs/development/archive-internals.md   # regenerate the doc's blocks
 
 Only calls that name a function of toolkit.archive (or `toolkit.storage`) are edges; anything else
 (builtins, methods of values) is left out. A doc block is `<!-- callgraph ARGS -->`, a mermaid

@@ -8,7 +8,8 @@ from typing import Any
 from toolkit import storage
 from toolkit.archive.discover import find_stores
 from toolkit.archive.manifests import ManifestStore
-from toolkit.archive.model import Policy
+from toolkit.archive.model import Manifest, Policy
+from toolkit.archive.report import summarise
 from toolkit.archive.resolve import Trie
 from toolkit.archive.service import partition_store
 
@@ -37,6 +38,28 @@ def _samples(trie: Trie, keys: list[str]) -> list[dict[str, Any]]:
     return [*picked.values(), *hot]
 
 
+def _units(trie: Trie, manifest: Manifest, data: storage.Store) -> list[dict[str, Any]]:
+    """The scope's archive units as the resolver names them, with the objects and bytes each
+    holds: a blob is one unit; a bucketed blob `b_x` is one unit per bucket, `b_x_<n>` (what
+    tier state, tape addresses and `archive resolve` name), so every table names the same."""
+    listed = [(o.key, o.size) for o in storage.list_objects(data, manifest.scope)]
+    out = []
+    for row in summarise(trie, listed):
+        if row.kind != "blob" or row.scope != manifest.scope or row.blob is None:
+            continue
+        base = next(
+            b
+            for b in manifest.blobs
+            if row.blob == b.id or (b.bucket and row.blob.rpartition("_")[0] == b.id)
+        )
+        bucket = None if base.bucket is None else int(row.blob.rpartition("_")[2])
+        out.append(
+            {"id": row.blob, "of": base.id, "bucket": bucket, "bytes": row.bytes,
+             "objects": row.objects}
+        )  # fmt: skip
+    return out
+
+
 def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
     """Partition the Zarr stores under `root` (or `stores`), write manifests to root/manifests."""
     root = pathlib.Path(root)
@@ -52,9 +75,11 @@ def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
     outcomes = [partition_store(d, manifests, s, DEMO_POLICY) for d, s in targets]
     trie = Trie(ManifestStore(manifests).load_all())
     samples: list[dict[str, Any]] = []
-    for d, scope in targets:
+    units = {}
+    for (d, scope), o in zip(targets, outcomes, strict=True):
         keys = storage.list_keys(d, scope)
         samples += _samples(trie, keys)
+        units[scope] = _units(trie, o.manifest, d)
     samples.append({"key": "not/managed/object", **trie.lookup("not/managed/object").to_dict()})
     return {
         "manifests": manifests.url,
@@ -65,9 +90,7 @@ def demo(root: pathlib.Path, stores: list[str] | None = None) -> dict[str, Any]:
                 "epoch": o.epoch,
                 "written": o.written,
                 "blobs": [b.id for b in o.manifest.blobs],
-                "blob_sizes": [
-                    {"id": b.id, "bytes": b.bytes, "objects": b.objects} for b in o.manifest.blobs
-                ],
+                "blob_sizes": units[o.scope],
                 "hot": len(o.manifest.hot),
             }
             for o in outcomes

@@ -11,8 +11,9 @@ import base64
 import html
 import io
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 import numpy as np
@@ -44,12 +45,31 @@ class Section:
     tables: tuple[tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]], ...] = ()
     opens: tuple[str, ...] = ()
     views: tuple[str, ...] = ()  # shell commands that show an output on a map
+    stages: Mapping[str, str] = field(default_factory=dict)  # stage name -> what it does
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """Where the stores are, as the page names them; `kept` False: they were in a temporary
+    folder removed at the end, and `path` is the placeholder of `--workdir DIR`."""
+
+    path: str
+    kept: bool = True
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """The Dask dashboard's address (None: no Dask) and whether its cluster outlives the run
+    (one the user named does; the demo's embedded one stops with it)."""
+
+    link: str | None
+    outlives: bool = False
 
 
 @dataclass(frozen=True)
 class Page:
-    workdir: str
-    dashboard: str | None
+    workdir: Workdir
+    dashboard: Dashboard
     seconds: float
     sections: tuple[Section, ...] = field(default_factory=tuple)
 
@@ -78,9 +98,13 @@ def shape_text(dims: Sequence[str], shape: Sequence[int]) -> str:
     return f"{' x '.join(map(str, shape))} ({' x '.join(dims)})"
 
 
+MAP_SIZE = (7.2, 4.0)  # inches, at DPI: a map about 700 px wide, two to a row of the page
+DPI = 100
+
+
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return buf.getvalue()
 
 
@@ -108,7 +132,7 @@ def field_figure(da: Any, limits: tuple[float, float] | None = None) -> Any:
     ydim, xdim = da.dims[-2:]
     x, y = da[xdim], da[ydim]
     xs, ys = np.asarray(x.values, dtype="float64"), np.asarray(y.values, dtype="float64")
-    fig = _figure(4.2, 2.5)
+    fig = _figure(*MAP_SIZE)
     ax = fig.add_subplot()
     extent = (xs.min(), xs.max(), ys.min(), ys.max())
     origin = "upper" if ys.size > 1 and ys[0] > ys[-1] else "lower"
@@ -116,12 +140,12 @@ def field_figure(da: Any, limits: tuple[float, float] | None = None) -> Any:
     im = ax.imshow(
         values, extent=extent, origin=origin, aspect="auto", cmap="viridis", vmin=lo, vmax=hi
     )
-    ax.set_xlabel(_label(str(xdim), x.attrs), fontsize=8)
-    ax.set_ylabel(_label(str(ydim), y.attrs), fontsize=8)
-    ax.tick_params(labelsize=7)
-    bar = fig.colorbar(im, ax=ax, shrink=0.85)
-    bar.set_label(_label(str(da.name or "value"), da.attrs), fontsize=8)
-    bar.ax.tick_params(labelsize=7)
+    ax.set_xlabel(_label(str(xdim), x.attrs), fontsize=10)
+    ax.set_ylabel(_label(str(ydim), y.attrs), fontsize=10)
+    ax.tick_params(labelsize=9)
+    bar = fig.colorbar(im, ax=ax, shrink=0.9)
+    bar.set_label(_label(str(da.name or "value"), da.attrs), fontsize=10)
+    bar.ax.tick_params(labelsize=9)
     return fig
 
 
@@ -183,8 +207,10 @@ BLOB_CHART = "archive blobs by size"
 
 def blob_figure(scopes: Sequence[dict[str, Any]]) -> Any:
     """Bytes per archive blob, one bar each, grouped by scope, as a matplotlib `Figure` (no
-    title: the page prints the caption under the image)."""
-    labels = [f"{s['scope']}/{b['id']}" for s in scopes for b in s["blobs"]]
+    title: the page prints the caption under the image). Bars are named as the tables name
+    the blobs; by `scope/blob` only when several scopes could share an id."""
+    one = len(scopes) == 1
+    labels = [b["id"] if one else f"{s['scope']}/{b['id']}" for s in scopes for b in s["blobs"]]
     sizes = [b["bytes"] / 1024 for s in scopes for b in s["blobs"]]
     fig = _figure(6.5, 0.3 * max(len(labels), 3) + 0.8)
     ax = fig.add_subplot()
@@ -192,7 +218,7 @@ def blob_figure(scopes: Sequence[dict[str, Any]]) -> Any:
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("size [KiB]")
-    ax.set_ylabel("scope/blob")
+    ax.set_ylabel(f"blob of {scopes[0]['scope']}" if one else "scope/blob")
     return fig
 
 
@@ -202,12 +228,12 @@ def blob_chart(scopes: Sequence[dict[str, Any]]) -> Picture:
 
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1500px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.2em}
 th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}
 td.n{text-align:right}
 .pics{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-figure{margin:0}figcaption{font-size:12px;color:#555}
+figure{margin:0}figure img{max-width:100%}figcaption{font-size:12px;color:#555}
 code{background:#f4f4f4;padding:1px 4px}
 """
 
@@ -233,7 +259,24 @@ def _table(
     return f"<table{tag}><caption>{e(caption)}</caption><tr>{cells}</tr>{body}</table>"
 
 
-def _stage_table(report: Report) -> str:
+STAGE_COLUMNS = (
+    ("stage", "one step of the plan; the next starts only once this one's gate passes"),
+    ("tasks", "the stage's units of work (a tile, a shard, a file, a check)"),
+    ("skipped", "tasks whose output was already there: a rerun resumes where it stopped"),
+    ("written", "tasks that ran in this run"),
+    ("seconds", "wall-clock time of the stage"),
+    (
+        "gate have/want",
+        "after the stage, the objects its gate counted in the store (have) against the "
+        "objects the plan must have produced (want); equal: complete, so the next stage "
+        "builds on whole data; '-': the stage has no gate (a check reports its failures "
+        "instead; the update commits file by file)",
+    ),
+    ("what it does", "the stage in one line"),
+)
+
+
+def _stage_table(report: Report, lines: Mapping[str, str]) -> str:
     rows = [
         (
             s.name,
@@ -242,12 +285,46 @@ def _stage_table(report: Report) -> str:
             s.written,
             f"{s.seconds:.2f}",
             "-" if s.gate_want is None else f"{s.gate_have}/{s.gate_want}",
+            lines.get(s.name, ""),
         )
         for s in report.stages
     ]
     caption = f"plan {report.plan} ({report.digest}, {report.executor}, {report.seconds:.2f} s)"
-    head = ("stage", "tasks", "skipped", "written", "seconds", "gate have/want")
-    return _table(caption, head, rows, plan=report.plan)
+    return _table(caption, [c for c, _ in STAGE_COLUMNS], rows, plan=report.plan)
+
+
+def _legend() -> str:
+    """How to read the stage tables: each column in one line, said once for the page."""
+    e = html.escape
+    items = "".join(f"<li><b>{e(c)}</b>: {e(why)}</li>" for c, why in STAGE_COLUMNS)
+    return f'<p class="legend">How to read the stage tables:</p><ul class="legend">{items}</ul>'
+
+
+def _dashboard(d: Dashboard) -> str:
+    """The dashboard's address, marked live only during the run unless its cluster outlives
+    it: the report is read after the run, when the demo's own cluster is gone."""
+    e = html.escape
+    if d.link is None:
+        return "none (run with --executor sync)"
+    if not d.link.startswith("http"):
+        return e(d.link)
+    if d.outlives:
+        return f'<a href="{e(d.link)}">{e(d.link)}</a> (the cluster you named: it outlives the run)'
+    return (
+        f"<code>{e(d.link)}</code> (live only during the run: the demo's own cluster stopped "
+        "when it ended)"
+    )
+
+
+def _where(w: Workdir) -> str:
+    e = html.escape
+    if w.kept:
+        return f"Stores under <code>{e(w.path)}</code>."
+    return (
+        "The stores were written to a temporary folder, removed when the demo ended; to keep "
+        f"them and open them as below, run <code>toolkit demo --workdir {e(w.path)}</code> "
+        f"(<code>{e(w.path)}</code> below is that folder)."
+    )
 
 
 def _picture(p: Picture) -> str:
@@ -262,15 +339,10 @@ def _picture(p: Picture) -> str:
 def render(page: Page) -> str:
     """The whole page as one HTML string."""
     e = html.escape
-    dash = (
-        f'<a href="{e(page.dashboard)}">{e(page.dashboard)}</a>'
-        if page.dashboard and page.dashboard.startswith("http")
-        else e(page.dashboard or "none (run with --executor sync)")
-    )
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>toolkit demo</title>",
         f"<style>{_STYLE}</style></head><body><h1>toolkit demo</h1>",
-        f"<p>Stores under <code>{e(page.workdir)}</code>. Dask dashboard: {dash}. "
+        f"<p>{_where(page.workdir)} Dask dashboard: {_dashboard(page.dashboard)}. "
         f"Total {page.seconds:.1f} s.</p>",
     ]
     opens = [(s.job, o) for s in page.sections for o in s.opens]
@@ -288,9 +360,11 @@ def render(page: Page) -> str:
             + "; ".join(f"{e(job)}: <code>{e(v)}</code>" for job, v in views)
             + ", then open the address it prints.</p>"
         )
+    if any(s.reports for s in page.sections):
+        parts.append(_legend())
     for section in page.sections:
         parts.append(f"<h2>{e(section.job)}</h2><p>{e(section.summary)}</p>")
-        parts += [_stage_table(r) for r in section.reports]
+        parts += [_stage_table(r, section.stages) for r in section.reports]
         parts += [_table(c, h, rows) for c, h, rows in section.tables]
         if section.pictures:
             parts.append('<div class="pics">' + "".join(map(_picture, section.pictures)) + "</div>")
@@ -301,3 +375,70 @@ def render(page: Page) -> str:
 def write(page: Page, path: pathlib.Path) -> pathlib.Path:
     path.write_text(render(page), encoding="utf-8")
     return path
+
+
+class _Figures(HTMLParser):
+    """The page's pyramid-level pictures: (PNG bytes, caption), in page order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.levels: list[tuple[bytes, str]] = []
+        self._png: bytes | None = None
+        self._caption: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "img" and a.get("data-level") is not None:
+            self._png = base64.b64decode((a.get("src") or "").split(",", 1)[1])
+        elif tag == "figcaption" and self._png is not None:
+            self._caption = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._caption is not None:
+            self._caption += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "figcaption" and self._png is not None and self._caption is not None:
+            self.levels.append((self._png, self._caption))
+            self._png = self._caption = None
+
+
+def levels_picture(page: str) -> bytes:
+    """The page's pyramid-level pictures side by side, each captioned as the page captions it,
+    as one PNG: the README's picture (docs/img/demo-pyramid-levels.png), made from a report
+    so the two never disagree. The pictures are placed pixel for pixel, not redrawn."""
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    found = _Figures()
+    found.feed(page)
+    if not found.levels:
+        raise ValueError("the page shows no pyramid level")
+    images = [imread(io.BytesIO(png), format="png") for png, _ in found.levels]
+    gap, band = 16, 30  # pixels between pictures; under them, for the captions
+    width = sum(i.shape[1] for i in images) + gap * (len(images) - 1)
+    height = max(i.shape[0] for i in images) + band
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, facecolor="white")
+    x = 0
+    for image, (_, caption) in zip(images, found.levels, strict=True):
+        fig.figimage(image, xo=x, yo=band + height - band - image.shape[0], origin="upper")
+        fig.text((x + image.shape[1] / 2) / width, 8 / height, caption, ha="center", fontsize=11)
+        x += image.shape[1] + gap
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m toolkit.examples.demo_report REPORT.html OUT.png`: the README's picture."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit("usage: python -m toolkit.examples.demo_report REPORT.html OUT.png")
+    page, out = (pathlib.Path(a) for a in args)
+    out.write_bytes(levels_picture(page.read_text(encoding="utf-8")))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from toolkit import options
 from toolkit.console import (
@@ -25,6 +24,7 @@ from toolkit.console import (
     Ship,
     Storage,
     StorageOptions,
+    Table,
     Typer,
     WaitForWorkers,
     WriteStorage,

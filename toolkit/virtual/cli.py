@@ -224,36 +224,41 @@ def _label(text: str | None, option: str = "--start") -> Any:
         ) from None
 
 
+def _about(build: Callable[..., Any]) -> str:
+    """What a dataset is, in one line: the first paragraph of its docstring, whitespace
+    collapsed (a JSON field or a table cell holds no line break or indentation)."""
+    import inspect
+
+    return " ".join(inspect.cleandoc(build.__doc__ or "").split("\n\n")[0].split())
+
+
 @app.command("datasets")
 def datasets(as_json: AsJson = False) -> None:
     """List the datasets this build knows: name, what it is, where it reads from."""
-    from toolkit.console import emit_json, out
+    from rich.text import Text
+
+    from toolkit.console import Table, print_plain
     from toolkit.virtual.builtin import DATASETS, HOMES
 
     if as_json:
         emit_json(
             {
                 "datasets": [
-                    {"name": n, "source": HOMES[n], "about": (b.__doc__ or "").strip()}
+                    {"name": n, "source": HOMES[n], "about": _about(b)}
                     for n, b in sorted(DATASETS.items())
                 ]
             }
         )
         return
-    width = max(map(len, DATASETS))
+    table = Table(box=None, show_header=False, pad_edge=False)  # a row per dataset, wrapped
+    table.add_column("name", no_wrap=True)
+    table.add_column("source")
+    table.add_column("about")
     for name, build in sorted(DATASETS.items()):
-        doc = (build.__doc__ or "").strip().splitlines()[0]
-        bucket = HOMES[name] or "(no bucket: pass --source)"
-        out.print(
-            f"{name:<{width}}  {bucket:<26}  {doc}", highlight=False, markup=False, soft_wrap=True
-        )
-    out.print(
-        "your own: module:NAME (a Dataset in an importable module or a .py file; "
-        "see docs/virtual.md)",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+        source = HOMES[name] or "(no bucket: pass --source)"
+        table.add_row(*map(Text, (name, source, _about(build))))  # Text: no markup read
+    yours = "your own: module:NAME (a Dataset in an importable module or a .py file; see "
+    print_plain(table, yours + "docs/how-to/own-dataset.md)")
 
 
 @app.command()
@@ -658,10 +663,8 @@ def inspect(
     """Branches, recent commits with rebase attempts, and the manifest report."""
     from datetime import UTC, datetime
 
-    from rich.table import Table
-
     from toolkit import icechunk as R
-    from toolkit.console import out
+    from toolkit.console import Table, out
     from toolkit.virtual.inflight import in_flight
 
     with _errors(repo):

@@ -23,7 +23,7 @@ def serve(
         ),
     ],
     variable: Annotated[
-        str | None, typer.Option("--variable", help="The variable the page opens on.")
+        str | None, typer.Option("--variable", "-v", help="The variable the page opens on.")
     ] = None,
     port: Annotated[
         int, options.Option(check=options.count(0, 65535, "a port"), help="Port (0: any free one).")

@@ -165,9 +165,9 @@ def scan(
     """
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from toolkit import storage
+    from toolkit.console import Table
     from toolkit.virtual.grib.errors import GribSourceError
 
     err = Console(stderr=True)
