@@ -603,3 +603,23 @@ _known(
     "--json noted at parsing (one flag) and a JSON line on the error path only",
     "6b5a12e",
 )  # fmt: skip
+
+# 2c2614b: a docstring of toolkit.virtual.define puts `(init, lead[, member][, file type])` in
+# backticks (the API reference rendered it as a link). No code changed.
+_known(("virtual_pyramid",), "a docstring's backticks only", "2c2614b")
+
+# 298bd47 (issue 55): the CLI's conventions (--quiet/--verbose added to every command as it
+# is parsed, tables that wrap at COLUMNS, one-line --json texts) are option parsing and the
+# final printing of a report, once per command: no stage, task or commit runs differently.
+# The tile server reads levels through toolkit.webmap alone, not through the xarray engine or
+# toolkit.virtual.reader, whose default chunking (preferred_chunks) this commit set.
+_known(
+    ("pyramid_build", "virtual_scale"),
+    "CLI option parsing and report printing only (once per command)",
+    "298bd47",
+)  # fmt: skip
+_known(
+    ("serve_tiles",),
+    "the xarray engine's and virtual reader's chunking; the tile server reads through neither",
+    "298bd47",
+)  # fmt: skip
