@@ -28,10 +28,14 @@ def cases(w: Path) -> list[list[str]]:
         ["virtual", "backfill", "nope", "--repo", str(w / "r"), "--start", "2025-08-01", "--json"],
         ["virtual", "update", "sim-gfs", "--repo", str(w / "r"), "--json"],
         ["archive", "show", "no-scope", "--manifests", missing, "--json"],
+        # refused while the line is parsed, before any --json option is
+        ["pyramid", "build", missing, "--json", "--no-such-flag"],
+        ["pyramid", "verify", missing, "--json", "--retry-seconds", "-1"],
+        ["virtual", "status", missing, "--json", "--quiet", "--verbose"],
     ]
 
 
-@pytest.mark.parametrize("which", range(6))
+@pytest.mark.parametrize("which", range(9))
 def test_a_failure_under_json_is_one_json_object_on_stdout(tmp_path, which):
     argv = cases(tmp_path)[which]
     res = runner.invoke(app, argv)
@@ -44,8 +48,9 @@ def test_a_failure_under_json_is_one_json_object_on_stdout(tmp_path, which):
     assert "\n" not in doc["error"]
 
 
-def test_without_json_stdout_stays_empty(tmp_path):
-    argv = [a for a in cases(tmp_path)[0] if a != "--json"]
+@pytest.mark.parametrize("which", [0, 6])
+def test_without_json_stdout_stays_empty(tmp_path, which):
+    argv = [a for a in cases(tmp_path)[which] if a != "--json"]
     res = runner.invoke(app, argv)
     assert res.exit_code == 2 and res.stdout == ""
 

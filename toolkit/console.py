@@ -642,6 +642,10 @@ class OneLineErrors(TyperGroup):
                 sys.exit(err.exit_code)  # a bare group: its help was printed when raised
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             text = " ".join(err.format_message().split()).replace("Value error, ", "")
-            typer.echo(one_line(f"error: {text}{where}"), err=True)
-            sys.exit(getattr(err, "exit_code", 2))
+            line, code = one_line(f"{text}{where}"), getattr(err, "exit_code", 2)
+            typer.echo(f"error: {line}", err=True)
+            # the line was refused before its --json was parsed: the words say it was asked
+            if "--json" in (sys.argv[1:] if args is None else list(args)):
+                emit_json({"error": line, "exit": code})
+            sys.exit(code)
         sys.exit(code if isinstance(code, int) else 0)
