@@ -52,7 +52,7 @@ def test_the_checkout_installs_into_a_fresh_venv(tmp_path: Path) -> None:
         [str(venv / "bin" / "toolkit"), "--version"], capture_output=True, text=True, cwd=tmp_path
     )
     assert version.returncode == 0, version.stderr
-    assert re.fullmatch(r"toolkit \S+\n", version.stdout) or version.stdout.strip(), version
+    assert re.fullmatch(r"toolkit \d+\.\d+\S* \(zarr-toolkit\)\n", version.stdout), version.stdout
     site = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import toolkit, mkdocs, material, uvicorn; print(toolkit.__file__)"],
