@@ -285,3 +285,21 @@ def test_a_sharded_level_reads_in_whole_shards(sharded: Path, group: str | None)
         assert all(b % shard == 0 or b == n for b in np.cumsum(sizes))  # no shard split
     lazy = xr.open_dataset(sharded, engine=Engine, group=group)
     assert lazy.chunks == {} and not lazy["field"].variable._in_memory
+
+
+@pytest.mark.parametrize("level", [".", "2x"])
+def test_open_level_reads_whole_shards_as_the_engine_does(sharded: Path, level: str) -> None:
+    """`toolkit.pyramid.open_level` without `chunks` is the engine with `chunks={}`: the same
+    dataset, one dask chunk per shard; a caller's `chunks` is still xarray's."""
+    from toolkit.pyramid import open_level
+
+    group = None if level == "." else level
+    got = open_level(str(sharded), level)
+    engine = xr.open_dataset(sharded, engine="toolkit", group=group, chunks={})
+    xr.testing.assert_identical(got, engine)
+    array = zarr.open_group(str(sharded), mode="r")[f"{group}/field" if group else "field"]
+    assert got["field"].chunks == engine["field"].chunks
+    assert got["field"].chunks == normalize_chunks(array.shards, array.shape)
+    inner = open_level(str(sharded), level, chunks={})  # zarr's own preference: the inner chunk
+    assert inner["field"].chunks == normalize_chunks(array.chunks, array.shape)
+    assert open_level(str(sharded), level, chunks=None).chunks == {}

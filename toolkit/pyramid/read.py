@@ -33,7 +33,11 @@ def levels(source: str | storage.Store) -> list[str]:
 
 def open_level(source: str | storage.Store, level: str = ".", **kwargs: Any) -> Any:
     """One level as an xarray Dataset ("." or "1x" is level 0); `kwargs` go to `xr.open_zarr`.
-    The CRS variable is a coordinate (`toolkit.cf.crs_as_coords`), so rioxarray finds it."""
+    The CRS variable is a coordinate (`toolkit.cf.crs_as_coords`), so rioxarray finds it.
+
+    Without `chunks`, each dask chunk is one stored object, a whole shard, as
+    `xr.open_dataset(store, engine="toolkit", chunks={})` gives (zarr's own default is the
+    inner chunk: a task per 256 px tile, each reading the shard's index again)."""
     import xarray as xr
 
     from toolkit.cf import crs_as_coords
@@ -42,8 +46,24 @@ def open_level(source: str | storage.Store, level: str = ".", **kwargs: Any) -> 
     group = None if level in (".", BASE, "") else level
     consolidated = _root(store).get("consolidated_metadata") is not None
     kwargs.setdefault("consolidated", consolidated)
+    if "chunks" not in kwargs:
+        lazy = xr.open_zarr(store.zarr(read_only=True), group=group, **kwargs, chunks=None)
+        kwargs["chunks"] = whole_objects(lazy)
     ds = xr.open_zarr(store.zarr(read_only=True), group=group, **kwargs)
     return crs_as_coords(ds, kwargs.get("decode_coords", True))
+
+
+def whole_objects(ds: Any) -> dict[str, int] | dict[str, Any]:
+    """Dask chunk sizes by dimension that keep every array's stored objects whole: its shards
+    (else its chunks). A dimension whose arrays disagree keeps zarr's own chunking ({})."""
+    sizes: dict[str, set[int]] = {}
+    for name, var in ds.variables.items():
+        if name in ds.dims:  # an index coordinate: read whole into memory, never chunked
+            continue
+        shape = var.encoding.get("shards") or var.encoding.get("chunks")
+        for dim, n in zip(var.dims, shape or (), strict=False):
+            sizes.setdefault(dim, set()).add(int(n))
+    return {dim: next(iter(ns)) for dim, ns in sizes.items() if len(ns) == 1}
 
 
 def open_datatree(source: str | storage.Store, **kwargs: Any) -> Any:
