@@ -623,3 +623,18 @@ _known(
     "the xarray engine's and virtual reader's chunking; the tile server reads through neither",
     "298bd47",
 )  # fmt: skip
+
+# 2b0bcd0: a line refused while it is parsed also prints its JSON object when asked for
+# (the usage-error path only). 64bbe5c: `toolkit.pyramid.open_level` without `chunks` reads
+# whole shards; no build, verify, plan or tile path calls it (they open levels themselves, or
+# through the engine, which passes chunks=None), and read.py's import is as before.
+_known(
+    ("pyramid_build", "virtual_scale"),
+    "the usage-error path under --json only",
+    "2b0bcd0",
+)  # fmt: skip
+_known(
+    ("pyramid_build", "pyramid_scale", "serve_tiles", "virtual_scale"),
+    "open_level's default chunks: a reader's call, on none of the measured paths",
+    "64bbe5c",
+)  # fmt: skip
