@@ -1469,6 +1469,14 @@ CASES: tuple[Case, ...] = (
         ),
         absent=("new-repo",),
     ),
+    Case(
+        "`demo --report` naming a folder",
+        ("demo", "--report", "pages"),
+        2,
+        ("pages", "is a folder", "--report FILE"),
+        setup=_write("pages/notes.txt", "mine\n"),
+        absent=("pages/report.html", "toolkit-demo-report.html"),
+    ),
 )
 
 
