@@ -35,8 +35,8 @@ HEADER = """# Command line
 
 Every command, group and option of `toolkit`, generated from the command tree (`python -m
 tests.test_docs_site` rewrites this page; a test fails when it differs). Every command also
-takes `--help`, `--json` where it reports, and `--quiet` / `--verbose` before or after its
-name. Exit codes: 0 done, 1 a failed check, 2 bad usage or a store out of reach ([the
+takes `--help` and `--quiet` / `--verbose` before or after its name; a command that reports
+takes `--json` for one JSON object on stdout (`demo --json FILE` writes its report to a file). Exit codes: 0 done, 1 a failed check, 2 bad usage or a store out of reach ([the
 engine's guarantees](../explanation/guarantees.md)).
 
 """

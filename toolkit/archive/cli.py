@@ -695,7 +695,11 @@ def show(
     p = man.policy
     _echo(f"{man.scope}  epoch {man.epoch}  t_max={p.t_max} t_hot={p.t_hot} t_min={p.t_min}")
     for b in man.blobs:
-        how = f" bucket width {b.bucket.width}" if b.bucket else ""
+        how = (  # the names resolve, report and mark use: one per bucket
+            f", in buckets {b.id}_0, {b.id}_1, ... of {b.bucket.width} first-index chunks each"
+            if b.bucket
+            else ""
+        )
         _echo(f"  blob {b.id}: {b.bytes} B, {b.objects} objects{how}")
         for prefix in b.prefixes:
             _echo(f"    {prefix}")
@@ -886,7 +890,8 @@ def _tier_cells(tiers: dict[str, Any], row: Any) -> tuple[str, str]:
     t = _tier_doc(tiers, row)
     if t is None:
         return "-", "-"
-    return " since ".join(filter(None, (t["state"], t["since"]))), f"{t['reads']}/{t['writes']}"
+    since = t["since"] and t["since"][:16].replace("T", " ")  # to the minute; --json has it all
+    return " since ".join(filter(None, (t["state"], since))), f"{t['reads']}/{t['writes']}"
 
 
 def _tiers_of(m: Any, scopes: set[str | None]) -> dict[str, Any]:

@@ -335,5 +335,5 @@ def blob_of(manifest: Manifest, blob: str, buckets: Mapping[str, int] | None = N
     known = ", ".join(b.ids() for b in manifest.blobs) or "none"
     raise TierError(
         f"{blob!r} is not a blob of scope {manifest.scope!r} (its blobs: {known}); "
-        "`toolkit archive show` lists them"
+        "`toolkit archive report` lists them"
     )

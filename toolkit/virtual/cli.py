@@ -680,7 +680,7 @@ def inspect(
         out.print(f"containers: {', '.join(R.container_prefixes(r))}")
         table = Table(title="main: recent commits")
         for col in ("snapshot", "written", "message", "rebase attempts"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col in ("snapshot", "written"))  # ids stay whole
         for c in R.history(r, "main", limit=commits):
             table.add_row(
                 c.id,
