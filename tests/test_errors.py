@@ -781,7 +781,7 @@ CASES: tuple[Case, ...] = (
         "`archive mark` of a blob the scope does not have",
         ("archive", "mark", "cordex/a.zarr", "b_zz_1", "archived", "--manifests", "m"),
         2,
-        ("'b_zz_1'", "not a blob of scope 'cordex/a.zarr'", "`toolkit archive show`"),
+        ("'b_zz_1'", "not a blob of scope 'cordex/a.zarr'", "`toolkit archive report`"),
     ),
     Case(
         "`archive mark` of a scope that has no manifest",

@@ -81,7 +81,8 @@ def test_backfill_update_inspect(tmp_path):
     assert "has passed: one sweep only" in res.output
     res = runner.invoke(app, ["virtual", "inspect", str(tmp_path / "repo")])
     assert res.exit_code == 0, res.output
-    assert "rebase attempts" in res.output and "temperature_2m" in res.output
+    assert "rebases" in res.output and "temperature_2m" in res.output
+    assert all(len(line) <= 80 for line in res.output.splitlines())  # CliRunner's 80 columns
     res = runner.invoke(app, ["virtual", "backfill", "nope", *common, "--start", "2025-08-01"])
     assert res.exit_code == 2 and "unknown dataset 'nope'" in res.output
     assert "gefs, gfs, hrrr, hrrr-analysis, sim-gfs, sim-hrrr-analysis" in res.output

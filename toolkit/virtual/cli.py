@@ -679,8 +679,8 @@ def inspect(
             out.print(f"  {f.line(datetime.now(UTC))}", highlight=False, soft_wrap=True)
         out.print(f"containers: {', '.join(R.container_prefixes(r))}")
         table = Table(title="main: recent commits")
-        for col in ("snapshot", "written", "message", "rebase attempts"):
-            table.add_column(col, no_wrap=col in ("snapshot", "written"))  # ids stay whole
+        for col in ("snapshot", "written", "message", "rebases"):  # rebase attempts
+            table.add_column(col, no_wrap=col != "message")  # ids and times stay whole
         for c in R.history(r, "main", limit=commits):
             table.add_row(
                 c.id,
