@@ -635,7 +635,7 @@ _known(
 )  # fmt: skip
 # 222b548: `archive show` and `virtual inspect` print their tables differently, and an archive
 # error's hint names another command: printing, once per command.
-_known(("pyramid_build", "virtual_scale"), "two commands' printing only", "222b548")
+_known(("pyramid_build", "virtual_scale"), "two commands' printing only", "222b548", "edb4659")
 _known(
     ("pyramid_build", "pyramid_scale", "serve_tiles", "virtual_scale"),
     "open_level's default chunks: a reader's call, on none of the measured paths",
