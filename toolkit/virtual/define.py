@@ -7,7 +7,7 @@ or, the same definition as a few values,
     DATASET = forecast("mymodel", source=Source(...), variables=[...], grid=Grid(...),
                        schedule=Schedule(...))
 
-then `toolkit virtual backfill mymodule:DATASET --repo ...` (see docs/virtual.md). A file's
+then `toolkit virtual backfill mymodule:DATASET --repo ...` (see docs/how-to/own-dataset.md). A file's
 messages are found as `index=` says: a wgrib2 `.idx` beside it (`<key>.idx`, the default),
 ECMWF's `.index`, or the messages' own sections ("scan", "whole"); the catalog says which
 records (element, level, in wgrib2's spelling) become which variables, so files may carry

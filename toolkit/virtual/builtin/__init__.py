@@ -3,7 +3,7 @@
 `DATASETS[name](source_store=None, **overrides)` builds the `Dataset` value; `source_store`
 points it at a mirror or a local copy instead of the dataset's own bucket (the simulated
 `sim-gfs` has no bucket of its own and needs one). `HOMES[name]` is the bucket it reads by
-default. A user's own dataset is named `module:NAME` instead (see `docs/virtual.md`).
+default. A user's own dataset is named `module:NAME` instead (see `docs/how-to/own-dataset.md`).
 
 The production datasets are listed here. The simulated ones (`sim-gfs`, `sim-hrrr-analysis`)
 are registered by the examples, in `EXAMPLES`' own `DATASETS` and `HOMES`: that module is
