@@ -607,6 +607,8 @@ _known(
 # 2c2614b: a docstring of toolkit.virtual.define puts `(init, lead[, member][, file type])` in
 # backticks (the API reference rendered it as a link). No code changed.
 _known(("virtual_pyramid",), "a docstring's backticks only", "2c2614b")
+# 54d1ab4: two module docstrings name the own-dataset guide. No code changed.
+_known(("virtual_pyramid", "virtual_scale"), "module docstrings only", "54d1ab4")
 
 # 298bd47 (issue 55): the CLI's conventions (--quiet/--verbose added to every command as it
 # is parsed, tables that wrap at COLUMNS, one-line --json texts) are option parsing and the
