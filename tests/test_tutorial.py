@@ -40,10 +40,10 @@ def run(block: Block, cwd: Path) -> str:
     return res.stdout
 
 
-def run_page(page: str, cwd: Path, skip_install: bool = True) -> list[str]:
+def run_page(page: str, cwd: Path) -> list[str]:
     outs = []
     for b in blocks(page):
-        if skip_install and b.code.startswith("pip install"):
+        if b.code.startswith("pip install"):
             continue  # tests/test_install.py runs the install line
         outs.append(run(b, cwd))
     return outs

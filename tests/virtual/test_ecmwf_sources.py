@@ -6,8 +6,11 @@ same message, rounded to float32, and the kinds build the same dataset."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,23 +238,32 @@ def doc_examples() -> list[str]:
 
 def test_the_docs_dataset_for_a_web_source_probes_and_reads_over_http(tmp_path):
     """The docs' probing example, its `source` pointed at a local web server (`--source`)."""
-    from tests.httpfiles import FileSite
-
     code = doc_examples()[3]
     assert 'discovery="probe"' in code and 'source="https://' in code
-    module = tmp_path / "doc_web.py"
-    module.write_text(code)
     truth = {k: v for k, v in archive(tmp_path / "site" / "f").items() if k[0] in ("2t", "10u")}
+    with backfilled_from_a_site(tmp_path, code, "f") as (repo, site):
+        assert check_against_eccodes(open_dataset(str(repo)), truth) == len(truth) == 12
+    assert set(site.seen) <= {"HEAD", "GET"}
+
+
+@contextmanager
+def backfilled_from_a_site(tmp_path: Path, code: str, folder: str) -> Iterator[tuple[Path, Any]]:
+    """`virtual backfill` of a doc's dataset module with `--source` a local web server (GET and
+    HEAD only) serving tmp_path/site/folder; yields the repo and the server, still serving its
+    chunks to readers."""
+    from tests.httpfiles import FileSite
+
+    module = tmp_path / "doc_module.py"
+    module.write_text(code)
     repo = tmp_path / "repo"
     with FileSite(tmp_path / "site") as site:
         res = runner.invoke(
             app,
             ["virtual", "backfill", f"{module}:DATASET", "--repo", str(repo), "--source",
-             f"{site.url}/f", "--start", "2025-03-01T00", "--executor", "sync", "--json"],
+             f"{site.url}/{folder}", "--start", "2025-03-01T00", "--executor", "sync", "--json"],
         )  # fmt: skip
         assert res.exit_code == 0, res.output
-        assert check_against_eccodes(open_dataset(str(repo)), truth) == len(truth) == 12
-    assert set(site.seen) <= {"HEAD", "GET"}
+        yield repo, site
 
 
 @pytest.mark.parametrize("which", range(3), ids=["ecmwf", "scan", "whole"])
@@ -337,19 +349,8 @@ def test_ecmwf_ifs_oper_reads_a_mirror_holding_some_steps(tmp_path):
 def test_source_https_on_the_command_line_probes_whatever_the_dataset_says(tmp_path):
     """`--source http(s)://...` for the docs' ECMWF dataset (which lists by default): a web
     server is probed, never listed, and the repo reads back as ecCodes decodes the files."""
-    from tests.httpfiles import FileSite
-
     truth = archive(tmp_path / "site" / "mirror")
-    module = tmp_path / "doc_ecmwf.py"
-    module.write_text(doc_examples()[0])
-    repo = tmp_path / "repo"
-    with FileSite(tmp_path / "site") as site:
-        res = runner.invoke(
-            app,
-            ["virtual", "backfill", f"{module}:DATASET", "--repo", str(repo), "--source",
-             f"{site.url}/mirror", "--start", "2025-03-01T00", "--executor", "sync", "--json"],
-        )  # fmt: skip
-        assert res.exit_code == 0, res.output
+    with backfilled_from_a_site(tmp_path, doc_examples()[0], "mirror") as (repo, site):
         assert check_against_eccodes(open_dataset(str(repo)), truth) == len(truth)
     assert set(site.seen) <= {"HEAD", "GET"} and site.seen["HEAD"] > 0
 

@@ -53,7 +53,7 @@ def open_level(source: str | storage.Store, level: str = ".", **kwargs: Any) -> 
     return crs_as_coords(ds, kwargs.get("decode_coords", True))
 
 
-def whole_objects(ds: Any) -> dict[str, int] | dict[str, Any]:
+def whole_objects(ds: Any) -> dict[str, int]:
     """Dask chunk sizes by dimension that keep every array's stored objects whole: its shards
     (else its chunks). A dimension whose arrays disagree keeps zarr's own chunking ({})."""
     sizes: dict[str, set[int]] = {}
