@@ -643,3 +643,9 @@ _known(
     "open_level's default chunks: a reader's call, on none of the measured paths",
     "64bbe5c",
 )  # fmt: skip
+
+# 413ffb4: a return annotation in toolkit/pyramid/read.py. No code changed.
+_known(
+    ("pyramid_build", "pyramid_scale", "serve_tiles", "virtual_scale"), "a type annotation only",
+    "413ffb4",
+)  # fmt: skip
